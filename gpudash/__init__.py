@@ -1,0 +1,1 @@
+"""gpudash: terminal dashboard, transfer engine and server supervisor for LLM inference boxes."""

@@ -1,0 +1,83 @@
+"""What every command shares: loading the config once, the --db/--sim/--no-sim options, and the
+one-sentence usage error that exits 2."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Callable, NoReturn
+
+import click
+
+from engine.profiles import PROFILES
+from gpudash.config import Config, ConfigError, load_config
+
+
+def usage_error(message: str) -> NoReturn:
+    """Print one clear sentence to stderr and exit 2 (a usage error: nothing was done)."""
+    click.echo(f"gpudash: {message}", err=True)
+    sys.exit(2)
+
+
+def get_config(ctx: click.Context) -> Config:
+    """The effective config for this invocation (loaded once); a bad file prints its problems and exits 2."""
+    root = ctx.find_root()
+    root.ensure_object(dict)
+    if "config" not in root.obj:
+        try:
+            root.obj["config"] = load_config(root.obj.get("config_path"))
+        except ConfigError as err:
+            for line in err.problems:
+                click.echo(f"gpudash: {line}", err=True)
+            sys.exit(2)
+    return root.obj["config"]
+
+
+def db_path(config: Config, db: str | None) -> Path:
+    """The SQLite file to use: --db, else the config's [store] path, else the user data dir."""
+    return Path(db).expanduser() if db else config.store.resolved_path()
+
+
+def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--db", type=click.Path(dir_okay=False), default=None,
+                        help="SQLite file (default: [store] path, else the user data dir).")(f)
+
+
+def sim_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--sim PROFILE forces a simulated rig; --no-sim makes a missing NVIDIA driver an error."""
+    f = click.option("--no-sim", is_flag=True, default=False,
+                     help="Fail instead of falling back to a simulated rig when no NVIDIA driver is found.")(f)
+    f = click.option("--sim", "sim", type=click.Choice(sorted(PROFILES)), default=None,
+                     help="Use this simulated rig even if GPUs are present.")(f)
+    return f
+
+
+def resolve_source(config: Config, sim: str | None, no_sim: bool, quiet: bool = False) -> str:
+    """``"nvml"`` on a machine with an NVIDIA driver, else ``"sim:<profile>"`` (said in one line on stderr)."""
+    if sim and no_sim:
+        usage_error("--sim and --no-sim contradict each other; pass only one")
+    if sim:
+        return f"sim:{sim}"
+    from gpudash.telemetry.nvml import driver_available
+
+    reason = driver_available()
+    if reason is None:
+        return "nvml"
+    if no_sim:
+        usage_error(f"no NVIDIA driver found ({reason}); install the driver or drop --no-sim to use a simulated rig")
+    profile = config.sim.profile
+    if not quiet:
+        click.echo(f"gpudash: no NVIDIA driver found ({reason}); using the simulated rig sim:{profile}", err=True)
+    return f"sim:{profile}"
+
+
+def pass_config(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: call the command with the effective Config as its first argument."""
+
+    @functools.wraps(f)
+    @click.pass_context
+    def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        return ctx.invoke(f, get_config(ctx), *args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,209 @@
+"""Frozen records: the only shapes that cross layers.
+
+Sources build them, the sampler bundles them into a `Snapshot`, the store writes them as rows and the
+TUI draws them. A field a source cannot read is `None` (NA), never a made-up zero. Times are Unix
+seconds (float); sizes are bytes; rates are bytes per second unless the name says otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU at one tick. PCIe rates are payload bytes/s as the source measured them."""
+
+    ts: float
+    index: int
+    uuid: str
+    name: str
+    util_pct: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: int | None = None
+    pcie_tx_bps: float | None = None
+    pcie_rx_bps: float | None = None
+    link_gen: int | None = None
+    link_width: int | None = None
+    link_gen_max: int | None = None
+    link_width_max: int | None = None
+    bar1_total: int | None = None
+    bar1_used: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcessSample:
+    """GPU memory one process holds on one GPU (maps NVML processes to launched servers)."""
+
+    ts: float
+    gpu_index: int
+    pid: int
+    used_bytes: int | None
+    name: str = ""
+    server: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """Host CPU and memory at one tick, plus the processes gpudash launched."""
+
+    ts: float
+    cpu_pct: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    numa_nodes: int | None = None
+    gpudash_cpu_pct: float | None = None
+    gpudash_rss: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """CPU and RSS of one process gpudash launched (a server)."""
+
+    ts: float
+    pid: int
+    name: str
+    cpu_pct: float | None = None
+    rss: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePathSample:
+    """One transfer-engine path and direction: cumulative counters plus the recent rate.
+
+    `path` names the route, e.g. ``direct:0`` or ``relay:3->0``; `gpu` is the target GPU.
+    """
+
+    ts: float
+    path: str
+    gpu: int
+    via: int | None
+    direction: str  # "h2d" | "d2h"
+    bytes_total: int
+    chunks_total: int
+    queue_depth: int
+    gbps: float
+    cpu_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PoolShardSample:
+    """One named shard of a memory pool (pinned host pool, or a device pool per GPU)."""
+
+    ts: float
+    pool: str
+    shard: str
+    capacity: int
+    used: int
+    free: int
+    largest_free: int
+    free_blocks: int
+    fragmentation: float
+    failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSample:
+    """One supervised inference server at one tick: process state plus its scraped /metrics."""
+
+    ts: float
+    server: str
+    kind: str  # "llama.cpp" | "vllm"
+    state: str  # "starting" | "loading" | "ready" | "crashed" | "stopped" | "backoff"
+    pid: int | None = None
+    port: int | None = None
+    uptime_s: float | None = None
+    restarts: int = 0
+    tokens_per_s: float | None = None
+    prompt_tokens_per_s: float | None = None
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_cache_usage: float | None = None
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+    ttft_mean_s: float | None = None
+    draft_acceptance: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSample:
+    """One probe request: what the user feels (client TTFT) and how much came from the prefix cache."""
+
+    ts: float
+    server: str
+    ttft_s: float | None
+    total_s: float | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int | None = None
+    server_prompt_ms: float | None = None
+    ok: bool = True
+    error: str | None = None
+
+    @property
+    def hit_fraction(self) -> float | None:
+        """Share of the prompt served from the prefix cache, or None when unknown."""
+        if not self.prompt_tokens or self.cached_tokens is None:
+            return None
+        return min(1.0, self.cached_tokens / self.prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Who changed what from what to what; also launcher happenings (crash, restart)."""
+
+    ts: float
+    actor: str  # "keyboard" | "cli" | "supervisor" | "autotune" | ...
+    kind: str  # e.g. "engine.knob", "server.split", "server.restart"
+    target: str
+    old: Any = None
+    new: Any = None
+    ok: bool = True
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything seen at one tick. Built by the sampler thread, handed to sinks, never mutated."""
+
+    ts: float
+    tick: int
+    source: str  # "nvml" | "sim:<profile>" | "replay:<session>"
+    gpus: tuple[GpuSample, ...] = ()
+    host: HostSample | None = None
+    gpu_processes: tuple[GpuProcessSample, ...] = ()
+    processes: tuple[ProcessSample, ...] = ()
+    engine_paths: tuple[EnginePathSample, ...] = ()
+    pool_shards: tuple[PoolShardSample, ...] = ()
+    servers: tuple[ServerSample, ...] = ()
+    requests: tuple[RequestSample, ...] = ()
+    events: tuple[Event, ...] = ()
+    errors: tuple[str, ...] = field(default=())
+
+    @property
+    def is_sim(self) -> bool:
+        return self.source.startswith("sim:")
+
+
+# Record kinds that the store keeps as tables, keyed by table name.
+SAMPLE_TABLES: dict[str, type] = {
+    "gpu_samples": GpuSample,
+    "gpu_process_samples": GpuProcessSample,
+    "host_samples": HostSample,
+    "process_samples": ProcessSample,
+    "engine_path_samples": EnginePathSample,
+    "pool_shard_samples": PoolShardSample,
+    "server_samples": ServerSample,
+    "requests": RequestSample,
+    "events": Event,
+}
+
+
+def as_row(record: Any) -> dict[str, Any]:
+    """A record as a flat dict (the store's row shape, minus the session id)."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}

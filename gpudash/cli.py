@@ -4,6 +4,7 @@ only when invoked, so `gpudash --help` and the TUI start fast and the core never
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import click
 

@@ -228,7 +228,8 @@ class ServerSpec(_Section):
         wrong = vllm_only if self.kind == "llama.cpp" else llama_only
         bad = [f for f in wrong if getattr(self, f) is not None]
         if bad:
-            raise ValueError(f"{', '.join(bad)} not valid for kind '{self.kind}'")
+            other = "vllm" if self.kind == "llama.cpp" else "llama.cpp"
+            raise ValueError(f"{', '.join(bad)} not valid for kind '{self.kind}'; remove it or set kind = '{other}'")
         if self.tensor_split is not None and (not self.tensor_split or any(x < 0 for x in self.tensor_split)
                                               or sum(self.tensor_split) <= 0):
             raise ValueError("tensor_split must be non-negative numbers with a positive sum, e.g. [2, 3]")
@@ -289,13 +290,14 @@ class Config(BaseModel):
     keys: dict[str, str] = Field(default_factory=dict)
     """Key remaps: action id -> key (e.g. quit = "ctrl+q")."""
 
-    @model_validator(mode="after")
-    def _unique_servers(self) -> Config:
-        names = [s.name for s in self.servers]
+    @field_validator("servers")
+    @classmethod
+    def _unique_servers(cls, servers: list[ServerSpec]) -> list[ServerSpec]:
+        names = [s.name for s in servers]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ValueError(f"server names must be unique; repeated: {', '.join(dup)}")
-        return self
+            raise ValueError(f"server names must be unique; repeated: {', '.join(dup)}; rename one of each")
+        return servers
 
 
 def default_config_path() -> Path:

@@ -1,0 +1,130 @@
+"""Export one session to files: one per table, in CSV, JSON or Parquet.
+
+Every file carries the session's `source` column, so a simulated session stays labelled `sim:<profile>`
+wherever its rows travel. Nothing is written until every check has passed (no existing files unless
+`force`, pyarrow importable for Parquet), and each file appears whole (written beside, then renamed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from gpudash.records import SAMPLE_TABLES
+from gpudash.store.schema import columns
+from gpudash.store.store import SESSION_TABLES, Store
+
+FORMATS = ("csv", "json", "parquet")
+_PARQUET_BATCH = 50_000
+
+
+class ExportError(ValueError):
+    """An export that cannot start; the message says how to fix it. Nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Exported:
+    table: str
+    path: Path
+    rows: int
+
+
+def export_session(store: Store, sid: int, fmt: str, out_dir: Path, force: bool = False) -> list[Exported]:
+    """Write every table of session `sid` into `out_dir` as `<table>.<fmt>`; returns what was written."""
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    writer = {"csv": _write_csv, "json": _write_json, "parquet": _parquet_writer()}[fmt]
+    source = store.session_row(sid)["source"]
+    targets = {t: out_dir / f"{t}.{fmt}" for t in SESSION_TABLES}
+    existing = [p for p in targets.values() if p.exists()]
+    if existing and not force:
+        raise ExportError(f"{len(existing)} export file(s) already exist in {out_dir} (e.g. {existing[0].name}); "
+                          f"pass --force to overwrite them or choose another --out")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ExportError(f"cannot create {out_dir} ({err.strerror}); choose a writable --out") from None
+    done = []
+    for table, path in targets.items():
+        header = _header(store, table)
+        tmp = path.with_name(f".{path.name}.partial")
+        rows = writer(tmp, table, header, _labelled(store.rows(sid, table), source, table))
+        os.replace(tmp, path)
+        done.append(Exported(table, path, rows))
+    return done
+
+
+def _header(store: Store, table: str) -> list[tuple[str, type]]:
+    """(column, python type) in file order: the table's columns with `source` after the session key."""
+    bools = {c.name for c in columns(table) if c.py is bool} if table in SAMPLE_TABLES else set()
+    sql = {"INTEGER": int, "REAL": float, "FLOAT": float, "TEXT": str}
+    cols = [(c.name, bool if c.name in bools else sql.get(c.type.upper(), str)) for c in store.db[table].columns]
+    if table != "sessions":
+        cols.insert(1, ("source", str))
+    return cols
+
+
+def _labelled(rows: Iterator[dict[str, Any]], source: str, table: str) -> Iterator[dict[str, Any]]:
+    bools = [c.name for c in columns(table) if c.py is bool] if table in SAMPLE_TABLES else []
+    for row in rows:
+        if table != "sessions":
+            row["source"] = source
+        for b in bools:
+            if row[b] is not None:
+                row[b] = bool(row[b])
+        yield row
+
+
+def _write_csv(path: Path, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
+    n = 0
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=[c for c, _ in header])
+        w.writeheader()
+        for row in rows:
+            w.writerow(row)
+            n += 1
+    return n
+
+
+def _write_json(path: Path, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
+    """A JSON array of row objects, streamed one row a line so a long session never sits in memory."""
+    n = 0
+    names = [c for c, _ in header]
+    with path.open("w", encoding="utf-8") as f:
+        f.write("[")
+        for row in rows:
+            f.write(",\n" if n else "\n")
+            f.write(json.dumps({k: row.get(k) for k in names}))
+            n += 1
+        f.write("\n]\n")
+    return n
+
+
+def _parquet_writer():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ExportError("Parquet export needs pyarrow; install it with: pip install 'gpudash[parquet]'") from None
+    types = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+
+    def write(path: Path, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
+        schema = pa.schema([(c, types[t]) for c, t in header])
+        n = 0
+        with pq.ParquetWriter(str(path), schema) as w:
+            batch: list[dict[str, Any]] = []
+            for row in rows:
+                batch.append(row)
+                if len(batch) >= _PARQUET_BATCH:
+                    w.write_table(pa.Table.from_pylist(batch, schema=schema))
+                    n, batch = n + len(batch), []
+            if batch or n == 0:
+                w.write_table(pa.Table.from_pylist(batch, schema=schema))
+                n += len(batch)
+        return n
+
+    return write

@@ -1,0 +1,138 @@
+"""The SQLite schema: one table per record kind, derived from `records.SAMPLE_TABLES`, plus `sessions`,
+`ticks` and `schema_version`, built by an ordered list of forward migrations.
+
+Columns come from the record dataclasses so a new record field cannot be forgotten: after the
+migrations run, `sync_columns` adds any field a table lacks as a nullable column. Values that are not
+SQLite scalars (an Event's `old`/`new`) are stored as JSON text; booleans as 0/1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import typing
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Callable
+
+import sqlite_utils
+
+from gpudash.records import SAMPLE_TABLES
+
+# Columns every sample row carries before the record's own fields.
+KEY_COLUMNS = ("session_id", "tick")
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One record field as a column: its SQL affinity and how to encode/decode the Python value."""
+
+    name: str
+    py: type  # int, float, str, bool, or object (JSON)
+
+    @property
+    def sql(self) -> type:
+        """The type sqlite-utils maps to a column affinity (JSON and bool ride on str/int)."""
+        return {bool: int, object: str}.get(self.py, self.py)
+
+
+def _column_type(hint: Any) -> type:
+    """The scalar type behind a hint such as ``float | None``; ``Any`` becomes object (stored as JSON)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    base = args[0]
+    return base if base in (int, float, str, bool) else object
+
+
+@cache
+def columns(table: str) -> tuple[Column, ...]:
+    """The record columns of a sample table, in dataclass field order."""
+    cls = SAMPLE_TABLES[table]
+    hints = typing.get_type_hints(cls)
+    return tuple(Column(f.name, _column_type(hints[f.name])) for f in dataclasses.fields(cls))
+
+
+def encode_json(value: Any) -> str | None:
+    """A free-form value (Event.old/new) as JSON text; None stays NULL."""
+    return None if value is None else json.dumps(value, default=str, sort_keys=True)
+
+
+def decode_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+# ---- migrations -------------------------------------------------------------------------------------
+# Each function takes the DB from version i to i+1. Never edit a released step; append a new one.
+
+
+def _v1_core_tables(db: sqlite_utils.Database) -> None:
+    """Sessions and one table per sample kind (every row keyed by session and tick)."""
+    db["sessions"].create(
+        {"id": int, "started": float, "ended": float, "host": str, "version": str,
+         "config": str, "source": str, "note": str},
+        pk="id", not_null={"started", "source"},
+    )
+    for table in SAMPLE_TABLES:
+        cols: dict[str, type] = {"session_id": int, "tick": int}
+        cols.update({c.name: c.sql for c in columns(table)})
+        db[table].create(cols, not_null=set(KEY_COLUMNS),
+                         foreign_keys=[("session_id", "sessions", "id")])
+
+
+def _v2_ticks(db: sqlite_utils.Database) -> None:
+    """One row per tick (time, sweep errors) so replay keeps empty ticks and errors; backfilled from samples."""
+    db["ticks"].create({"session_id": int, "tick": int, "ts": float, "errors": str},
+                       pk=("session_id", "tick"), not_null={"ts"},
+                       foreign_keys=[("session_id", "sessions", "id")])
+    union = " UNION ALL ".join(f"SELECT session_id, tick, ts FROM [{t}]" for t in SAMPLE_TABLES)
+    db.execute(f"INSERT OR IGNORE INTO ticks (session_id, tick, ts) "
+               f"SELECT session_id, tick, min(ts) FROM ({union}) GROUP BY session_id, tick")
+
+
+def _v3_indices(db: sqlite_utils.Database) -> None:
+    """Indices for per-session time ranges (history, export) and tick order (replay)."""
+    for table in SAMPLE_TABLES:
+        db[table].create_index(["session_id", "tick"], if_not_exists=True)
+        db[table].create_index(["session_id", "ts"], if_not_exists=True)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1_core_tables, _v2_ticks, _v3_indices]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class SchemaTooNew(Exception):
+    """The DB was written by a newer gpudash than this one."""
+
+
+def current_version(db: sqlite_utils.Database) -> int:
+    if "schema_version" not in db.table_names():
+        return 0
+    row = db.execute("SELECT max(version) FROM schema_version").fetchone()
+    return row[0] or 0
+
+
+def migrate(db: sqlite_utils.Database, target: int = SCHEMA_VERSION) -> int:
+    """Apply the forward migrations up to `target`, each in its own transaction; returns the new version."""
+    if "schema_version" not in db.table_names():
+        with db.atomic():
+            db["schema_version"].create({"version": int, "applied": float}, pk="version", if_not_exists=True)
+    version = current_version(db)
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(f"schema v{version} is newer than this gpudash's v{SCHEMA_VERSION}")
+    for step in range(version, target):
+        with db.atomic():
+            MIGRATIONS[step](db)
+            db["schema_version"].insert({"version": step + 1, "applied": time.time()})
+    if target == SCHEMA_VERSION:
+        sync_columns(db)
+    return current_version(db)
+
+
+def sync_columns(db: sqlite_utils.Database) -> None:
+    """Add record fields a table lacks (a record gained a field) as nullable columns."""
+    with db.atomic():
+        for table in SAMPLE_TABLES:
+            have = set(db[table].columns_dict)
+            for c in columns(table):
+                if c.name not in have:
+                    db[table].add_column(c.name, c.sql)

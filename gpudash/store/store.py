@@ -1,0 +1,208 @@
+"""The SQLite store: open/migrate a DB file, sessions, and the queries history, export and replay use.
+
+Samples arrive through `StoreWriter` (its own thread and connection); this class is for everything
+else, from one thread. Direct writes (`record_event`, `insert_requests`) are for CLI tools writing a
+session that no writer is filling: each call becomes a tick of its own so replay shows it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import socket
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import sqlite_utils
+
+from gpudash.config import Config, to_toml
+from gpudash.records import SAMPLE_TABLES, Event, RequestSample, Snapshot
+from gpudash.store import codec
+from gpudash.store.schema import SchemaTooNew, decode_json, migrate
+
+# Tables a session's rows live in, in export order.
+SESSION_TABLES: tuple[str, ...] = ("sessions", "ticks", *SAMPLE_TABLES)
+
+
+class StoreError(ValueError):
+    """A DB that cannot be used (not SQLite, newer schema, unknown session); the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One recording session with its row counts (for `gpudash history`)."""
+
+    id: int
+    started: float
+    ended: float | None
+    duration_s: float
+    source: str
+    host: str | None
+    version: str | None
+    note: str | None
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gpudash_version() -> str:
+    try:
+        return importlib.metadata.version("gpudash")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def connect(path: Path) -> sqlite_utils.Database:
+    """A connection tuned for this store: WAL (readers never block the writer), NORMAL sync (a killed
+    process loses nothing committed), and a busy timeout so the writer and the CLI can share the file."""
+    db = sqlite_utils.Database(sqlite3.connect(str(path), timeout=10.0, check_same_thread=False),
+                               execute_plugins=False)
+    db.enable_wal()
+    db.execute("PRAGMA synchronous=NORMAL")
+    return db
+
+
+class Store:
+    """A gpudash SQLite file, migrated to the current schema."""
+
+    def __init__(self, db: sqlite_utils.Database, path: Path):
+        self.db = db
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path | str) -> Store:
+        """Open (creating parent directories and the file if needed) and migrate forward."""
+        p = Path(path).expanduser()
+        if p.is_dir():
+            raise StoreError(f"{p} is a directory; pass a file path to --db")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            db = connect(p)
+            migrate(db)
+        except SchemaTooNew as err:
+            raise StoreError(f"{p} was written by a newer gpudash ({err}); upgrade gpudash or pass another --db") from None
+        except sqlite3.DatabaseError as err:
+            raise StoreError(f"{p} is not a usable gpudash database ({err}); pass another file to --db") from None
+        except OSError as err:
+            raise StoreError(f"cannot create the database {p} ({err.strerror}); pass a writable path to --db") from None
+        return cls(db, p)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- sessions ----------------------------------------------------------------------------------
+
+    def begin_session(self, source: str, config: Config, note: str = "") -> int:
+        """A new session row: host, gpudash version, the effective config as TOML, and the source label."""
+        with self.db.atomic():
+            table = self.db["sessions"].insert({
+                "started": time.time(), "ended": None, "host": socket.gethostname(),
+                "version": gpudash_version(), "config": to_toml(config), "source": source, "note": note,
+            })
+        return int(table.last_pk)
+
+    def end_session(self, sid: int) -> None:
+        with self.db.atomic():
+            self.db.execute("UPDATE sessions SET ended = ? WHERE id = ?", [time.time(), sid])
+
+    def sessions(self) -> list[SessionInfo]:
+        counts: dict[int, dict[str, int]] = {}
+        for table in SESSION_TABLES[1:]:
+            for sid, n in self.db.execute(f"SELECT session_id, count(*) FROM [{table}] GROUP BY session_id"):
+                counts.setdefault(sid, {})[table] = n
+        out = []
+        rows = self.db.query("SELECT s.*, (SELECT max(ts) FROM ticks t WHERE t.session_id = s.id) AS last_ts "
+                             "FROM sessions s ORDER BY s.id")
+        for r in rows:
+            end = r["ended"] or r["last_ts"] or r["started"]
+            rc = {t: counts.get(r["id"], {}).get(t, 0) for t in SESSION_TABLES[1:]}
+            out.append(SessionInfo(r["id"], r["started"], r["ended"], max(0.0, end - r["started"]),
+                                   r["source"], r["host"], r["version"], r["note"], rc))
+        return out
+
+    def session_row(self, sid: int) -> dict[str, Any]:
+        rows = list(self.db.query("SELECT * FROM sessions WHERE id = ?", [sid]))
+        if not rows:
+            raise StoreError(f"no session {sid} in {self.path}; `gpudash history` lists the sessions")
+        return rows[0]
+
+    def resolve_session(self, ref: str | int) -> int:
+        """A session id from ``"latest"`` or a number; ValueError (a StoreError) naming the fix if none."""
+        if str(ref).strip().lower() == "latest":
+            row = self.db.execute("SELECT max(id) FROM sessions").fetchone()
+            if row[0] is None:
+                raise StoreError(f"{self.path} has no sessions yet; record one with `gpudash record`")
+            return int(row[0])
+        try:
+            sid = int(str(ref).strip())
+        except ValueError:
+            raise StoreError(f"session must be a number or 'latest', got {ref!r}") from None
+        self.session_row(sid)
+        return sid
+
+    # ---- reading -----------------------------------------------------------------------------------
+
+    def rows(self, sid: int, table: str) -> Iterator[dict[str, Any]]:
+        """A session's rows of one table as stored (sample tables in tick order)."""
+        if table == "sessions":
+            yield self.session_row(sid)
+            return
+        if table not in SESSION_TABLES:
+            raise StoreError(f"unknown table {table!r}; tables are {', '.join(SESSION_TABLES)}")
+        yield from self.db.query(f"SELECT * FROM [{table}] WHERE session_id = ? ORDER BY tick, rowid", [sid])
+
+    def count(self, sid: int, table: str) -> int:
+        if table == "sessions":
+            return 1
+        return self.db.execute(f"SELECT count(*) FROM [{table}] WHERE session_id = ?", [sid]).fetchone()[0]
+
+    def snapshots(self, sid: int) -> Iterator[Snapshot]:
+        """The session's Snapshots rebuilt tick by tick, with the recorded source label (sim stays sim)."""
+        source = self.session_row(sid)["source"]
+        cursors = {t: _TickRows(self.rows(sid, t)) for t in SAMPLE_TABLES}
+        for tick in self.db.query("SELECT tick, ts, errors FROM ticks WHERE session_id = ? ORDER BY tick", [sid]):
+            t = tick["tick"]
+            fields: dict[str, Any] = {}
+            for table, (attr, single) in codec.snapshot_fields().items():
+                records = tuple(codec.decode(table, r) for r in cursors[table].take(t))
+                fields[attr] = (records[0] if records else None) if single else records
+            yield Snapshot(ts=tick["ts"], tick=t, source=source, errors=tuple(decode_json(tick["errors"]) or ()),
+                           **fields)
+
+    # ---- direct writes -----------------------------------------------------------------------------
+
+    def record_event(self, sid: int, event: Event) -> None:
+        self._write_tick(sid, event.ts, "events", [event])
+
+    def insert_requests(self, sid: int, requests: Iterable[RequestSample]) -> None:
+        reqs = list(requests)
+        if reqs:
+            self._write_tick(sid, max(r.ts for r in reqs), "requests", reqs)
+
+    def _write_tick(self, sid: int, ts: float, table: str, records: list[Any]) -> None:
+        self.session_row(sid)
+        enc = codec.encoder(table)
+        with self.db.atomic():
+            last = self.db.execute("SELECT max(tick) FROM ticks WHERE session_id = ?", [sid]).fetchone()[0]
+            tick = 0 if last is None else last + 1
+            self.db.execute(codec.TICK_SQL, [sid, tick, ts, None])
+            self.db.conn.executemany(codec.insert_sql(table), [(sid, tick) + enc(r) for r in records])
+
+
+class _TickRows:
+    """Rows of one table in tick order, handed out one tick at a time (a merge cursor for `snapshots`)."""
+
+    def __init__(self, rows: Iterator[dict[str, Any]]):
+        self._rows = rows
+        self._next: dict[str, Any] | None = next(rows, None)
+
+    def take(self, tick: int) -> list[dict[str, Any]]:
+        out = []
+        while self._next is not None and self._next["tick"] <= tick:
+            if self._next["tick"] == tick:
+                out.append(self._next)
+            self._next = next(self._rows, None)
+        return out

@@ -1,0 +1,374 @@
+"""The one choke point around NVML (nvidia-ml-py's `pynvml`), modelled on nvitop's libnvml.
+
+NVML is initialised lazily on first use. A field a GPU does not support comes back as the `NA`
+sentinel instead of an exception, and records carry None for it. Static facts (name, UUID, totals,
+maximum link) are read once per device; `NvmlSource.poll` does one sweep per tick. PCIe rates come
+from the wrapping byte counters, unwrapped by a background poller (see pcie_counters.py); where a GPU
+lacks those fields, `nvmlDeviceGetPcieThroughput` (blocks ~20 ms) runs per GPU on its own thread so
+it never sits on the tick's critical path.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from gpudash.records import GpuProcessSample, GpuSample
+from gpudash.telemetry.pcie_counters import DEFAULT_WIRE_OVERHEAD, CounterPoller, CounterTotals, rates
+
+
+class _NAType:
+    """Sentinel for a value NVML cannot give for this GPU (unsupported, no permission, ...)."""
+
+    _instance: _NAType | None = None
+
+    def __new__(cls) -> _NAType:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "N/A"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+NA: Any = _NAType()
+
+_lock = threading.Lock()
+_init_error: str | None = None
+_initialised = False
+
+# nvidia-smi topo -p2p legend.
+P2P_CODES = {
+    pynvml.NVML_P2P_STATUS_OK: "OK",
+    pynvml.NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED: "CNS",
+    pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED: "GNS",
+    pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED: "TNS",
+    pynvml.NVML_P2P_STATUS_DISABLED_BY_REGKEY: "NS",
+    pynvml.NVML_P2P_STATUS_NOT_SUPPORTED: "NS",
+    pynvml.NVML_P2P_STATUS_UNKNOWN: "U",
+}
+_PCIE_FIELDS = [pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
+_NOT_AVAILABLE = 2**64 - 1
+
+
+def _init() -> str | None:
+    """Initialise NVML once; returns None on success, else why it cannot be used."""
+    global _init_error, _initialised
+    with _lock:
+        if _initialised or _init_error is not None:
+            return _init_error
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError_LibraryNotFound:
+            _init_error = "libnvidia-ml.so not found"
+        except pynvml.NVMLError_DriverNotLoaded:
+            _init_error = "the NVIDIA kernel driver is not loaded"
+        except pynvml.NVMLError as err:
+            _init_error = f"NVML failed to initialise: {err}"
+        else:
+            _initialised = True
+        return _init_error
+
+
+def driver_available() -> str | None:
+    """None when NVML initialises and sees at least one GPU, else the reason in a few words."""
+    reason = _init()
+    if reason is None and device_count() == 0:
+        return "NVML reports no GPUs"
+    return reason
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args)`, or NA when NVML says the value is unavailable for this GPU."""
+    try:
+        return fn(*args, **kwargs)
+    except pynvml.NVMLError:
+        return NA
+
+
+def none(value: Any) -> Any:
+    """NA -> None, for records."""
+    return None if value is NA else value
+
+
+def device_count() -> int:
+    if _init() is not None:
+        return 0
+    count = call(pynvml.nvmlDeviceGetCount)
+    return 0 if count is NA else int(count)
+
+
+def _field_int(fv: Any) -> int | None:
+    if fv.nvmlReturn != pynvml.NVML_SUCCESS:
+        return None
+    vt = fv.valueType
+    if vt == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return int(fv.value.uiVal)
+    if vt == pynvml.NVML_VALUE_TYPE_DOUBLE:
+        return int(fv.value.dVal)
+    return int(fv.value.ullVal)
+
+
+@dataclass(frozen=True, slots=True)
+class StaticInfo:
+    """What does not change while gpudash runs."""
+
+    index: int
+    name: str
+    uuid: str
+    memory_total: int | None
+    bar1_total: int | None
+    link_gen_max: int | None
+    link_width_max: int | None
+    numa_node: int | None
+    compute_capability: tuple[int, int] | None
+    pci_bus_id: str
+
+
+class Device:
+    """One GPU by NVML index; every read goes through `call` so unsupported fields become NA."""
+
+    def __init__(self, index: int) -> None:
+        if _init() is not None:
+            raise RuntimeError(f"NVML unavailable: {_init_error}")
+        self.index = index
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+
+    @cached_property
+    def static(self) -> StaticInfo:
+        h = self.handle
+        mem = call(pynvml.nvmlDeviceGetMemoryInfo, h)
+        bar1 = call(pynvml.nvmlDeviceGetBAR1MemoryInfo, h)
+        cc = call(pynvml.nvmlDeviceGetCudaComputeCapability, h)
+        pci = call(pynvml.nvmlDeviceGetPciInfo, h)
+        bus = "" if pci is NA else _text(pci.busId)
+        return StaticInfo(
+            index=self.index,
+            name=_text(none(call(pynvml.nvmlDeviceGetName, h)) or "?"),
+            uuid=_text(none(call(pynvml.nvmlDeviceGetUUID, h)) or ""),
+            memory_total=None if mem is NA else int(mem.total),
+            bar1_total=None if bar1 is NA else int(bar1.bar1Total),
+            link_gen_max=none(call(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h)),
+            link_width_max=none(call(pynvml.nvmlDeviceGetMaxPcieLinkWidth, h)),
+            numa_node=self._numa_node(bus),
+            compute_capability=None if cc is NA else (int(cc[0]), int(cc[1])),
+            pci_bus_id=bus,
+        )
+
+    def _numa_node(self, bus: str) -> int | None:
+        node = call(getattr(pynvml, "nvmlDeviceGetNumaNodeId", _unsupported), self.handle)
+        if node is NA and bus:
+            # NVML's bus id has an 8-digit domain; sysfs uses 4 digits, lower case.
+            sysfs = Path("/sys/bus/pci/devices") / bus.lower()[-12:] / "numa_node"
+            try:
+                node = int(sysfs.read_text().strip())
+            except (OSError, ValueError):
+                node = NA
+        return None if node is NA or node < 0 else int(node)
+
+    def memory_free(self) -> int | None:
+        mem = call(pynvml.nvmlDeviceGetMemoryInfo, self.handle)
+        return None if mem is NA else int(mem.free)
+
+    def sample(self, ts: float, tx_bps: float | None, rx_bps: float | None) -> GpuSample:
+        """One GpuSample from a sweep of this GPU's per-tick fields."""
+        h, st = self.handle, self.static
+        util = call(pynvml.nvmlDeviceGetUtilizationRates, h)
+        mem = call(pynvml.nvmlDeviceGetMemoryInfo, h)
+        power = call(pynvml.nvmlDeviceGetPowerUsage, h)
+        bar1 = call(pynvml.nvmlDeviceGetBAR1MemoryInfo, h)
+        return GpuSample(
+            ts=ts, index=self.index, uuid=st.uuid, name=st.name,
+            util_pct=None if util is NA else float(util.gpu),
+            mem_used=None if mem is NA else int(mem.used),
+            mem_total=None if mem is NA else int(mem.total),
+            power_w=None if power is NA else power / 1000.0,
+            temp_c=none(call(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)),
+            sm_clock_mhz=none(call(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)),
+            pcie_tx_bps=tx_bps, pcie_rx_bps=rx_bps,
+            link_gen=none(call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h)),
+            link_width=none(call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, h)),
+            link_gen_max=st.link_gen_max, link_width_max=st.link_width_max,
+            bar1_total=st.bar1_total,
+            bar1_used=None if bar1 is NA else int(bar1.bar1Used),
+        )
+
+    def processes(self, ts: float, servers: dict[int, str]) -> list[GpuProcessSample]:
+        """GPU memory per process (compute and graphics), tagged with the server gpudash launched."""
+        seen: dict[int, int | None] = {}
+        for fn in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
+            procs = call(fn, self.handle)
+            for p in () if procs is NA else procs:
+                used = p.usedGpuMemory
+                seen[p.pid] = None if used is None or used == _NOT_AVAILABLE else int(used)
+        return [GpuProcessSample(ts=ts, gpu_index=self.index, pid=pid, used_bytes=used,
+                                 name=_process_name(pid), server=servers.get(pid))
+                for pid, used in sorted(seen.items())]
+
+    def pcie_counters(self) -> tuple[int, int] | None:
+        """Raw (TX, RX) PCIe byte counters, or None when this GPU does not have them."""
+        values = call(pynvml.nvmlDeviceGetFieldValues, self.handle, _PCIE_FIELDS)
+        if values is NA:
+            return None
+        tx, rx = _field_int(values[0]), _field_int(values[1])
+        return None if tx is None or rx is None else (tx, rx)
+
+    def pcie_throughput(self) -> tuple[float, float] | None:
+        """(TX, RX) bytes/s from nvmlDeviceGetPcieThroughput (KB/s, sampled over ~20 ms; blocks)."""
+        tx = call(pynvml.nvmlDeviceGetPcieThroughput, self.handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+        rx = call(pynvml.nvmlDeviceGetPcieThroughput, self.handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        if tx is NA or rx is NA:
+            return None
+        return tx * 1024.0, rx * 1024.0
+
+    def nvlink_active_links(self) -> int | None:
+        """Active NVLink links, or None when the GPU has no NVLink."""
+        active, any_supported = 0, False
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            state = call(pynvml.nvmlDeviceGetNvLinkState, self.handle, link)
+            if state is NA:
+                continue
+            any_supported = True
+            active += int(state == pynvml.NVML_FEATURE_ENABLED)
+        return active if any_supported else None
+
+
+def _unsupported(*_: Any) -> Any:
+    raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def devices() -> list[Device]:
+    return [Device(i) for i in range(device_count())]
+
+
+def p2p_matrix(devs: list[Device]) -> tuple[tuple[str, ...], ...]:
+    """P2P read status between every pair, coded like `nvidia-smi topo -p2p r` (X on the diagonal)."""
+    rows = []
+    for a in devs:
+        row = []
+        for b in devs:
+            if a.index == b.index:
+                row.append("X")
+                continue
+            status = call(pynvml.nvmlDeviceGetP2PStatus, a.handle, b.handle, pynvml.NVML_P2P_CAPS_INDEX_READ)
+            row.append("U" if status is NA else P2P_CODES.get(status, "U"))
+        rows.append(tuple(row))
+    return tuple(rows)
+
+
+class ThroughputPoller:
+    """Fallback for GPUs without PCIe counter fields: one thread per GPU keeps the latest throughput."""
+
+    def __init__(self, devs: list[Device], period_s: float = 1.0) -> None:
+        self.period_s = period_s
+        self._latest: dict[int, tuple[float, float] | None] = {d.index: None for d in devs}
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(d,), daemon=True,
+                                          name=f"gpudash-pcie-throughput-{d.index}") for d in devs]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def latest(self, index: int) -> tuple[float, float] | None:
+        return self._latest.get(index)
+
+    def _run(self, dev: Device) -> None:
+        while not self._stop.is_set():
+            self._latest[dev.index] = dev.pcie_throughput()
+            self._stop.wait(self.period_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            if t.is_alive():
+                t.join(timeout=1)
+
+
+class NvmlSource:
+    """Telemetry source for real GPUs: yields `gpus` and `gpu_processes` each tick.
+
+    PCIe rates are payload bytes/s: counter bytes divided by `wire_overhead` (wire bytes per payload
+    byte, measured by `pcie_calibration.calibrate`, else DEFAULT_WIRE_OVERHEAD).
+    """
+
+    name = "nvml"
+
+    def __init__(self, pids: Callable[[], dict[int, str]] | None = None, wire_overhead: float | None = None,
+                 counter_max_interval_s: float = 0.25) -> None:
+        reason = driver_available()
+        if reason is not None:
+            raise RuntimeError(f"NVML unavailable: {reason}")
+        self._pids = pids or dict
+        self.devices = devices()
+        for d in self.devices:
+            _ = d.static
+        self.wire_overhead = wire_overhead or DEFAULT_WIRE_OVERHEAD
+        self.calibrated = wire_overhead is not None
+        counted = [d for d in self.devices if d.pcie_counters() is not None]
+        self.counter_gpus = {d.index for d in counted}
+        self.counters = CounterPoller([d.pcie_counters for d in counted], max_interval_s=counter_max_interval_s)
+        self.counters.start()
+        self._throughput = ThroughputPoller([d for d in self.devices if d.index not in self.counter_gpus])
+        self._throughput.start()
+        self._prev: dict[int, CounterTotals] = {}
+        self._last_rates: dict[int, tuple[float, float]] = {}
+        self._told_uncalibrated = False
+
+    def _rates(self) -> dict[int, tuple[float, float] | None]:
+        out: dict[int, tuple[float, float] | None] = {}
+        totals = self.counters.totals()
+        for slot, index in enumerate(sorted(self.counter_gpus)):
+            now, prev = totals[slot], self._prev.get(index)
+            r = rates(prev, now, 1.0 / self.wire_overhead) if prev is not None and now is not None else None
+            if r is not None:
+                self._last_rates[index] = r
+                self._prev[index] = now
+            elif now is not None and prev is None:
+                self._prev[index] = now
+            out[index] = self._last_rates.get(index)
+        for d in self.devices:
+            if d.index not in self.counter_gpus:
+                out[d.index] = self._throughput.latest(d.index)
+        return out
+
+    def poll(self) -> dict[str, tuple]:
+        ts = time.time()
+        r = self._rates()
+        servers = self._pids()
+        gpus, procs = [], []
+        for d in self.devices:
+            tx_rx = r.get(d.index)
+            gpus.append(d.sample(ts, *(tx_rx if tx_rx else (None, None))))
+            procs.extend(d.processes(ts, servers))
+        out: dict[str, tuple] = {"gpus": tuple(gpus), "gpu_processes": tuple(procs)}
+        if self.counter_gpus and not self.calibrated and not self._told_uncalibrated:
+            self._told_uncalibrated = True
+            out["errors"] = (f"nvml: PCIe counters uncalibrated; assuming {self.wire_overhead:.2f} wire bytes "
+                             "per payload byte (run the PCIe calibration to measure it)",)
+        return out
+
+    def close(self) -> None:
+        self.counters.stop()
+        self._throughput.stop()

@@ -1,0 +1,154 @@
+"""PCIe byte counters that wrap: unwrap them into 64-bit totals and turn totals into rates.
+
+NVML's PCIe TX/RX byte-counter fields are 32-bit and count *wire* bytes (payload plus TLP/DLLP
+overhead). At full speed on PCIe 5.0 x16 they wrap every ~75 ms, so deltas taken once per tick are
+meaningless. `CounterPoller` reads them in the background often enough that at most one wrap happens
+between reads (the interval adapts to the last observed rate, and stretches out when the box is idle
+so an idle box costs almost nothing); the sampler's tick only reads the accumulated totals.
+
+Blind spot, by design: while idle the poller reads every `max_interval_s`; a burst that jumps from
+idle to more than ``modulus / max_interval_s`` bytes/s (17 GB/s at 0.25 s) is under-counted by whole
+wraps for that first interval, until the poller has sped up. Lower `max_interval_s` to shrink it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+COUNTER_MODULUS = 2**32
+# Wire bytes per payload byte assumed until a calibration has measured it: a 256-byte max payload
+# TLP carries ~20-26 bytes of header, sequence number, LCRC and framing, plus DLLP traffic (~8-9%).
+DEFAULT_WIRE_OVERHEAD = 1.09
+
+
+class CounterUnwrapper:
+    """Turns successive reads of a wrapping counter into a monotonically growing total.
+
+    Correct as long as the counter advanced by less than `modulus` between two reads. A raw value at
+    or above the modulus proves the counter is wider than assumed, so the modulus widens to 2**64.
+    """
+
+    def __init__(self, modulus: int = COUNTER_MODULUS) -> None:
+        self.modulus = modulus
+        self.total = 0
+        self._last: int | None = None
+
+    def update(self, raw: int) -> int:
+        """Feed one raw read; returns the total counted since the first read."""
+        if raw >= self.modulus:
+            self.modulus = 2**64
+        if self._last is not None:
+            self.total += (raw - self._last) % self.modulus
+        self._last = raw
+        return self.total
+
+
+def next_interval(rate_bps: float, modulus: int, min_s: float, max_s: float, headroom: float = 0.25) -> float:
+    """Seconds until the next read so that the rate may grow 1/headroom-fold before a wrap is missed."""
+    if rate_bps <= 0:
+        return max_s
+    return min(max_s, max(min_s, headroom * modulus / rate_bps))
+
+
+@dataclass(frozen=True, slots=True)
+class CounterTotals:
+    """Unwrapped totals of one GPU's counters at the monotonic time `t` of the read."""
+
+    t: float
+    tx: int
+    rx: int
+
+
+def rates(prev: CounterTotals, now: CounterTotals, scale: float) -> tuple[float, float] | None:
+    """(TX, RX) bytes/s between two totals times `scale` (payload per counted unit); None if no time passed."""
+    dt = now.t - prev.t
+    if dt <= 0:
+        return None
+    return (now.tx - prev.tx) / dt * scale, (now.rx - prev.rx) / dt * scale
+
+
+Reader = Callable[[], tuple[int, int] | None]
+
+
+class CounterPoller:
+    """Background thread reading every GPU's raw (TX, RX) counters and accumulating 64-bit totals.
+
+    `readers[i]()` returns GPU i's raw counters, or None when a read failed (the totals keep their
+    last value). `fast()` forces the shortest interval while a calibration copy runs.
+    """
+
+    def __init__(self, readers: Sequence[Reader], min_interval_s: float = 0.005, max_interval_s: float = 0.25,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._readers = list(readers)
+        self._min, self._max = min_interval_s, max_interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tx = [CounterUnwrapper() for _ in self._readers]
+        self._rx = [CounterUnwrapper() for _ in self._readers]
+        self._totals: list[CounterTotals | None] = [None] * len(self._readers)
+        self._fast = 0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.reads = 0
+        self.interval_s = max_interval_s
+        self._thread = threading.Thread(target=self._run, name="gpudash-pcie-counters", daemon=True)
+
+    def start(self) -> None:
+        self.read_all()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+
+    def totals(self) -> list[CounterTotals | None]:
+        """The latest totals per GPU (None until a first successful read)."""
+        with self._lock:
+            return list(self._totals)
+
+    def read_all(self) -> float:
+        """Read every GPU once; returns the fastest counter rate seen since the previous read (bytes/s)."""
+        fastest = 0.0
+        with self._lock:
+            for i, read in enumerate(self._readers):
+                raw = read()
+                if raw is None:
+                    continue
+                t = self._clock()
+                tx, rx = self._tx[i].update(raw[0]), self._rx[i].update(raw[1])
+                prev = self._totals[i]
+                if prev is not None and t > prev.t:
+                    fastest = max(fastest, (tx - prev.tx) / (t - prev.t), (rx - prev.rx) / (t - prev.t))
+                self._totals[i] = CounterTotals(t, tx, rx)
+            self.reads += 1
+        return fastest
+
+    def fast(self) -> _FastMode:
+        """Context manager: poll at the shortest interval while inside (calibration copies)."""
+        return _FastMode(self)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            fastest = self.read_all()
+            modulus = min((u.modulus for u in self._tx + self._rx), default=COUNTER_MODULUS)
+            self.interval_s = self._min if self._fast else next_interval(fastest, modulus, self._min, self._max)
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+
+
+class _FastMode:
+    def __init__(self, poller: CounterPoller) -> None:
+        self._p = poller
+
+    def __enter__(self) -> CounterPoller:
+        self._p._fast += 1
+        self._p._wake.set()
+        return self._p
+
+    def __exit__(self, *exc: object) -> None:
+        self._p._fast -= 1

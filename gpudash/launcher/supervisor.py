@@ -1,0 +1,363 @@
+"""Starting, watching, restarting and stopping inference servers.
+
+Servers start one after another, each only once the previous one is healthy (concurrent vLLM starts race
+for GPU memory). Every server runs in its own process group so stopping it (SIGTERM, then SIGKILL) takes
+its workers along. A waiter thread per process notices a crash the moment the process exits and restarts
+it with backoff; every start, ready, crash, restart and stop is pushed to the inbox as an Event.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+import psutil
+
+from gpudash.config import ServerSpec
+from gpudash.launcher import argv as argv_mod
+from gpudash.launcher.binary import binary_flags, resolve_binary
+from gpudash.launcher.errors import LaunchError
+from gpudash.launcher.health import NotHealthy, connect_host, free_port, port_free, wait_healthy
+from gpudash.launcher.logparse import LogFacts, parse_line
+from gpudash.records import Event, ServerSample
+
+TAIL_LINES = 2000
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+# A run that stayed up this long resets the backoff (the next crash waits the shortest time again).
+STABLE_S = 60.0
+
+
+class Pushable(Protocol):
+    def push(self, record: Any) -> None: ...
+
+
+@dataclass
+class _Server:
+    spec: ServerSpec
+    log_path: Path
+    port: int | None = None
+    proc: subprocess.Popen | None = None
+    state: str = "stopped"
+    started: float | None = None
+    restarts: int = 0
+    crashes_in_row: int = 0
+    facts: LogFacts = LogFacts()
+    tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    reader: threading.Thread | None = None
+    lock: threading.RLock = field(default_factory=threading.RLock)  # one start/stop/restart at a time
+    cancel: threading.Event = field(default_factory=threading.Event)  # set by stop: no more auto-restarts
+
+
+def _spec_dict(spec: ServerSpec) -> dict[str, Any]:
+    return spec.model_dump(mode="json", exclude_defaults=True)
+
+
+class Supervisor:
+    """Owns the server processes; thread-safe; the TUI's control layer and `gpudash serve` drive it."""
+
+    def __init__(self, specs: list[ServerSpec], inbox: Pushable, log_dir: Path,
+                 stop_timeout_s: float = 10.0, backoff_s: tuple[float, ...] = BACKOFF_S):
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"server names must be unique, got {names}")
+        self._inbox = inbox
+        self._log_dir = Path(log_dir)
+        self._stop_timeout_s = stop_timeout_s
+        self._backoff_s = backoff_s
+        self._lock = threading.Lock()  # guards the dict and the fields the waiter threads change
+        self._stopping: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # exits that are no crash
+        self._servers: dict[str, _Server] = {
+            s.name: _Server(s, self._log_dir / f"{s.name}.log") for s in specs
+        }
+
+    # ---- queries -------------------------------------------------------------------------------------
+
+    def specs(self) -> dict[str, ServerSpec]:
+        """Each server's current spec, with the port it runs (or last ran) on filled in."""
+        with self._lock:
+            return {n: (s.spec if s.port is None else s.spec.model_copy(update={"port": s.port}))
+                    for n, s in self._servers.items()}
+
+    def base_url(self, name: str) -> str | None:
+        """http://host:port of a server once it has a port, else None."""
+        with self._lock:
+            s = self._get(name)
+            return None if s.port is None else f"http://{connect_host(s.spec.host)}:{s.port}"
+
+    def pids(self) -> dict[int, str]:
+        """{pid: server} for every running server process and its descendants (vLLM workers)."""
+        out: dict[int, str] = {}
+        with self._lock:
+            running = [(n, s.proc) for n, s in self._servers.items() if s.proc is not None and s.proc.poll() is None]
+        for name, proc in running:
+            out[proc.pid] = name
+            try:
+                for child in psutil.Process(proc.pid).children(recursive=True):
+                    out[child.pid] = name
+            except psutil.Error:
+                pass
+        return out
+
+    def log_tail(self, name: str, n: int = 200) -> list[str]:
+        with self._lock:
+            tail = list(self._get(name).tail)
+        return tail[-n:] if n > 0 else []
+
+    def log_path(self, name: str) -> Path:
+        return self._get(name).log_path
+
+    def states(self) -> tuple[ServerSample, ...]:
+        """Process state of every server (no /metrics; ServerSource adds those)."""
+        now = time.time()
+        with self._lock:
+            return tuple(
+                ServerSample(ts=now, server=n, kind=s.spec.kind, state=s.state,
+                             pid=s.proc.pid if s.proc is not None and s.state != "stopped" else None,
+                             port=s.port, uptime_s=(now - s.started) if s.started and s.state == "ready" else None,
+                             restarts=s.restarts, tokens_per_s=s.facts.tokens_per_s,
+                             draft_acceptance=s.facts.draft_acceptance)
+                for n, s in self._servers.items())
+
+    def _get(self, name: str) -> _Server:
+        try:
+            return self._servers[name]
+        except KeyError:
+            raise LaunchError(name, f"no such server; configured: {', '.join(self._servers) or 'none'}") from None
+
+    # ---- actions -------------------------------------------------------------------------------------
+
+    def start_all(self) -> None:
+        """Start every stopped server in order, each after the previous is healthy; stops at the first failure."""
+        for name in list(self._servers):
+            self.start(name)
+
+    def start(self, name: str) -> None:
+        """Start one server (no-op if it runs) and wait until it is healthy; LaunchError if it cannot."""
+        srv = self._get(name)
+        with srv.lock:
+            if srv.proc is not None and srv.proc.poll() is None:
+                return
+            srv.cancel.clear()
+            self._launch(srv, srv.spec, actor_kind="server.start")
+
+    def stop(self, name: str) -> None:
+        """Stop one server: SIGTERM to its process group, SIGKILL after the timeout; records server.stop."""
+        srv = self._get(name)
+        srv.cancel.set()
+        with srv.lock:
+            was = srv.state
+            self._terminate(srv)
+            with self._lock:
+                srv.state = "stopped"
+                srv.started = None
+        if was != "stopped":
+            self._event("server.stop", name, old=was, new="stopped")
+
+    def stop_all(self) -> None:
+        """Stop every server, last started first; no process is left behind."""
+        for name in reversed(list(self._servers)):
+            self.stop(name)
+
+    def restart(self, name: str, new_spec: ServerSpec | None = None) -> None:
+        """Restart a server, optionally with a new spec (checked before the old process is touched).
+
+        If the new spec fails to come up, the previous spec is started again and LaunchError says both.
+        """
+        srv = self._get(name)
+        if new_spec is not None and new_spec.name != name:
+            raise LaunchError(name, f"the new spec is named '{new_spec.name}'; a restart keeps the name")
+        with srv.lock:
+            old_spec = srv.spec
+            spec = new_spec or old_spec
+            own_port = srv.port if srv.proc is not None and srv.proc.poll() is None else None
+            self._prepare(spec, reuse_port=own_port)  # bad spec: raise now, old server untouched
+            srv.cancel.set()
+            self._terminate(srv)
+            srv.cancel.clear()
+            try:
+                self._launch(srv, spec, actor_kind="server.restart", old=_spec_dict(old_spec))
+            except LaunchError as err:
+                if spec is old_spec:
+                    raise
+                try:
+                    self._launch(srv, old_spec, actor_kind="server.restart")
+                except LaunchError as err2:
+                    raise LaunchError(name, f"{err.cause}; restarting with the previous settings failed too: "
+                                            f"{err2.cause}") from None
+                raise LaunchError(name, f"{err.cause}; it runs again with its previous settings") from None
+            with self._lock:
+                srv.restarts += 1
+
+    # ---- internals -----------------------------------------------------------------------------------
+
+    def _peers(self) -> list[ServerSpec]:
+        with self._lock:
+            return [s.spec for s in self._servers.values()]
+
+    def _prepare(self, spec: ServerSpec, reuse_port: int | None) -> tuple[argv_mod.Command, int]:
+        """Everything checkable before a process exists: binary, model files, port, flags."""
+        binary = resolve_binary(spec)
+        for label, model in (("model", spec.model), ("draft_model", spec.draft_model)):
+            if model is None:
+                continue
+            p = Path(model).expanduser()
+            looks_like_path = spec.kind == "llama.cpp" or model.startswith(("/", ".", "~")) or p.exists()
+            if looks_like_path and not p.exists():
+                raise LaunchError(spec.name, f"{label} file '{model}' does not exist; fix `{label}` in its "
+                                             "[[servers]] entry or run `gpudash demo-model` to make a test model")
+        if spec.port is not None:
+            port = spec.port
+            if port != reuse_port and not port_free(spec.host, port):
+                raise LaunchError(spec.name, f"port {port} on {spec.host} is already in use; stop what holds it "
+                                             "or set another `port` (or none, to pick a free one)")
+        elif reuse_port is not None:
+            port = reuse_port
+        else:
+            port = free_port(spec.host)
+        try:
+            supported = binary_flags(spec.kind, binary).supported()
+        except (OSError, RuntimeError, subprocess.TimeoutExpired) as err:
+            raise LaunchError(spec.name, f"could not read the flags of '{binary}' from its --help ({err}); "
+                                         "check that it is a working llama-server or vllm") from None
+        try:
+            cmd = argv_mod.build_command(spec, binary, port, self._peers(), supported)
+        except argv_mod.MissingFlag as err:
+            opt = err.option
+            raise LaunchError(spec.name, f"'{binary}' has no {' / '.join(opt.spellings)} flag, which `{opt.field}` "
+                                         "needs; update the server binary or remove that setting") from None
+        return cmd, port
+
+    def _launch(self, srv: _Server, spec: ServerSpec, actor_kind: str, old: Any = None) -> None:
+        """Start `spec` for `srv` and wait for health; on any failure nothing of it is left running."""
+        name = spec.name
+        try:
+            cmd, port = self._prepare(spec, reuse_port=srv.port if spec.port is None else None)
+        except LaunchError as err:
+            self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=err.cause)
+            raise
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(srv.log_path, "a", encoding="utf-8", errors="replace")
+        log.write(f"=== gpudash {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd.argv)}\n")
+        log.flush()
+        try:
+            proc = subprocess.Popen(cmd.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env={**os.environ, **cmd.env},
+                                    start_new_session=True, text=True, errors="replace", bufsize=1)
+        except OSError as err:
+            log.close()
+            cause = f"could not execute '{cmd.argv[0]}': {err.strerror}"
+            self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=cause)
+            raise LaunchError(name, cause) from None
+        with self._lock:
+            srv.spec, srv.port, srv.proc = spec, port, proc
+            srv.state, srv.started, srv.facts = "loading", None, LogFacts()
+        self._event(actor_kind, name, old=old, new=_spec_dict(spec))
+        srv.reader = threading.Thread(target=self._read_log, args=(srv, proc, log), daemon=True,
+                                      name=f"gpudash-log-{name}")
+        srv.reader.start()
+        url = f"http://{connect_host(spec.host)}:{port}/health"
+        try:
+            wait_healthy(proc, url, spec.health_timeout_s)
+        except NotHealthy as err:
+            self._terminate(srv)
+            last = next((ln for ln in reversed(srv.tail) if ln.strip() and not ln.startswith("===")), "")
+            with self._lock:
+                srv.state = "crashed" if err.exit_code is not None else "stopped"
+            cause = f"{err}" + (f"; its log ends with: {last.strip()[:200]}" if last else "")
+            cause += f" (full log: {srv.log_path})"
+            self._event("server.fail", name, new=_spec_dict(spec), ok=False, reason=cause)
+            raise LaunchError(name, cause) from None
+        with self._lock:
+            srv.state, srv.started = "ready", time.time()
+        self._event("server.ready", name, new=f"{connect_host(spec.host)}:{port}")
+        threading.Thread(target=self._wait_exit, args=(srv, proc), daemon=True, name=f"gpudash-wait-{name}").start()
+
+    def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO) -> None:
+        """Reader thread: copy the server's output to its log file and tail; it owns (and closes) the file."""
+        assert proc.stdout is not None
+        with log:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                with self._lock:
+                    srv.tail.append(line.rstrip("\n"))
+                    srv.facts = parse_line(line, srv.facts)
+        proc.stdout.close()
+
+    def _wait_exit(self, srv: _Server, proc: subprocess.Popen) -> None:
+        """Waiter thread: a ready server's process exited. Unless it was asked to stop, that is a crash."""
+        rc = proc.wait()
+        if srv.cancel.is_set() or proc in self._stopping:
+            return
+        with self._lock:
+            if srv.proc is not proc:
+                return
+            uptime = time.time() - (srv.started or time.time())
+            srv.state = "crashed"
+            srv.crashes_in_row = 0 if uptime >= STABLE_S else srv.crashes_in_row
+            delay = self._backoff_s[min(srv.crashes_in_row, len(self._backoff_s) - 1)]
+            srv.crashes_in_row += 1
+        self._event("server.crash", srv.spec.name, old="ready", new=f"exit code {rc}", ok=False,
+                    reason=f"exited with code {rc} after {uptime:.1f} s")
+        if srv.spec.restart_on_crash:
+            self._restart_after_crash(srv, proc, delay)
+
+    def _restart_after_crash(self, srv: _Server, dead: subprocess.Popen, delay: float) -> None:
+        while True:
+            with self._lock:
+                srv.state = "backoff"
+            if srv.cancel.wait(delay):
+                return
+            with srv.lock:
+                if srv.cancel.is_set() or srv.proc is not dead:
+                    return
+                self._terminate(srv)  # reap what the dead leader left in its group
+                try:
+                    self._launch(srv, srv.spec, actor_kind="server.restart", old="crashed")
+                except LaunchError:
+                    with self._lock:
+                        delay = self._backoff_s[min(srv.crashes_in_row, len(self._backoff_s) - 1)]
+                        srv.crashes_in_row += 1
+                        dead = srv.proc
+                    continue
+                with self._lock:
+                    srv.restarts += 1
+                return
+
+    def _terminate(self, srv: _Server) -> None:
+        """SIGTERM the server's process group, SIGKILL after the timeout, then kill any straggler in it."""
+        proc = srv.proc
+        if proc is None:
+            return
+        pgid = proc.pid  # start_new_session: the leader's pid is the group id
+        self._stopping.add(proc)
+        if proc.poll() is None:
+            _killpg(pgid, signal.SIGTERM)
+            try:
+                proc.wait(self._stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                _killpg(pgid, signal.SIGKILL)
+                proc.wait()
+        _killpg(pgid, signal.SIGKILL)  # members that outlived the leader (workers, grandchildren)
+        if srv.reader is not None and srv.reader is not threading.current_thread():
+            srv.reader.join(timeout=2.0)
+
+    def _event(self, kind: str, target: str, old: Any = None, new: Any = None, ok: bool = True,
+               reason: str | None = None) -> None:
+        self._inbox.push(Event(ts=time.time(), actor="supervisor", kind=kind, target=target, old=old, new=new,
+                               ok=ok, reason=reason))
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

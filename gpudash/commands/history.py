@@ -1,0 +1,51 @@
+"""`gpudash history`: the recorded sessions, newest last, with their row counts."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from gpudash.commands.common import db_option, db_path, pass_config, usage_error
+from gpudash.config import Config
+
+# Short names for the row-count column of the table view.
+_SHORT = {"gpu_samples": "gpu", "gpu_process_samples": "gpu_proc", "host_samples": "host",
+          "process_samples": "proc", "engine_path_samples": "engine", "pool_shard_samples": "pool",
+          "server_samples": "server", "requests": "req", "events": "event"}
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+@click.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the sessions as a JSON array.")
+@pass_config
+def history(cfg: Config, db: str | None, as_json: bool) -> None:
+    """List recorded sessions: start, end, duration, source and row counts per table."""
+    from gpudash.store import Store, StoreError
+
+    path = db_path(cfg, db)
+    if not path.exists():
+        usage_error(f"no database at {path}; record a session with `gpudash record` or pass --db")
+    try:
+        store = Store.open(path)
+    except StoreError as err:
+        usage_error(str(err))
+    sessions = store.sessions()
+    store.close()
+    if as_json:
+        click.echo(json.dumps([s.as_dict() for s in sessions], indent=2))
+        return
+    if not sessions:
+        click.echo(f"no sessions in {path}")
+        return
+    click.echo(f"{'id':>4}  {'started':19}  {'ended':19}  {'duration':>9}  {'source':18}  rows")
+    for s in sessions:
+        rows = ", ".join(f"{_SHORT.get(t, t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
+        ended = _when(s.ended) if s.ended else "open"
+        click.echo(f"{s.id:>4}  {_when(s.started):19}  {ended:19}  {s.duration_s:>8.1f}s  {s.source:18}  "
+                   f"ticks {s.rows.get('ticks', 0)}{', ' + rows if rows else ''}")

@@ -1,0 +1,79 @@
+"""Typed messages: the only way threads (the sampler's sink, workers) hand results to the UI thread."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+from gpudash.config import ServerSpec
+
+
+class SnapshotsPending(Message):
+    """New snapshots wait in the app's inbox queue; the handler drains them all and renders once.
+
+    Any number of these collapse into one while the UI is busy (toolong's `can_replace`), so a fast
+    sampler never floods the message queue and no snapshot (with its events) is dropped.
+    """
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SnapshotsPending)
+
+
+@dataclass
+class FeedStarted(Message):
+    """The data source is running (sampler started, or the recorded session is loaded)."""
+
+    info: Any  # gpudash.tui.feeds.FeedInfo
+
+
+class FeedClosed(Message):
+    """Everything the feed started has stopped; the app may exit."""
+
+
+@dataclass
+class SpecsChanged(Message):
+    """The launcher's server specs (after start, or after a re-launch)."""
+
+    specs: dict[str, ServerSpec]
+
+
+@dataclass
+class KnobsChanged(Message):
+    """The transfer engine's current knob values."""
+
+    knobs: dict[str, Any]
+
+
+@dataclass
+class Applied(Message):
+    """A control command went through Controller.apply; `ok` False means refused with `reason`."""
+
+    ok: bool
+    reason: str | None
+    summary: str
+
+
+@dataclass
+class LogTail(Message):
+    """The last lines of one server's log, fetched off the UI thread."""
+
+    server: str
+    lines: list[str]
+    rechain: bool = True  # schedule the next fetch (False for a one-off after a selection change)
+
+
+@dataclass
+class SessionsLoaded(Message):
+    """Recorded sessions from the store (History view)."""
+
+    sessions: list[Any]
+
+
+@dataclass
+class Exported(Message):
+    """A session was exported; `text` says where (or why not)."""
+
+    ok: bool
+    text: str

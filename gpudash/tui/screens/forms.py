@@ -1,0 +1,179 @@
+"""Modal forms that build control commands; every field validates as you type (the same pydantic model
+the config uses), and a form only closes with a command that passed validation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.validation import ValidationResult, Validator
+from textual.widgets import Checkbox, Input, Label, Static
+
+from gpudash.config import EngineSettings, ServerSpec
+from gpudash.control import Command, SetEngineKnobs, SetShare, SetSplit
+
+EDITABLE_KNOBS = ("h2d_chunk_bytes", "d2h_chunk_bytes", "outstanding", "h2d_fallback_bytes",
+                  "d2h_fallback_bytes", "staging_threads")
+
+
+class KnobValidator(Validator):
+    """One engine knob checked by EngineSettings' own field rules (sizes accept '4MiB', '2.81MB')."""
+
+    def __init__(self, knob: str) -> None:
+        super().__init__()
+        self.knob = knob
+
+    def validate(self, value: str) -> ValidationResult:
+        try:
+            EngineSettings.model_validate({self.knob: value.strip()})
+        except Exception as err:  # noqa: BLE001 - pydantic's message is the reason shown
+            errors = getattr(err, "errors", None)
+            msg = errors()[0]["msg"].removeprefix("Value error, ") if callable(errors) else str(err)
+            return self.failure(f"{self.knob}: {msg}")
+        return self.success()
+
+
+def parse_ratios(text: str) -> tuple[float, ...]:
+    """'2,3' or '2 3' -> (2.0, 3.0); ValueError with a sentence otherwise."""
+    parts = [p for p in text.replace(",", " ").split() if p]
+    try:
+        ratios = tuple(float(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"ratios must be numbers separated by commas, like 2,3; got {text!r}") from None
+    if not ratios or any(r < 0 for r in ratios) or sum(ratios) <= 0:
+        raise ValueError("ratios must be non-negative with a positive sum, like 2,3")
+    return ratios
+
+
+class FuncValidator(Validator):
+    def __init__(self, check: Any) -> None:
+        super().__init__()
+        self.check = check
+
+    def validate(self, value: str) -> ValidationResult:
+        try:
+            self.check(value)
+        except ValueError as err:
+            return self.failure(str(err))
+        return self.success()
+
+
+class FormScreen(ModalScreen[Command | None]):
+    """A form: Enter applies when every field is valid, Escape cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="form.cancel")]
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self._show_errors()
+
+    def _show_errors(self) -> bool:
+        msgs = []
+        for inp in self.query(Input):
+            res = inp.validate(inp.value)
+            if res is not None and not res.is_valid:
+                msgs.extend(res.failure_descriptions)
+        self.query_one("#form-errors", Static).update("\n".join(msgs) or "valid: Enter to apply")
+        self.query_one("#form-errors", Static).set_class(bool(msgs), "invalid")
+        return not msgs
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if self._show_errors():
+            command = self.build()
+            if command is not None:
+                self.dismiss(command)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def build(self) -> Command | None:
+        raise NotImplementedError
+
+
+class KnobForm(FormScreen):
+    """Engine knobs: chunk sizes, queue length (outstanding), fallback thresholds, direct-first."""
+
+    def __init__(self, knobs: dict[str, Any]) -> None:
+        super().__init__(id="knob-form")
+        self.knobs = knobs
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="form"):
+            yield Label("Engine knobs (sizes take 4MiB, 2.81MB or bytes). Enter: apply, Esc: cancel",
+                        classes="form-title")
+            for k in EDITABLE_KNOBS:
+                yield Label(k)
+                yield Input(str(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
+                            validate_on=["changed", "submitted"])
+            yield Checkbox("direct_first", bool(self.knobs.get("direct_first", True)), id="knob-direct_first")
+            yield Static("", id="form-errors")
+
+    def build(self) -> Command | None:
+        changed: dict[str, Any] = {}
+        for k in EDITABLE_KNOBS:
+            value = getattr(EngineSettings.model_validate({k: self.query_one(f"#knob-{k}", Input).value.strip()}), k)
+            if value != self.knobs.get(k):
+                changed[k] = value
+        direct = self.query_one("#knob-direct_first", Checkbox).value
+        if direct != self.knobs.get("direct_first"):
+            changed["direct_first"] = direct
+        if not changed:
+            self.query_one("#form-errors", Static).update("nothing changed; edit a value or press Esc")
+            return None
+        return SetEngineKnobs(changed)
+
+
+class SplitForm(FormScreen):
+    """The selected llama.cpp server's tensor split ratios (-ts)."""
+
+    def __init__(self, spec: ServerSpec) -> None:
+        super().__init__(id="split-form")
+        self.spec = spec
+
+    def _check(self, text: str) -> None:
+        ratios = parse_ratios(text)
+        if self.spec.gpus and len(ratios) != len(self.spec.gpus):
+            raise ValueError(f"{self.spec.name} runs on GPUs {self.spec.gpus}: give {len(self.spec.gpus)} ratios")
+
+    def compose(self) -> ComposeResult:
+        current = ",".join(f"{r:g}" for r in (self.spec.tensor_split or [1.0] * max(1, len(self.spec.gpus))))
+        with Vertical(classes="form"):
+            yield Label(f"Split ratios for {self.spec.name} on GPUs {self.spec.gpus or 'all'} "
+                        "(re-launches it). Enter: apply, Esc: cancel", classes="form-title")
+            yield Input(current, id="split-ratios", validators=[FuncValidator(self._check)],
+                        validate_on=["changed", "submitted"])
+            yield Static("", id="form-errors")
+
+    def build(self) -> Command | None:
+        return SetSplit(self.spec.name, parse_ratios(self.query_one("#split-ratios", Input).value))
+
+
+def parse_share(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        raise ValueError(f"memory share must be a number like 0.45, got {text!r}") from None
+    if not 0 < share <= 1:
+        raise ValueError(f"memory share must be above 0 and at most 1, got {share:g}")
+    return share
+
+
+class ShareForm(FormScreen):
+    """The selected server's memory share of each of its GPUs."""
+
+    def __init__(self, spec: ServerSpec) -> None:
+        super().__init__(id="share-form")
+        self.spec = spec
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="form"):
+            yield Label(f"Memory share for {self.spec.name} (0-1 of each of its GPUs; re-launches it). "
+                        "Enter: apply, Esc: cancel", classes="form-title")
+            yield Input(f"{self.spec.share or ''}", id="share-value",
+                        validators=[FuncValidator(parse_share)], validate_on=["changed", "submitted"])
+            yield Static("", id="form-errors")
+
+    def build(self) -> Command | None:
+        return SetShare(self.spec.name, parse_share(self.query_one("#share-value", Input).value))

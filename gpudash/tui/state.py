@@ -1,0 +1,134 @@
+"""What the views draw, kept apart from the widgets: snapshots go in, small view models come out.
+
+Pure Python (no textual) so the arithmetic behind the screens - link fractions, downgrade detection,
+split balance - is tested without a terminal, and replay can rebuild it by re-ingesting snapshots.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable
+
+from engine.profiles import pcie_payload_gbps
+from gpudash.config import ServerSpec
+from gpudash.records import Event, GpuSample, RequestSample, Snapshot
+
+HISTORY_TICKS = 60  # points kept for the live PCIe plots
+REQUESTS_KEPT = 2000  # probe requests kept for the latency view
+EVENTS_KEPT = 5000
+# A link below its max generation/width is only worth a warning when it carries traffic or the GPU works:
+# GPUs drop link speed at idle by design.
+BUSY_UTIL_PCT = 10.0
+BUSY_LINK_FRACTION = 0.02
+
+
+def link_capacity_bps(gen: int | None, width: int | None) -> float | None:
+    """Payload bytes/s one direction of the link can carry at this gen/width, or None when unknown."""
+    if not gen or not width:
+        return None
+    try:
+        return pcie_payload_gbps(gen, width) * 1e9
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStatus:
+    """A GPU's host link as the card shows it."""
+
+    text: str  # "gen5x16 (max gen5x16)"
+    below_max: bool
+    busy: bool
+    tx_fraction: float | None
+    rx_fraction: float | None
+
+    @property
+    def warn(self) -> bool:
+        """Downgrade warning: below max while busy (never at idle)."""
+        return self.below_max and self.busy
+
+
+def link_status(g: GpuSample) -> LinkStatus:
+    """Current vs max link, the share of the current link's capacity used, and whether to warn."""
+    cap = link_capacity_bps(g.link_gen, g.link_width)
+    tx = g.pcie_tx_bps / cap if cap and g.pcie_tx_bps is not None else None
+    rx = g.pcie_rx_bps / cap if cap and g.pcie_rx_bps is not None else None
+    below = bool(
+        (g.link_gen and g.link_gen_max and g.link_gen < g.link_gen_max)
+        or (g.link_width and g.link_width_max and g.link_width < g.link_width_max)
+    )
+    busy = (g.util_pct or 0.0) >= BUSY_UTIL_PCT or max(tx or 0.0, rx or 0.0) >= BUSY_LINK_FRACTION
+    cur = f"gen{g.link_gen or '?'}x{g.link_width or '?'}"
+    mx = f"gen{g.link_gen_max or '?'}x{g.link_width_max or '?'}"
+    return LinkStatus(f"{cur} (max {mx})", below, busy, tx, rx)
+
+
+@dataclass(frozen=True, slots=True)
+class SplitRow:
+    """One GPU's part of one split model: what the spec asks for against what the GPU holds."""
+
+    server: str
+    gpu: int
+    target: float  # fraction of the model this GPU should hold
+    held_bytes: int
+    actual: float | None  # fraction it holds, None until the server holds memory anywhere
+    imbalance: float | None  # actual - target (fraction points)
+
+
+def split_servers(specs: Iterable[ServerSpec], gpu_count: int) -> list[ServerSpec]:
+    """Servers whose model is split across more than one GPU."""
+    out = []
+    for s in specs:
+        gpus = s.gpus or list(range(gpu_count))
+        if len(gpus) > 1 or (s.tensor_split and len(s.tensor_split) > 1):
+            out.append(s)
+    return out
+
+
+def split_balance(spec: ServerSpec, snapshot: Snapshot) -> list[SplitRow]:
+    """Target ratio per GPU (``-ts``, equal when unset) beside the memory its processes hold there."""
+    gpus = spec.gpus or [g.index for g in snapshot.gpus]
+    ratios = list(spec.tensor_split or [1.0] * len(gpus))
+    ratios = (ratios + [0.0] * len(gpus))[: len(gpus)]
+    total_ratio = sum(ratios) or 1.0
+    held = {g: 0 for g in gpus}
+    for p in snapshot.gpu_processes:
+        if p.server == spec.name and p.gpu_index in held and p.used_bytes:
+            held[p.gpu_index] += p.used_bytes
+    total_held = sum(held.values())
+    rows = []
+    for g, r in zip(gpus, ratios):
+        target = r / total_ratio
+        actual = held[g] / total_held if total_held else None
+        rows.append(SplitRow(spec.name, g, target, held[g], actual,
+                             None if actual is None else actual - target))
+    return rows
+
+
+class ViewState:
+    """Everything the views need, built by ingesting snapshots in order (live or replayed)."""
+
+    def __init__(self) -> None:
+        self.latest: Snapshot | None = None
+        self.pcie: dict[int, tuple[deque[float], deque[float]]] = {}
+        self.requests: deque[RequestSample] = deque(maxlen=REQUESTS_KEPT)
+        self.events: deque[Event] = deque(maxlen=EVENTS_KEPT)
+        self.specs: dict[str, ServerSpec] = {}
+        self.knobs: dict[str, object] = {}
+        self.ticks = 0
+
+    def ingest(self, snap: Snapshot) -> None:
+        """Fold one snapshot in: latest values replace, series and logs append."""
+        self.latest = snap
+        self.ticks += 1
+        for g in snap.gpus:
+            tx, rx = self.pcie.setdefault(g.index, (deque(maxlen=HISTORY_TICKS), deque(maxlen=HISTORY_TICKS)))
+            tx.append((g.pcie_tx_bps or 0.0) / 1e9)
+            rx.append((g.pcie_rx_bps or 0.0) / 1e9)
+        self.requests.extend(snap.requests)
+        self.events.extend(snap.events)
+
+    def ingest_all(self, snaps: Iterable[Snapshot]) -> None:
+        for s in snaps:
+            self.ingest(s)

@@ -1,0 +1,38 @@
+"""Number formatting shared by the views (NA shows as an em dash, never as zero)."""
+
+from __future__ import annotations
+
+NA = "—"
+
+
+def size(n: float | None) -> str:
+    """Bytes as a short binary size: 12.3 GiB."""
+    if n is None:
+        return NA
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def rate(bps: float | None) -> str:
+    """Bytes/s as GB/s (10**9, like PCIe figures)."""
+    return NA if bps is None else f"{bps / 1e9:.2f} GB/s"
+
+
+def pct(x: float | None, digits: int = 0) -> str:
+    """A 0..1 fraction as a percentage."""
+    return NA if x is None else f"{x * 100:.{digits}f}%"
+
+
+def num(x: float | None, fmt: str = ".0f", unit: str = "") -> str:
+    return NA if x is None else f"{x:{fmt}}{unit}"
+
+
+def duration(s: float | None) -> str:
+    if s is None:
+        return NA
+    s = int(s)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"

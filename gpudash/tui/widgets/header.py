@@ -1,0 +1,35 @@
+"""The header that is always on screen: source (real GPUs, or SIM + profile in a colour that cannot be
+missed), the DB path, whether recording is on, and the replay position when replaying."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widgets import Static
+
+
+class SourceHeader(Static):
+    source: reactive[str] = reactive("starting…")
+    db_path: reactive[str] = reactive("—")
+    recording: reactive[bool] = reactive(False)
+    position: reactive[str] = reactive("")
+    pending: reactive[str] = reactive("")
+
+    def render(self) -> Text:
+        t = Text(" gpudash ", style="bold reverse")
+        t.append("  ")
+        if self.source.startswith("sim:"):
+            t.append(f" SIM {self.source.removeprefix('sim:')} ", style="bold black on bright_yellow")
+            t.append(" simulated rig, not real GPUs ", style="bold bright_yellow")
+        elif self.source == "nvml":
+            t.append(" real GPUs (NVML) ", style="bold white on dark_green")
+        else:
+            t.append(f" {self.source} ", style="bold white on blue")
+        t.append(f"  DB {self.db_path}  ")
+        t.append(" REC ● on " if self.recording else " REC off ",
+                 style="bold white on red" if self.recording else "dim")
+        if self.position:
+            t.append(f"  {self.position}", style="bold")
+        if self.pending:
+            t.append(f"  pending: {self.pending} (a: apply)", style="bold magenta")
+        return t

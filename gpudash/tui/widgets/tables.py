@@ -1,0 +1,193 @@
+"""Table views: Split balance, Servers (+ log tail), Engine, Pools, History, Events."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Iterable, Sequence
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Log, Static
+
+from gpudash.records import Event
+from gpudash.tui.state import ViewState, split_balance, split_servers
+from gpudash.tui.widgets import fmt
+
+
+class TableView(Vertical):
+    """A title line, an empty-state line and one DataTable that is refilled from the view state."""
+
+    COLUMNS: tuple[str, ...] = ()
+    TITLE = ""
+    EMPTY = "nothing yet"
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.TITLE, classes="view-title")
+        yield Static(self.EMPTY, classes="empty")
+        table: DataTable[Any] = DataTable(cursor_type="row", zebra_stripes=True)
+        table.can_focus = False
+        table.add_columns(*self.COLUMNS)
+        yield table
+
+    @property
+    def table(self) -> DataTable[Any]:
+        return self.query_one(DataTable)
+
+    def fill(self, rows: Sequence[Sequence[Any]], cursor: int | None = None) -> None:
+        t = self.table
+        t.clear()
+        t.add_rows(rows)
+        self.query_one(".empty", Static).display = not rows
+        if cursor is not None and rows:
+            t.move_cursor(row=max(0, min(cursor, len(rows) - 1)), animate=False)
+
+
+class SplitView(TableView):
+    TITLE = "Split balance: target ratio beside the memory each GPU holds for the model"
+    EMPTY = "no model is split across GPUs (set gpus / tensor_split in a [[servers]] entry)"
+    COLUMNS = ("server", "GPU", "target", "held", "actual", "imbalance")
+
+    def update_view(self, state: ViewState, selected_server: str | None) -> None:
+        snap = state.latest
+        rows: list[tuple[Any, ...]] = []
+        if snap is not None:
+            for spec in split_servers(state.specs.values(), len(snap.gpus)):
+                for r in split_balance(spec, snap):
+                    imb = Text("—") if r.imbalance is None else Text(
+                        f"{r.imbalance * 100:+.1f} pts", style="bold red" if abs(r.imbalance) > 0.05 else "green")
+                    name = Text(r.server, style="bold reverse" if r.server == selected_server else "")
+                    rows.append((name, r.gpu, fmt.pct(r.target, 1), fmt.size(r.held_bytes),
+                                 fmt.pct(r.actual, 1), imb))
+        self.fill(rows)
+
+
+class ServersView(Vertical):
+    """The launcher's servers, and the log tail of the selected one."""
+
+    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s", "restarts", "running", "KV use")
+
+    def compose(self) -> ComposeResult:
+        yield Static("Servers (s: select, S/x/R: start/stop/restart, t: split, m: memory share)",
+                     classes="view-title")
+        yield Static("no servers yet (the launcher starts them one after another)", classes="empty")
+        table: DataTable[Any] = DataTable(cursor_type="row", zebra_stripes=True, id="servers-table")
+        table.can_focus = False
+        table.add_columns(*self.COLUMNS)
+        yield table
+        yield Static("log: no server selected", id="log-title", classes="view-title")
+        yield Log(id="server-log", max_lines=200)
+
+    def update_view(self, state: ViewState, selected_server: str | None) -> None:
+        snap = state.latest
+        servers = snap.servers if snap is not None else ()
+        names = [s.server for s in servers] or list(state.specs)
+        table = self.query_one(DataTable)
+        table.clear()
+        by_name = {s.server: s for s in servers}
+        for name in names:
+            s = by_name.get(name)
+            if s is None:
+                spec = state.specs[name]
+                table.add_row(name, spec.kind, "not started", spec.port or "—", "—", "—", 0, "—", "—")
+                continue
+            style = {"ready": "green", "crashed": "bold red", "backoff": "yellow"}.get(s.state, "")
+            table.add_row(name, s.kind, Text(s.state, style=style), s.port or "—", fmt.duration(s.uptime_s),
+                          fmt.num(s.tokens_per_s, ".1f"), s.restarts, fmt.num(s.requests_running, ".0f"),
+                          fmt.pct(s.kv_cache_usage))
+        self.query_one(".empty", Static).display = not names
+        if selected_server in names:
+            table.move_cursor(row=names.index(selected_server), animate=False)
+
+    def show_log(self, server: str, lines: list[str]) -> None:
+        self.query_one("#log-title", Static).update(f"log: {server} (last {len(lines)} lines)")
+        log = self.query_one(Log)
+        log.clear()
+        log.write_lines(lines)
+
+
+class EngineView(Vertical):
+    """Transfer-engine paths (bytes, GB/s, queue depth, chunks) and the live knobs."""
+
+    COLUMNS = ("path", "dir", "GPU", "via", "bytes", "GB/s", "queue", "chunks", "CPU s")
+
+    def compose(self) -> ComposeResult:
+        yield Static("Engine paths (k: edit knobs)", classes="view-title")
+        yield Static("no engine paths reported yet", classes="empty")
+        table: DataTable[Any] = DataTable(cursor_type="row", zebra_stripes=True, id="engine-table")
+        table.can_focus = False
+        table.add_columns(*self.COLUMNS)
+        yield table
+        yield Static("knobs: —", id="knobs")
+
+    def update_view(self, state: ViewState) -> None:
+        snap = state.latest
+        paths = snap.engine_paths if snap is not None else ()
+        table = self.query_one(DataTable)
+        table.clear()
+        for p in paths:
+            table.add_row(p.path, p.direction, p.gpu, "—" if p.via is None else p.via, fmt.size(p.bytes_total),
+                          f"{p.gbps:.2f}", p.queue_depth, p.chunks_total, f"{p.cpu_s:.2f}")
+        self.query_one(".empty", Static).display = not paths
+        knobs = "  ".join(f"{k}={_knob(v)}" for k, v in state.knobs.items()) or "—"
+        self.query_one("#knobs", Static).update(f"knobs: {knobs}")
+
+
+def _knob(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 4096:
+        return str(v)
+    return f"{v / 1e6:g}MB"
+
+
+class PoolsView(TableView):
+    TITLE = "Memory pools: shards"
+    EMPTY = "no memory pools yet (pools appear once the engine or a server creates them)"
+    COLUMNS = ("pool", "shard", "capacity", "used", "free", "largest free", "blocks", "fragmentation", "failures")
+
+    def update_view(self, state: ViewState) -> None:
+        snap = state.latest
+        shards = snap.pool_shards if snap is not None else ()
+        self.fill([(s.pool, s.shard, fmt.size(s.capacity), fmt.size(s.used), fmt.size(s.free),
+                    fmt.size(s.largest_free), s.free_blocks, fmt.pct(s.fragmentation, 1), s.failures)
+                   for s in shards])
+
+
+class HistoryView(TableView):
+    TITLE = "Recorded sessions (e: export the selected one, up/down: select)"
+    EMPTY = "no recorded sessions in this DB"
+    COLUMNS = ("id", "started", "ended", "duration", "source", "rows")
+
+    def show_sessions(self, sessions: Iterable[Any], cursor: int) -> None:
+        rows = [(s.id, _clock(s.started), _clock(s.ended), fmt.duration(s.duration_s),
+                 Text(s.source, style="bold yellow" if s.source.startswith("sim:") else ""), sum(s.rows.values()))
+                for s in sessions]
+        self.fill(rows, cursor)
+
+
+def _clock(ts: float | None) -> str:
+    return "—" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def event_row(e: Event) -> tuple[Any, ...]:
+    status = Text("ok", style="green") if e.ok else Text("refused", style="bold red")
+    return (time.strftime("%H:%M:%S", time.localtime(e.ts)), e.actor, e.kind, e.target,
+            _short(e.old), _short(e.new), status, e.reason or "")
+
+
+def _short(v: Any) -> str:
+    if v is None:
+        return "—"
+    s = v if isinstance(v, str) else json.dumps(v, default=str)
+    return s if len(s) <= 40 else s[:39] + "…"
+
+
+class EventsView(TableView):
+    TITLE = "Events: every change and launcher happening, newest first"
+    EMPTY = "no events yet"
+    COLUMNS = ("time", "actor", "kind", "target", "old", "new", "status", "reason")
+    SHOWN = 200
+
+    def update_view(self, state: ViewState) -> None:
+        events = list(state.events)[-self.SHOWN:]
+        self.fill([event_row(e) for e in reversed(events)])

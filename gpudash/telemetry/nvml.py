@@ -108,6 +108,12 @@ def device_count() -> int:
     return 0 if count is NA else int(count)
 
 
+def _memory(handle: Any) -> Any:
+    """Memory info, v2 where the driver has it (used excludes driver-reserved memory, as nvidia-smi shows)."""
+    mem = call(pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2)
+    return call(pynvml.nvmlDeviceGetMemoryInfo, handle) if mem is NA else mem
+
+
 def _field_int(fv: Any) -> int | None:
     if fv.nvmlReturn != pynvml.NVML_SUCCESS:
         return None
@@ -147,7 +153,7 @@ class Device:
     @cached_property
     def static(self) -> StaticInfo:
         h = self.handle
-        mem = call(pynvml.nvmlDeviceGetMemoryInfo, h)
+        mem = _memory(h)
         bar1 = call(pynvml.nvmlDeviceGetBAR1MemoryInfo, h)
         cc = call(pynvml.nvmlDeviceGetCudaComputeCapability, h)
         pci = call(pynvml.nvmlDeviceGetPciInfo, h)
@@ -177,14 +183,14 @@ class Device:
         return None if node is NA or node < 0 else int(node)
 
     def memory_free(self) -> int | None:
-        mem = call(pynvml.nvmlDeviceGetMemoryInfo, self.handle)
+        mem = _memory(self.handle)
         return None if mem is NA else int(mem.free)
 
     def sample(self, ts: float, tx_bps: float | None, rx_bps: float | None) -> GpuSample:
         """One GpuSample from a sweep of this GPU's per-tick fields."""
         h, st = self.handle, self.static
         util = call(pynvml.nvmlDeviceGetUtilizationRates, h)
-        mem = call(pynvml.nvmlDeviceGetMemoryInfo, h)
+        mem = _memory(h)
         power = call(pynvml.nvmlDeviceGetPowerUsage, h)
         bar1 = call(pynvml.nvmlDeviceGetBAR1MemoryInfo, h)
         return GpuSample(
@@ -309,47 +315,49 @@ class ThroughputPoller:
 class NvmlSource:
     """Telemetry source for real GPUs: yields `gpus` and `gpu_processes` each tick.
 
-    PCIe rates are payload bytes/s: counter bytes divided by `wire_overhead` (wire bytes per payload
-    byte, measured by `pcie_calibration.calibrate`, else DEFAULT_WIRE_OVERHEAD).
+    PCIe rates are payload bytes/s: counter bytes divided by each GPU's wire overhead (wire bytes per
+    payload byte) as cached by `pcie_calibration`, else DEFAULT_WIRE_OVERHEAD, said once in errors.
     """
 
     name = "nvml"
 
-    def __init__(self, pids: Callable[[], dict[int, str]] | None = None, wire_overhead: float | None = None,
-                 counter_max_interval_s: float = 0.25) -> None:
+    def __init__(self, pids: Callable[[], dict[int, str]] | None = None,
+                 wire_overhead: dict[int, float] | None = None, counter_max_interval_s: float = 0.25) -> None:
+        from gpudash.telemetry.pcie_calibration import cached_overhead
+
         reason = driver_available()
         if reason is not None:
             raise RuntimeError(f"NVML unavailable: {reason}")
         self._pids = pids or dict
         self.devices = devices()
-        for d in self.devices:
-            _ = d.static
-        self.wire_overhead = wire_overhead or DEFAULT_WIRE_OVERHEAD
-        self.calibrated = wire_overhead is not None
+        given = wire_overhead or {}
+        self.wire_overhead = {d.index: given.get(d.index) or cached_overhead(d.static.uuid) for d in self.devices}
         counted = [d for d in self.devices if d.pcie_counters() is not None]
-        self.counter_gpus = {d.index for d in counted}
+        self.counter_gpus = [d.index for d in counted]
         self.counters = CounterPoller([d.pcie_counters for d in counted], max_interval_s=counter_max_interval_s)
         self.counters.start()
         self._throughput = ThroughputPoller([d for d in self.devices if d.index not in self.counter_gpus])
         self._throughput.start()
         self._prev: dict[int, CounterTotals] = {}
         self._last_rates: dict[int, tuple[float, float]] = {}
-        self._told_uncalibrated = False
+        uncalibrated = [i for i in self.counter_gpus if self.wire_overhead[i] is None]
+        self._notes: tuple[str, ...] = () if not uncalibrated else (
+            f"nvml: PCIe counters of GPU {', '.join(map(str, uncalibrated))} uncalibrated; assuming "
+            f"{DEFAULT_WIRE_OVERHEAD} wire bytes per payload byte (run python -m gpudash.telemetry.pcie_calibration)",)
 
     def _rates(self) -> dict[int, tuple[float, float] | None]:
         out: dict[int, tuple[float, float] | None] = {}
-        totals = self.counters.totals()
-        for slot, index in enumerate(sorted(self.counter_gpus)):
-            now, prev = totals[slot], self._prev.get(index)
-            r = rates(prev, now, 1.0 / self.wire_overhead) if prev is not None and now is not None else None
+        for index, now in zip(self.counter_gpus, self.counters.totals()):
+            prev = self._prev.get(index)
+            scale = 1.0 / (self.wire_overhead[index] or DEFAULT_WIRE_OVERHEAD)
+            r = rates(prev, now, scale) if prev is not None and now is not None else None
             if r is not None:
                 self._last_rates[index] = r
-                self._prev[index] = now
-            elif now is not None and prev is None:
+            if now is not None and (prev is None or r is not None):
                 self._prev[index] = now
             out[index] = self._last_rates.get(index)
         for d in self.devices:
-            if d.index not in self.counter_gpus:
+            if d.index not in out:
                 out[d.index] = self._throughput.latest(d.index)
         return out
 
@@ -363,10 +371,8 @@ class NvmlSource:
             gpus.append(d.sample(ts, *(tx_rx if tx_rx else (None, None))))
             procs.extend(d.processes(ts, servers))
         out: dict[str, tuple] = {"gpus": tuple(gpus), "gpu_processes": tuple(procs)}
-        if self.counter_gpus and not self.calibrated and not self._told_uncalibrated:
-            self._told_uncalibrated = True
-            out["errors"] = (f"nvml: PCIe counters uncalibrated; assuming {self.wire_overhead:.2f} wire bytes "
-                             "per payload byte (run the PCIe calibration to measure it)",)
+        if self._notes:
+            out["errors"], self._notes = self._notes, ()
         return out
 
     def close(self) -> None:

@@ -6,9 +6,11 @@ meaningless. `CounterPoller` reads them in the background often enough that at m
 between reads (the interval adapts to the last observed rate, and stretches out when the box is idle
 so an idle box costs almost nothing); the sampler's tick only reads the accumulated totals.
 
-Blind spot, by design: while idle the poller reads every `max_interval_s`; a burst that jumps from
-idle to more than ``modulus / max_interval_s`` bytes/s (17 GB/s at 0.25 s) is under-counted by whole
-wraps for that first interval, until the poller has sped up. Lower `max_interval_s` to shrink it.
+While idle the poller wakes every `max_interval_s` and reads twice, `min_interval_s` apart: the second
+delta is too short to alias, so a burst is seen within one idle interval and the poller speeds up.
+Blind spot, by design: a burst that jumps from idle to more than ``modulus / max_interval_s`` bytes/s
+(17 GB/s at 0.25 s) is under-counted by whole wraps during that first interval only. Lower
+`max_interval_s` to shrink it, at the cost of more reads while idle.
 """
 
 from __future__ import annotations
@@ -135,6 +137,11 @@ class CounterPoller:
     def _run(self) -> None:
         while not self._stop.is_set():
             fastest = self.read_all()
+            if self.interval_s > 4 * self._min and not self._stop.is_set():
+                # After a long gap the delta may have aliased; a second read one short gap later
+                # measures a rate that cannot have, so a burst is noticed after one interval.
+                time.sleep(self._min)
+                fastest = self.read_all()
             modulus = min((u.modulus for u in self._tx + self._rx), default=COUNTER_MODULUS)
             self.interval_s = self._min if self._fast else next_interval(fastest, modulus, self._min, self._max)
             self._wake.wait(self.interval_s)

@@ -1,0 +1,170 @@
+"""Check the PCIe counter unit against a known transfer before trusting it.
+
+Copies a known number of payload bytes host->device and device->host with CuPy (pinned memory, in
+chunks small enough that the 32-bit counters cannot wrap twice between reads) and compares the
+counters' deltas: the ratio is the wire overhead (wire bytes per payload byte; ~1.08-1.10 on PCIe
+with 256-byte TLPs). A ratio far from that means the unit is not bytes and the counters are not used.
+
+Run it once per box: ``python -m gpudash.telemetry.pcie_calibration [--gpu N]``. It runs in its own
+process so the CUDA context it needs is gone when it ends; the result is cached per GPU UUID in the
+user cache directory, where `NvmlSource` picks it up.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+import platformdirs
+
+from gpudash.telemetry import nvml
+from gpudash.telemetry.pcie_counters import CounterUnwrapper
+
+MiB = 2**20
+# A wire/payload ratio outside this range means the counters do not count bytes the way we think.
+PLAUSIBLE_OVERHEAD = (1.0, 1.35)
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What one calibration run measured on one GPU."""
+
+    uuid: str
+    payload_bytes: int  # per direction
+    rx_counted: int  # counter delta during the host->device copies
+    tx_counted: int  # counter delta during the device->host copies
+    h2d_gbps: float  # payload GB/s the copies reached
+    d2h_gbps: float
+
+    @property
+    def rx_overhead(self) -> float:
+        return self.rx_counted / self.payload_bytes
+
+    @property
+    def tx_overhead(self) -> float:
+        return self.tx_counted / self.payload_bytes
+
+    @property
+    def wire_overhead(self) -> float:
+        """Wire bytes per payload byte, averaged over both directions."""
+        return (self.rx_overhead + self.tx_overhead) / 2
+
+    @property
+    def trusted(self) -> bool:
+        lo, hi = PLAUSIBLE_OVERHEAD
+        return lo <= self.rx_overhead <= hi and lo <= self.tx_overhead <= hi
+
+
+def calibrate(gpu: int = 0, chunk_bytes: int = 64 * MiB, chunks: int = 16) -> Calibration:
+    """Measure the counter unit on GPU `gpu`; RuntimeError when CuPy or the counter fields are missing."""
+    try:
+        import cupy
+    except ImportError:
+        raise RuntimeError("PCIe calibration needs CuPy; install gpudash[cuda] (cupy-cuda12x) or "
+                           "the cupy wheel matching your CUDA") from None
+    reason = nvml.driver_available()
+    if reason is not None:
+        raise RuntimeError(f"PCIe calibration needs NVML: {reason}")
+    dev = nvml.Device(gpu)
+    if dev.pcie_counters() is None:
+        raise RuntimeError(f"GPU {gpu} has no PCIe byte-counter fields; gpudash uses nvmlDeviceGetPcieThroughput there")
+    tx, rx = CounterUnwrapper(), CounterUnwrapper()
+
+    def read() -> tuple[int, int]:
+        raw = dev.pcie_counters()
+        if raw is None:
+            raise RuntimeError(f"GPU {gpu}: PCIe counter read failed during calibration")
+        return tx.update(raw[0]), rx.update(raw[1])
+
+    def settle() -> tuple[int, int]:
+        time.sleep(0.1)  # let the driver publish the last counter update
+        return read()
+
+    with cupy.cuda.Device(_cuda_index(cupy, dev.static.pci_bus_id, gpu)):
+        host = cupy.cuda.alloc_pinned_memory(chunk_bytes)
+        buf = cupy.empty(chunk_bytes, dtype=cupy.uint8)
+        buf.data.copy_from_host(host.ptr, chunk_bytes)  # warm up both directions
+        buf.data.copy_to_host(host.ptr, chunk_bytes)
+        _, rx0 = settle()
+        t0 = time.perf_counter()
+        for _ in range(chunks):
+            buf.data.copy_from_host(host.ptr, chunk_bytes)
+            read()
+        h2d_s = time.perf_counter() - t0
+        tx0, rx1 = settle()
+        t0 = time.perf_counter()
+        for _ in range(chunks):
+            buf.data.copy_to_host(host.ptr, chunk_bytes)
+            read()
+        d2h_s = time.perf_counter() - t0
+        tx1, _ = settle()
+    payload = chunk_bytes * chunks
+    return Calibration(uuid=dev.static.uuid, payload_bytes=payload, rx_counted=rx1 - rx0, tx_counted=tx1 - tx0,
+                       h2d_gbps=payload / h2d_s / 1e9, d2h_gbps=payload / d2h_s / 1e9)
+
+
+def _cuda_index(cupy: object, bus_id: str, fallback: int) -> int:
+    """CUDA's device index for an NVML bus id (CUDA may order devices differently from NVML)."""
+    runtime = cupy.cuda.runtime  # type: ignore[attr-defined]
+    for i in range(runtime.getDeviceCount()):
+        if runtime.deviceGetPCIBusId(i).lower()[-12:] == bus_id.lower()[-12:]:
+            return i
+    return fallback
+
+
+def cache_path() -> Path:
+    return Path(platformdirs.user_cache_dir("gpudash")) / "pcie_calibration.json"
+
+
+def save(cal: Calibration, path: Path | None = None) -> Path:
+    """Store a trusted calibration under its GPU's UUID (other GPUs' entries are kept)."""
+    p = path or cache_path()
+    data = load_all(p)
+    data[cal.uuid] = asdict(cal)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(data, indent=2))
+    return p
+
+
+def load_all(path: Path | None = None) -> dict[str, dict]:
+    p = path or cache_path()
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def cached_overhead(uuid: str, path: Path | None = None) -> float | None:
+    """The wire overhead measured earlier for this GPU, if a trusted calibration is cached."""
+    entry = load_all(path).get(uuid)
+    if not isinstance(entry, dict):
+        return None
+    try:
+        cal = Calibration(**entry)
+    except TypeError:
+        return None
+    return cal.wire_overhead if cal.trusted else None
+
+
+@click.command(name="python -m gpudash.telemetry.pcie_calibration")
+@click.option("--gpu", type=int, default=0, show_default=True, help="NVML index of the GPU to calibrate.")
+def main(gpu: int) -> None:
+    """Measure the PCIe byte counters' unit against a known copy and cache the result."""
+    try:
+        cal = calibrate(gpu)
+    except RuntimeError as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(f"GPU {gpu} {cal.uuid}: {cal.payload_bytes / 1e9:.2f} GB each way; counters saw "
+               f"RX x{cal.rx_overhead:.3f} (H2D {cal.h2d_gbps:.1f} GB/s), TX x{cal.tx_overhead:.3f} "
+               f"(D2H {cal.d2h_gbps:.1f} GB/s)")
+    if not cal.trusted:
+        raise click.ClickException(f"ratios outside {PLAUSIBLE_OVERHEAD}: the counter unit is not bytes; not saved")
+    click.echo(f"saved wire overhead {cal.wire_overhead:.3f} to {save(cal)}")
+
+
+if __name__ == "__main__":
+    main()

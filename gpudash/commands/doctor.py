@@ -1,0 +1,54 @@
+"""`gpudash doctor`: pass / warn / fail for what operators otherwise check by hand (PCIe link under
+load, resizable BAR, P2P, NUMA, shares, enforce-eager, llama.cpp archs, NCCL on mixed cards).
+Exit code 0 when no check fails, 1 when any does, 2 for a usage error."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import click
+
+from gpudash.commands.common import pass_config, resolve_source, sim_options
+from gpudash.config import Config
+
+_MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP"}
+
+
+def render(source: str, results: list) -> str:
+    """The human report: one block per check, evidence lines indented, the fix last."""
+    label = f"{source} (simulated rig, not real hardware)" if source.startswith("sim:") else source
+    out = [f"gpudash doctor [{label}]", ""]
+    for r in results:
+        out.append(f"{_MARK[r.status]}  {r.title}")
+        for line in r.evidence:
+            out.append(f"      {line}")
+        if r.fix and r.status != "pass":
+            out.append(f"      fix: {r.fix}")
+    counts = {s: sum(r.status == s for r in results) for s in _MARK}
+    out += ["", ", ".join(f"{n} {s}" for s, n in counts.items())]
+    return "\n".join(out)
+
+
+@click.command()
+@sim_options
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the results as JSON.")
+@click.option("--load-seconds", type=click.FloatRange(min=0.05, max=30), default=0.4, show_default=True,
+              help="How long the engine copies to every GPU while the link state is read.")
+@pass_config
+def doctor(cfg: Config, sim: str | None, no_sim: bool, as_json: bool, load_seconds: float) -> None:
+    """Check links, BAR, P2P, NUMA, shares and builds; each check gives its evidence and its fix."""
+    from gpudash.advisor.checks import exit_code, run_checks
+    from gpudash.advisor.gather import gather
+
+    source = resolve_source(cfg, sim, no_sim, quiet=as_json)
+    facts = gather(source, cfg, load_s=load_seconds)
+    results = run_checks(facts)
+    code = exit_code(results)
+    if as_json:
+        click.echo(json.dumps({"source": source, "sim": source.startswith("sim:"), "exit_code": code,
+                               "checks": [dataclasses.asdict(r) for r in results]}, indent=2))
+    else:
+        click.echo(render(source, results))
+    sys.exit(code)

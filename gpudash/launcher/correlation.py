@@ -73,3 +73,48 @@ def windowed(requests: Sequence[RequestSample], window_s: float) -> list[tuple[f
     for r in requests:
         buckets.setdefault(int((r.ts - t0) // window_s), []).append(r)
     return [(t0 + k * window_s, ttft_hit_correlation(buckets[k])) for k in sorted(buckets)]
+
+
+@dataclass(frozen=True)
+class ProbeSummary:
+    """What `gpudash probe` prints: TTFT overall and split into cache hits and misses, plus the correlation."""
+
+    requests: int
+    failed: int
+    ttft_median_ms: float | None
+    ttft_p90_ms: float | None
+    hit_ttft_median_ms: float | None
+    miss_ttft_median_ms: float | None
+    hits: int
+    misses: int
+    mean_hit_fraction: float | None
+    server_prompt_median_ms: float | None
+    correlation: Correlation
+
+
+# A request counts as a cache hit when at least this share of its prompt came from the cache.
+HIT_THRESHOLD = 0.5
+
+
+def _median_ms(xs: list[float]) -> float | None:
+    return float(np.median(xs)) * 1000.0 if xs else None
+
+
+def summarize(requests: Sequence[RequestSample]) -> ProbeSummary:
+    ok = [r for r in requests if r.ok]
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    hits = [r for r in ok if r.hit_fraction is not None and r.hit_fraction >= HIT_THRESHOLD]
+    misses = [r for r in ok if r.hit_fraction is not None and r.hit_fraction < HIT_THRESHOLD]
+    fractions = [r.hit_fraction for r in ok if r.hit_fraction is not None]
+    prompt_ms = [r.server_prompt_ms / 1000.0 for r in ok if r.server_prompt_ms is not None]
+    return ProbeSummary(
+        requests=len(requests), failed=len(requests) - len(ok),
+        ttft_median_ms=_median_ms(ttfts),
+        ttft_p90_ms=float(np.percentile(ttfts, 90)) * 1000.0 if ttfts else None,
+        hit_ttft_median_ms=_median_ms([r.ttft_s for r in hits if r.ttft_s is not None]),
+        miss_ttft_median_ms=_median_ms([r.ttft_s for r in misses if r.ttft_s is not None]),
+        hits=len(hits), misses=len(misses),
+        mean_hit_fraction=float(np.mean(fractions)) if fractions else None,
+        server_prompt_median_ms=_median_ms(prompt_ms),
+        correlation=ttft_hit_correlation(requests),
+    )

@@ -1,0 +1,34 @@
+"""`gpudash demo-model OUT.gguf`: write a tiny random-weight LLaMA model for trying llama-server."""
+
+from __future__ import annotations
+
+import click
+
+from gpudash.commands.common import usage_error
+
+
+@click.command("demo-model")
+@click.argument("out", type=click.Path(dir_okay=False, writable=True))
+@click.option("--layers", type=click.IntRange(min=1, max=256), default=2, show_default=True,
+              help="Transformer blocks.")
+@click.option("--embedding", type=click.IntRange(min=8, max=8192), default=64, show_default=True,
+              help="Embedding length (a multiple of --heads); prompt processing cost grows with its square.")
+@click.option("--heads", type=click.IntRange(min=1, max=256), default=4, show_default=True, help="Attention heads.")
+@click.option("--context", type=click.IntRange(min=16), default=4096, show_default=True,
+              help="Trained context length written into the model.")
+def demo_model(out: str, layers: int, embedding: int, heads: int, context: int) -> None:
+    """Write a random-weight LLaMA GGUF (byte-level vocab) that llama-server loads in milliseconds."""
+    from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+
+    try:
+        shape = DemoModelShape(layers=layers, embedding=embedding, heads=heads, heads_kv=heads,
+                               feed_forward=2 * embedding, context=context)
+    except ValueError as err:
+        usage_error(f"{err}; pick --embedding as a multiple of --heads")
+    try:
+        path = write_demo_model(out, shape)
+    except OSError as err:
+        usage_error(f"cannot write {out} ({err.strerror}); pick a writable path")
+    size = path.stat().st_size
+    click.echo(f"wrote {path} ({size / 1e6:.1f} MB, {layers} layers, embedding {embedding}); "
+               f"try: llama-server -m {path}")

@@ -1,0 +1,134 @@
+"""`gpudash serve`: start the configured servers (or the embedded demo), probe and record them, headless.
+
+Servers start one after another, each once the previous is healthy; while they run, every tick (GPU,
+host, server /metrics, probe requests, supervisor events) goes into SQLite. Ctrl-C or SIGTERM stops the
+probe, then every server (no process left behind), then closes the session. A server that cannot start
+ends the command with one sentence and exit code 2, after stopping the ones already started.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections import deque
+from typing import TYPE_CHECKING
+
+import click
+
+from gpudash.commands.common import db_option, db_path, get_config, resolve_source, sim_options, usage_error
+from gpudash.records import RequestSample, Snapshot
+
+if TYPE_CHECKING:
+    from gpudash.launcher.stack import LaunchStack
+
+STATUS_EVERY_S = 10.0
+RECENT_REQUESTS = 200
+
+
+class _Requests:
+    """Sink keeping the newest probe requests, for the status line's TTFT and correlation."""
+
+    def __init__(self) -> None:
+        self.recent: deque[RequestSample] = deque(maxlen=RECENT_REQUESTS)
+        self.total = 0
+
+    def __call__(self, snap: Snapshot) -> None:
+        self.recent.extend(snap.requests)
+        self.total += len(snap.requests)
+
+
+@click.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="TOML config file with [[servers]] (default: gpudash --config, else the user config).")
+@db_option
+@sim_options
+@click.option("--quiet", is_flag=True, default=False, help="No status lines.")
+@click.pass_context
+def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str | None, no_sim: bool,
+          quiet: bool) -> None:
+    """Start and supervise the configured inference servers (or a demo one), probe and record them."""
+    from gpudash.launcher.errors import LaunchError
+    from gpudash.launcher.stack import LaunchStack, default_log_dir
+    from gpudash.store import Store, StoreError, StoreWriter
+    from gpudash.telemetry.factory import build_sources, sim_engine
+    from gpudash.telemetry.inbox import Inbox
+    from gpudash.telemetry.sampler import Sampler
+
+    if config_file is not None:
+        ctx.find_root().obj["config_path"] = config_file
+    cfg = get_config(ctx)
+    source = resolve_source(cfg, sim, no_sim, quiet=quiet)
+    path = db_path(cfg, db)
+    try:
+        store = Store.open(path)
+    except StoreError as err:
+        usage_error(str(err))
+    inbox = Inbox()
+    try:
+        stack = LaunchStack(cfg, inbox, default_log_dir())
+    except OSError as err:
+        store.close()
+        usage_error(f"cannot write the demo model ({err}); check the user cache directory is writable")
+    engine = sim_engine(source.removeprefix("sim:"), cfg) if source.startswith("sim:") else None
+    sources = build_sources(source, cfg, inbox=inbox, engine=engine, pids=stack.supervisor.pids) + stack.sources
+    sid = store.begin_session(source, cfg, note="gpudash serve" + (" (demo)" if stack.demo else ""))
+    writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max)
+    requests = _Requests()
+    sampler = Sampler(sources, cfg.sampling.interval_s, source, sinks=[writer.submit, requests],
+                      source_timeout_s=cfg.sampling.source_timeout_s)
+    stop = threading.Event()
+    failure: str | None = None
+    sampler.start()
+    try:
+        if not quiet:
+            what = "the demo server (no [[servers]] configured)" if stack.demo else f"{len(stack.specs)} server(s)"
+            click.echo(f"gpudash serve: session {sid} [{source}] into {path}; starting {what}", err=True)
+        try:
+            stack.start()
+        except LaunchError as err:
+            failure = str(err)
+        if failure is None:
+            previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                if not quiet:
+                    for name in stack.supervisor.specs():
+                        click.echo(f"gpudash serve: {name} ready at {stack.supervisor.base_url(name)} "
+                                   f"(log {stack.supervisor.log_path(name)})", err=True)
+                while not stop.wait(STATUS_EVERY_S) and writer.error is None:
+                    if not quiet:
+                        _status(stack, requests)
+            finally:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+    finally:
+        stack.close()
+        sampler.stop()
+        try:
+            writer.close()
+        except StoreError as err:
+            failure = failure or f"{err}; session {sid} holds the rows written before it"
+        store.end_session(sid)
+        store.close()
+        if engine is not None:
+            engine.close()
+    if failure is not None:
+        usage_error(failure)
+    if not quiet:
+        click.echo(f"gpudash serve: stopped all servers; session {sid} closed ({writer.rows_written} rows)", err=True)
+
+
+def _status(stack: LaunchStack, requests: _Requests) -> None:
+    from gpudash.launcher.correlation import summarize
+
+    states = ", ".join(f"{s.server} {s.state}" + (f" ({s.restarts} restarts)" if s.restarts else "")
+                       for s in stack.supervisor.states())
+    line = f"gpudash serve: {states}"
+    if requests.recent:
+        s = summarize(list(requests.recent))
+        c = s.correlation
+        hit = "n/a" if s.hit_ttft_median_ms is None else f"{s.hit_ttft_median_ms:.0f} ms"
+        miss = "n/a" if s.miss_ttft_median_ms is None else f"{s.miss_ttft_median_ms:.0f} ms"
+        pearson = "n/a" if c.pearson is None else f"{c.pearson:+.2f}"
+        line += (f"; probe {requests.total} requests, TTFT median hits {hit} / misses {miss}, "
+                 f"TTFT~hit Pearson {pearson}")
+    click.echo(line, err=True)

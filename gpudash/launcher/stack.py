@@ -1,0 +1,51 @@
+"""Everything `gpudash launch` / `gpudash serve` run on the launcher side, wired together once.
+
+The configured servers (or the embedded demo when none are configured), their supervisor, the one
+/metrics scraper and the probe workload. The caller adds `sources` to its Sampler.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+
+from gpudash.config import APP_NAME, Config
+from gpudash.launcher.demo import default_servers
+from gpudash.launcher.metrics import ServerSource
+from gpudash.launcher.probe import ProbeRunner, Pushable
+from gpudash.launcher.supervisor import Supervisor
+
+
+def default_log_dir() -> Path:
+    """Where server logs go when the caller does not say: the platformdirs user log dir's servers/."""
+    return Path(platformdirs.user_log_dir(APP_NAME)) / "servers"
+
+
+class LaunchStack:
+    """Supervisor + ServerSource + ProbeRunner for one config; `start()` launches, `close()` stops all."""
+
+    def __init__(self, config: Config, inbox: Pushable, log_dir: Path | None = None):
+        self.demo = not config.servers
+        self.specs = list(config.servers) if config.servers else default_servers(config)
+        self.supervisor = Supervisor(self.specs, inbox, log_dir or default_log_dir())
+        self.source = ServerSource(self.supervisor)
+        self.probe = ProbeRunner(self.supervisor, config.probe, inbox) if config.probe.enabled else None
+
+    @property
+    def sources(self) -> list[ServerSource]:
+        return [self.source]
+
+    def start(self) -> None:
+        """Start the servers in order (LaunchError on the first that fails; earlier ones keep running),
+        then the probe."""
+        self.supervisor.start_all()
+        if self.probe is not None:
+            self.probe.start()
+
+    def close(self) -> None:
+        """Stop the probe, then every server (no process left behind), then the scraper."""
+        if self.probe is not None:
+            self.probe.stop()
+        self.supervisor.stop_all()
+        self.source.close()

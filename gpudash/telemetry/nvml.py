@@ -59,6 +59,8 @@ P2P_CODES = {
 }
 _PCIE_FIELDS = [pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
 _NOT_AVAILABLE = 2**64 - 1
+# nvidia-smi topo -p2p r; pynvml defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (stray comma).
+_P2P_READ = 0
 
 
 def _init() -> str | None:
@@ -277,7 +279,7 @@ def p2p_matrix(devs: list[Device]) -> tuple[tuple[str, ...], ...]:
             if a.index == b.index:
                 row.append("X")
                 continue
-            status = call(pynvml.nvmlDeviceGetP2PStatus, a.handle, b.handle, pynvml.NVML_P2P_CAPS_INDEX_READ)
+            status = call(pynvml.nvmlDeviceGetP2PStatus, a.handle, b.handle, _P2P_READ)
             row.append("U" if status is NA else P2P_CODES.get(status, "U"))
         rows.append(tuple(row))
     return tuple(rows)

@@ -53,12 +53,13 @@ def test_record_8xh20_for_3s_writes_one_row_per_gpu_per_tick(tmp_path: Path) -> 
     assert info["source"] == "sim:8xh20" and info["rows"]["gpu_samples"] == sum(per_gpu.values())
 
 
-def test_sigterm_flushes_and_closes_the_session(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_or_ctrl_c_flushes_and_closes_the_session(tmp_path: Path, sig: signal.Signals) -> None:
     db = tmp_path / "term.db"
     proc = start(tmp_path, "record", "--sim", "8xh20", "--interval", "0.1", "--db", str(db), "--quiet")
     try:
         seen = _wait_for(lambda: _ticks(db) >= 3 and _ticks(db))
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
         proc.kill()

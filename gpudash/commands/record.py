@@ -82,8 +82,16 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
             prom.close()
         usage_error(str(err))
 
-    engine = sim_engine(source.removeprefix("sim:"), cfg) if source.startswith("sim:") else None
-    sources = build_sources(source, cfg, engine=engine)
+    engine = None
+    try:
+        if source.startswith("sim:"):
+            engine = sim_engine(source.removeprefix("sim:"), cfg)
+        sources = build_sources(source, cfg, engine=engine)
+    except Exception as err:  # a driver, native library or engine that will not start: say which, stop
+        for opened in (engine, store, prom):
+            if opened is not None:
+                opened.close()
+        raise click.ClickException(f"cannot start the {source} telemetry sources: {type(err).__name__}: {err}") from None
     sid = store.begin_session(source, cfg, note="gpudash record")
     writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max)
     progress = _Progress()

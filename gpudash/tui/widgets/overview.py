@@ -55,6 +55,13 @@ class GpuCard(Vertical):
     def __init__(self, index: int) -> None:
         super().__init__(id=f"gpu-{index}", classes="gpu-card")
         self.index = index
+        self._ready = False
+        self._waiting: tuple | None = None  # the latest update that arrived before the card was mounted
+
+    def on_mount(self) -> None:
+        self._ready = True
+        if self._waiting is not None:
+            self.update_card(*self._waiting)
 
     def compose(self) -> ComposeResult:
         yield Static(id=f"gpu-{self.index}-text", classes="gpu-text")
@@ -62,6 +69,9 @@ class GpuCard(Vertical):
         yield Sparkline([], id=f"gpu-{self.index}-rx", classes="spark-rx", summary_function=max)
 
     def update_card(self, g: GpuSample, state: ViewState, sim: bool, selected: bool) -> None:
+        if not self._ready:
+            self._waiting = (g, state, sim, selected)
+            return
         self.query_one(".gpu-text", Static).update(card_text(g, sim))
         tx, rx = state.pcie.get(g.index, ((), ()))
         self.query_one(".spark-tx", Sparkline).data = list(tx)
@@ -92,8 +102,6 @@ class OverviewView(Vertical):
             grid.mount_all([GpuCard(g.index) for g in snap.gpus])
             cols = 1 if self._count <= 1 else 2 if self._count <= 4 else 4
             grid.styles.grid_size_columns = cols
-            self.call_after_refresh(self.update_view, state, selected_gpu)
-            return
         for g in snap.gpus:
             grid.query_one(f"#gpu-{g.index}", GpuCard).update_card(g, state, snap.is_sim, g.index == selected_gpu)
         h = snap.host

@@ -1,0 +1,38 @@
+"""`gpudash launch`: the dashboard on the live rig (real GPUs, or the labelled sim rig), with the
+configured servers (or the launcher's embedded demo) supervised and recorded."""
+
+from __future__ import annotations
+
+import click
+
+from gpudash.commands.common import db_option, db_path, pass_config, resolve_source, sim_options, usage_error
+from gpudash.config import Config
+
+
+def check_keys(keys: dict[str, str]) -> None:
+    """[keys] may only remap binding ids the app has (one sentence naming the bad id otherwise)."""
+    from gpudash.tui.app import GpudashApp
+
+    known = sorted(b.id for b in GpudashApp.BINDINGS if b.id)
+    bad = sorted(set(keys) - set(known))
+    if bad:
+        usage_error(f"[keys] names unknown action id {', '.join(bad)}; use one of: {', '.join(known)}")
+
+
+@click.command()
+@sim_options
+@db_option
+@click.option("--no-record", is_flag=True, default=False, help="Do not record to the DB (toggle later with r).")
+@pass_config
+def launch(config: Config, sim: str | None, no_sim: bool, db: str | None, no_record: bool) -> None:
+    """Open the live dashboard: GPUs, PCIe, servers, latency, engine, pools, history, events."""
+    source = resolve_source(config, sim, no_sim)
+    check_keys(config.keys)
+    from gpudash.tui.app import GpudashApp
+    from gpudash.tui.feeds import LiveFeed
+
+    feed = LiveFeed(config, source, db_path(config, db), record=not no_record)
+    try:
+        GpudashApp(feed, keys=config.keys).run()
+    finally:
+        feed.close()  # idempotent: normally the app already stopped everything on quit

@@ -1,0 +1,49 @@
+"""`gpudash replay SESSION|latest`: the dashboard's views fed from a recorded session, with pause, step,
+seek and speed keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpudash.commands.common import db_option, db_path, pass_config, usage_error
+from gpudash.commands.launch import check_keys
+from gpudash.config import Config
+
+
+def resolve(path: Path, session: str) -> int:
+    """The session id, or a usage error naming what is wrong (missing DB, unknown session)."""
+    if not path.exists():
+        usage_error(f"{path} does not exist; pass the recording's file with --db")
+    from gpudash.store import Store, StoreError
+
+    try:
+        store = Store.open(path)
+    except StoreError as err:
+        usage_error(str(err))
+    try:
+        return store.resolve_session(session)
+    except StoreError as err:
+        usage_error(str(err))
+    finally:
+        store.close()
+
+
+@click.command()
+@click.argument("session", default="latest")
+@db_option
+@click.option("--speed", type=float, default=1.0, show_default=True,
+              help="Playback speed (recorded time / wall time); +/- change it while playing.")
+@pass_config
+def replay(config: Config, session: str, db: str | None, speed: float) -> None:
+    """Replay a recorded session (an id or 'latest') in the dashboard."""
+    if not speed > 0:
+        usage_error(f"--speed must be above 0, got {speed:g}")
+    path = db_path(config, db)
+    sid = resolve(path, session)
+    check_keys(config.keys)
+    from gpudash.tui.app import GpudashApp
+    from gpudash.tui.feeds import ReplayFeed
+
+    GpudashApp(ReplayFeed(path, str(sid)), replay=True, speed=speed, keys=config.keys).run()

@@ -1,0 +1,140 @@
+"""Controller.apply against the real pieces: a real llama-server under the real Supervisor, the real
+sim-backend TransferEngine, the real Inbox. Every change is validated first, applied, and recorded as an
+event with old and new values; a refused change leaves everything as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudash.config import ServerSpec
+from gpudash.control import (Controller, ServerAction, SetEngineKnobs, SetRecording, SetShare, SetSplit,
+                             describe, relaunches)
+from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.supervisor import Supervisor
+from gpudash.telemetry.inbox import Inbox
+
+TINY = DemoModelShape(layers=1, embedding=64, heads=2, heads_kv=2, feed_forward=128, context=512)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("model") / "tiny.gguf"
+    write_demo_model(path, TINY)
+    return path
+
+
+@pytest.fixture
+def rig(model: Path, tmp_path: Path):
+    """Two real llama-servers sharing GPU 1 (on CPU here), supervised; stopped after the test."""
+    inbox = Inbox()
+    specs = [ServerSpec(name="big", model=str(model), gpus=[0, 1], tensor_split=[1, 1], share=0.5, ctx_size=512,
+                        health_timeout_s=30),
+             ServerSpec(name="side", model=str(model), gpus=[1], share=0.4, ctx_size=512, health_timeout_s=30)]
+    sup = Supervisor(specs, inbox, tmp_path / "logs")
+    sup.start_all()
+    try:
+        yield sup, inbox
+    finally:
+        sup.stop_all()
+
+
+def events(inbox: Inbox, actor: str = "keyboard") -> list:
+    return [e for e in inbox.poll()["events"] if e.actor == actor]
+
+
+def pid_of(sup: Supervisor, name: str) -> int | None:
+    return next(s.pid for s in sup.states() if s.server == name)
+
+
+def test_split_change_relaunches_and_records_old_and_new(rig) -> None:
+    sup, inbox = rig
+    before = pid_of(sup, "big")
+    res = Controller(supervisor=sup, inbox=inbox).apply(SetSplit("big", (2.0, 3.0)))
+    assert res.ok, res.reason
+    assert sup.specs()["big"].tensor_split == [2.0, 3.0]
+    assert pid_of(sup, "big") != before  # a new process: the server was re-launched
+    assert next(s.state for s in sup.states() if s.server == "big") == "ready"
+    drained = inbox.poll()["events"]
+    mine = [e for e in drained if e.actor == "keyboard"]
+    assert [(e.kind, e.target, e.old, e.new, e.ok) for e in mine] == [
+        ("server.split", "big", [1.0, 1.0], [2.0, 3.0], True)]
+    assert any(e.kind == "server.restart" and e.target == "big" for e in drained)
+
+
+@pytest.mark.parametrize("command, reason", [
+    (SetSplit("big", (1.0, 2.0, 3.0)), "give 2 ratios, not 3"),
+    (SetSplit("nope", (1.0, 1.0)), "no server named 'nope'"),
+    (SetSplit("big", (-1.0, 2.0)), "tensor_split must be non-negative"),
+    (SetShare("side", 0.6), "GPU 1 would be over-committed"),
+    (SetShare("big", 1.5), "at most 1"),
+    (ServerAction("big", "explode"), "unknown server action"),  # type: ignore[arg-type]
+])
+def test_refused_changes_leave_everything_as_it_was(rig, command, reason: str) -> None:
+    sup, inbox = rig
+    specs, pids = sup.specs(), {s.server: s.pid for s in sup.states()}
+    inbox.poll()
+    res = Controller(supervisor=sup, inbox=inbox).apply(command)
+    assert not res.ok and reason in res.reason
+    assert sup.specs() == specs and {s.server: s.pid for s in sup.states()} == pids
+    [ev] = events(inbox)
+    assert ev.ok is False and reason in ev.reason
+
+
+def test_server_stop_and_start_are_recorded(rig) -> None:
+    sup, inbox = rig
+    c = Controller(supervisor=sup, inbox=inbox)
+    assert c.apply(ServerAction("side", "stop")).ok
+    assert next(s.state for s in sup.states() if s.server == "side") == "stopped"
+    assert c.apply(ServerAction("side", "start")).ok
+    mine = events(inbox)
+    assert [(e.kind, e.old, e.new) for e in mine] == [("server.stop.request", "ready", "stopped"),
+                                                      ("server.start.request", "stopped", "ready")]
+
+
+def test_engine_knobs_apply_live_on_the_sim_engine() -> None:
+    from engine import EngineConfig, TransferEngine
+
+    eng = TransferEngine(EngineConfig(backend="sim", profile="rtx5080+rtx3090"))
+    inbox = Inbox()
+    try:
+        c = Controller(engine=eng, inbox=inbox)
+        old = eng.knobs()["h2d_chunk_bytes"]
+        res = c.apply(SetEngineKnobs({"h2d_chunk_bytes": "4MiB", "outstanding": 3}))
+        assert res.ok, res.reason
+        assert eng.knobs()["h2d_chunk_bytes"] == 4 * 2**20 and eng.stats().knobs["outstanding"] == 3
+        assert res.event.old == {"h2d_chunk_bytes": old, "outstanding": 2}
+        assert res.event.new == {"h2d_chunk_bytes": 4 * 2**20, "outstanding": 3}
+        knobs = eng.knobs()
+        bad = c.apply(SetEngineKnobs({"h2d_chunk_bytes": "8MiB", "outstanding": 0}))
+        assert not bad.ok and "outstanding" in bad.reason
+        assert eng.knobs() == knobs  # nothing half-applied: the valid chunk size did not land either
+        assert not c.apply(SetEngineKnobs({"warp_speed": 9})).ok
+        assert [e.ok for e in events(inbox)] == [True, False, False]
+    finally:
+        eng.close()
+
+
+class FlagRecorder:
+    def __init__(self) -> None:
+        self.on = True
+
+    def set(self, on: bool) -> None:
+        self.on = on
+
+
+def test_missing_parts_are_refused_with_a_reason() -> None:
+    c = Controller()
+    assert "no transfer engine" in c.apply(SetEngineKnobs({"outstanding": 3})).reason
+    assert "no servers" in c.apply(SetSplit("big", (1.0, 1.0))).reason
+    assert "not available" in c.apply(SetRecording(False)).reason
+    rec = FlagRecorder()
+    res = Controller(recorder=rec).apply(SetRecording(False))
+    assert res.ok and (res.event.old, res.event.new) == (True, False) and rec.on is False
+
+
+def test_relaunching_commands_are_flagged_for_confirmation() -> None:
+    assert relaunches(SetSplit("a", (1.0, 2.0))) and relaunches(SetShare("a", 0.5))
+    assert not relaunches(SetEngineKnobs({"outstanding": 2})) and not relaunches(SetRecording(True))
+    assert "re-launches a" in describe(SetSplit("a", (1.0, 2.0)))

@@ -1,0 +1,108 @@
+"""Pilot tests: the real keys against the live stack (sim rig + sim engine + real llama-server under the
+Supervisor + real SQLite), asserting on state, events and what the widgets show."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from conftest import wait_for
+from textual.widgets import DataTable, Input, Static
+
+from gpudash.tui.app import GpudashApp
+from gpudash.tui.screens.dialogs import ConfirmScreen
+from gpudash.tui.screens.forms import KnobForm, SplitForm
+
+SIZE = (120, 40)
+
+
+def kinds(app: GpudashApp) -> list[tuple[str, bool]]:
+    return [(e.kind, e.ok) for e in app.state.events]
+
+
+def table_text(app: GpudashApp, selector: str) -> str:
+    table = app.query_one(selector).query_one(DataTable)
+    return "\n".join(" ".join(str(c) for c in table.get_row_at(i)) for i in range(table.row_count))
+
+
+async def started(pilot, app: GpudashApp) -> None:
+    await wait_for(pilot, lambda: app.info is not None and app.state.latest is not None
+                   and any(s.state == "ready" for s in app.state.latest.servers), what="live feed with a ready server")
+
+
+async def test_split_change_asks_relaunches_and_logs_the_event(live_feed) -> None:
+    app = GpudashApp(live_feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        pid = next(s.pid for s in app.state.latest.servers if s.server == "big")
+        await pilot.press("3", "t")
+        assert isinstance(app.screen, SplitForm)
+        await pilot.press("ctrl+a", "ctrl+k", *"2,3", "enter")
+        assert isinstance(app.screen, ConfirmScreen)  # a re-launch is announced and must be confirmed
+        assert "re-launches" in str(app.screen.query_one("#confirm-text", Static).render())
+        await pilot.press("y")
+        await wait_for(pilot, lambda: ("server.split", True) in kinds(app), what="the server.split event")
+        await wait_for(pilot, lambda: any(s.server == "big" and s.state == "ready" and s.pid != pid
+                                          for s in app.state.latest.servers), what="big re-launched")
+        assert live_feed.controller.specs()["big"].tensor_split == [2.0, 3.0]
+        assert ("server.restart", True) in kinds(app)
+        await pilot.press("8")
+        text = table_text(app, "#events-view")
+        assert "server.split" in text and "[1.0, 1.0]" in text and "[2.0, 3.0]" in text
+        db = live_feed.db_path
+        await pilot.press("q")
+    rows = sqlite3.connect(db).execute("SELECT kind, old, new FROM events WHERE kind = 'server.split'").fetchall()
+    assert rows and "2.0" in rows[0][2]  # the change reached the store
+
+
+async def test_engine_knob_edit_reaches_the_engine(live_feed) -> None:
+    app = GpudashApp(live_feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("5", "k")
+        assert isinstance(app.screen, KnobForm)
+        await pilot.press("ctrl+a", "ctrl+k", *"4MiB", "enter")  # first field: h2d_chunk_bytes
+        await wait_for(pilot, lambda: ("engine.knobs", True) in kinds(app), what="the engine.knobs event")
+        engine = live_feed.engine
+        assert engine.knobs()["h2d_chunk_bytes"] == 4 * 2**20
+        assert engine.stats().knobs["h2d_chunk_bytes"] == 4 * 2**20
+        await wait_for(pilot, lambda: "h2d_chunk_bytes=4.1943MB" in str(app.query_one("#knobs", Static).render()),
+                       what="the Engine view showing the new knob")
+        ev = next(e for e in app.state.events if e.kind == "engine.knobs")
+        assert ev.old == {"h2d_chunk_bytes": 2_810_000} and ev.new == {"h2d_chunk_bytes": 4 * 2**20}
+
+
+async def test_bad_values_are_refused_with_the_reason(live_feed) -> None:
+    app = GpudashApp(live_feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        knobs = live_feed.engine.knobs()
+        await pilot.press("k", "ctrl+a", "ctrl+k", *"12", "enter")
+        assert isinstance(app.screen, KnobForm)  # the form stays open: nothing was sent
+        errors = str(app.screen.query_one("#form-errors", Static).render())
+        assert "chunk size must be between 4 KiB and 1 GiB" in errors
+        await pilot.press("escape", "t", "ctrl+a", "ctrl+k", *"1,2,3", "enter")
+        assert isinstance(app.screen, SplitForm)
+        assert "give 2 ratios" in str(app.screen.query_one("#form-errors", Static).render())
+        await pilot.press("escape", "m", "ctrl+a", "ctrl+k", *"1.5", "enter")
+        assert "at most 1" in str(app.screen.query_one("#form-errors", Static).render())
+        # A value the form accepts but the rig cannot take: `side` already holds 0.4 of GPU 1.
+        pids = {s.server: s.pid for s in app.state.latest.servers}
+        await pilot.press("ctrl+a", "ctrl+k", *"0.8", "enter", "y")
+        await wait_for(pilot, lambda: ("server.share", False) in kinds(app), what="the refused share change")
+        ev = next(e for e in app.state.events if e.kind == "server.share")
+        assert "GPU 1 would be over-committed" in ev.reason
+        assert live_feed.controller.specs()["big"].share == 0.5
+        assert {s.server: s.pid for s in app.state.latest.servers} == pids  # nothing re-launched
+        assert live_feed.engine.knobs() == knobs
+
+
+async def test_recording_toggle_is_a_recorded_change(live_feed) -> None:
+    app = GpudashApp(live_feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        assert app.header.recording
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not app.header.recording, what="recording off")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.header.recording, what="recording back on")
+        await wait_for(pilot, lambda: kinds(app).count(("recording", True)) == 2, what="two recording events")

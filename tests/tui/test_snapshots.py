@@ -1,0 +1,50 @@
+"""Snapshot tests (pytest-textual-snapshot) of every view at 120x40, fed fixed sim-rig snapshots so the
+output is stable. Update the stored SVGs with `pytest tests/tui/test_snapshots.py --snapshot-update`
+after checking the change by eye."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import wait_for
+from fixtures import FixedFeed, sim_snapshot
+
+from gpudash.tui.app import GpudashApp
+
+SIZE = (120, 40)
+TICKS = 12
+
+
+def app_for(profile: str = "8xh20") -> GpudashApp:
+    return GpudashApp(FixedFeed([sim_snapshot(profile, tick=t, degrade=3) for t in range(TICKS)]))
+
+
+async def loaded(pilot) -> None:
+    await wait_for(pilot, lambda: pilot.app.state.ticks == TICKS and pilot.app.info is not None,
+                   what="the fixed snapshots")
+    await pilot.pause(0.1)
+
+
+@pytest.mark.parametrize("key, view", [("1", "overview"), ("2", "split"), ("3", "servers"), ("4", "latency"),
+                                       ("5", "engine"), ("6", "pools"), ("8", "events")])
+def test_view(snap_compare, key: str, view: str) -> None:
+    async def run_before(pilot) -> None:
+        await loaded(pilot)
+        await pilot.press(key)
+        await pilot.pause(0.1)
+        assert pilot.app.active_view == view
+
+    assert snap_compare(app_for(), terminal_size=SIZE, run_before=run_before)
+
+
+@pytest.mark.parametrize("profile", ["h200", "rtx5080+rtx3090"])
+def test_overview_few_gpus(snap_compare, profile: str) -> None:
+    assert snap_compare(app_for(profile), terminal_size=SIZE, run_before=loaded)
+
+
+def test_help_screen(snap_compare) -> None:
+    async def run_before(pilot) -> None:
+        await loaded(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+
+    assert snap_compare(app_for(), terminal_size=SIZE, run_before=run_before)

@@ -23,6 +23,8 @@ _FLAG_RE = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)")
 # llama.cpp keeps removed flags in its help with this text (and rejects them at run time).
 _REMOVED_MARK = "has been removed"
 
+_MAX_ENTRY_INDENT = 6
+
 HELP_TIMEOUT_S = 60.0
 
 
@@ -44,7 +46,8 @@ def parse_help(text: str) -> HelpFlags:
     entry: set[str] = set()
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped.startswith("-"):
+        # Entries start near the left margin; description continuation lines are indented far.
+        if stripped.startswith("-") and len(line) - len(line.lstrip()) <= _MAX_ENTRY_INDENT:
             # The flag column ends at the first run of 2+ spaces (the description starts there).
             # The flag column ends at the first run of 2+ spaces not following a comma ("-m,    --model").
             head, desc = (re.split(r"(?<![,\s])\s{2,}", stripped, maxsplit=1) + [""])[:2]

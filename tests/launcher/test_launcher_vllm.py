@@ -1,0 +1,77 @@
+"""Kind `vllm` end to end against the vLLM test double (tests/doubles/vllm_double.py), run as `vllm` on PATH.
+
+The double is a real HTTP server process that refuses connections until "loaded" and serves vLLM's
+documented endpoints and metric names; it is not vLLM (no model runs, no GPU is used).
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from gpudash.config import ServerSpec
+from gpudash.launcher.binary import resolve_binary
+from gpudash.launcher.errors import LaunchError
+from gpudash.launcher.metrics import ServerSource
+from gpudash.launcher.probe import run_probe
+
+
+def vspec(name: str = "v", **kw) -> ServerSpec:
+    return ServerSpec(name=name, kind="vllm", model="Qwen/Qwen3-0.6B", **kw)
+
+
+def test_vllm_start_scrape_probe(fake_vllm, make_supervisor, events) -> None:
+    sup = make_supervisor([vspec(share=0.3, enable_prefix_caching=True, extra_args=["--load-delay", "0.8"])])
+    assert resolve_binary(sup.specs()["v"]) == str(fake_vllm)
+    t0 = time.monotonic()
+    sup.start_all()
+    assert time.monotonic() - t0 >= 0.8  # waited through the refused connections of "loading"
+    assert [e.kind for e in events.drain()] == ["server.start", "server.ready"]
+    log = sup.log_path("v").read_text()
+    assert "serve Qwen/Qwen3-0.6B --host 127.0.0.1 --port" in log
+    assert "--gpu-memory-utilization 0.3" in log and "--enable-prefix-caching" in log
+    assert "gpu_memory_utilization=0.3" in log  # the double parsed what the launcher passed
+
+    results = run_probe(sup.base_url("v"), requests=8, shared_prefix=1.0, prompt_words=64, max_tokens=3, server="v")
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert results[0].cached_tokens == 0 and all(r.cached_tokens >= 48 for r in results[1:])
+    assert all(r.prompt_tokens == 64 and r.completion_tokens == 3 for r in results)  # one token per word
+    assert all(r.server_prompt_ms is None for r in results)  # vLLM reports no per-request timings
+
+    source = ServerSource(sup)
+    try:
+        (first,) = source.poll()["servers"]
+        run_probe(sup.base_url("v"), requests=3, shared_prefix=1.0, prompt_words=64, max_tokens=3)
+        (st,) = source.poll()["servers"]
+    finally:
+        source.close()
+    assert st.kind == "vllm" and st.state == "ready"
+    assert st.prefix_cache_queries == first.prefix_cache_queries + 3 * 64
+    assert st.prefix_cache_hits > first.prefix_cache_hits
+    assert st.requests_running == 0 and st.requests_waiting == 0 and 0 <= st.kv_cache_usage <= 1
+    assert st.ttft_mean_s is not None and st.ttft_mean_s > 0  # from the histogram's change since last scrape
+    assert st.tokens_per_s > 0
+
+
+def test_vllm_enforce_eager_when_three_share_a_gpu(fake_vllm, make_supervisor) -> None:
+    specs = [vspec(n, gpus=[0], share=0.3, extra_args=["--load-delay", "0"]) for n in ("a", "b", "c")]
+    sup = make_supervisor(specs)
+    sup.start_all()
+    for n in ("a", "b", "c"):
+        assert "enforce_eager=True" in sup.log_path(n).read_text()
+        assert httpx.get(f"{sup.base_url(n)}/health", trust_env=False).status_code == 200
+
+
+def test_vllm_missing(make_supervisor, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    sup = make_supervisor([vspec()])
+    with pytest.raises(LaunchError, match=r"server 'v': vLLM's `vllm` command is not on PATH"):
+        sup.start_all()
+
+
+def test_vllm_local_model_path_checked(fake_vllm, make_supervisor) -> None:
+    sup = make_supervisor([ServerSpec(name="v", kind="vllm", model="/models/missing-dir")])
+    with pytest.raises(LaunchError, match=r"server 'v': model file '/models/missing-dir' does not exist"):
+        sup.start_all()

@@ -60,3 +60,9 @@ async def wait_for(pilot, cond: Callable[[], object], timeout: float = 15.0, wha
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         await pilot.pause(0.05)
         await asyncio.sleep(0)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests run on asyncio through anyio's pytest plugin (Textual runs on asyncio)."""
+    return "asyncio"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
 from conftest import wait_for
 from textual.widgets import DataTable, Input, Static
 
@@ -13,6 +14,8 @@ from gpudash.tui.screens.dialogs import ConfirmScreen
 from gpudash.tui.screens.forms import KnobForm, SplitForm
 
 SIZE = (120, 40)
+
+pytestmark = pytest.mark.anyio
 
 
 def kinds(app: GpudashApp) -> list[tuple[str, bool]]:

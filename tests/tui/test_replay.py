@@ -1,0 +1,92 @@
+"""Replay: a session written to a real SQLite file by the real StoreWriter, played back through
+`gpudash replay`'s app with pause, step, seek and speed keys; events show at the moment they happened."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from click.testing import CliRunner
+import pytest
+from conftest import wait_for
+from fixtures import sim_snapshot
+
+from gpudash.cli import main
+from gpudash.config import Config
+from gpudash.records import Event
+from gpudash.store import Store, StoreWriter
+from gpudash.tui.app import GpudashApp
+from gpudash.tui.feeds import ReplayFeed
+from gpudash.tui.screens.forms import KnobForm
+
+TICKS = 40
+CHANGE_TICK = 25
+
+pytestmark = pytest.mark.anyio
+
+
+def record_session(db: Path) -> int:
+    store = Store.open(db)
+    sid = store.begin_session("sim:8xh20", Config())
+    writer = StoreWriter(db, sid, flush_interval_s=0.1)
+    for t in range(TICKS):
+        snap = sim_snapshot("8xh20", tick=t)
+        if t == CHANGE_TICK:
+            snap = replace(snap, events=(Event(snap.ts, "keyboard", "server.split", "big", [1.0, 1.0], [2.0, 3.0]),))
+        writer.submit(snap)
+    writer.close()
+    store.end_session(sid)
+    store.close()
+    return sid
+
+
+def split_seen(app: GpudashApp) -> bool:
+    return any(e.kind == "server.split" for e in app.state.events)
+
+
+async def test_replay_pause_step_seek_and_speed(tmp_path: Path) -> None:
+    db = tmp_path / "rec.db"
+    record_session(db)
+    app = GpudashApp(ReplayFeed(db, "latest"), replay=True, speed=1.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.player is not None and app.player.index >= 0, what="the recording")
+        await pilot.press("space")
+        assert app.player.paused
+        assert app.header.source.startswith("replay:") and "sim:8xh20" in app.header.source
+        await pilot.press(*["left_square_bracket"] * 5)  # seek back to the first tick
+        assert app.player.index == 0 and app.state.latest.tick == 0
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        assert app.player.index == 20 and app.state.latest.tick == 20
+        assert any(e.kind == "server.ready" for e in app.state.events)  # tick 1's event
+        assert not split_seen(app)  # tick 25's change has not happened yet
+        assert len(app.state.pcie[0][0]) == 21  # plots rebuilt from the ticks before the seek point
+        await pilot.press("right_square_bracket")
+        assert app.player.index == 30 and split_seen(app)
+        await pilot.press("left_square_bracket")
+        assert app.player.index == 20 and not split_seen(app)
+        await pilot.press("full_stop")
+        assert app.player.index == 21 and app.state.latest.tick == 21
+        await pilot.press("plus")
+        assert app.player.speed == 2.0
+        assert "tick 22/40" in app.header.position and "2x" in app.header.position
+        await pilot.press("k")  # changes are live-only: no form opens in replay
+        assert not isinstance(app.screen, KnobForm)
+        await pilot.press("space")  # play on at 2x until the end
+        await pilot.press(*["right_square_bracket"] * 3)
+        await wait_for(pilot, lambda: app.player.done, what="the end of the recording")
+        assert app.state.latest.tick == TICKS - 1 and "END" in app.header.position
+
+
+def test_replay_cli_usage_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(main, ["replay", "latest", "--db", str(tmp_path / "none.db")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    db = tmp_path / "empty.db"
+    Store.open(db).close()
+    empty = runner.invoke(main, ["replay", "latest", "--db", str(db)])
+    assert empty.exit_code == 2 and "has no sessions yet" in empty.output
+    record_session(db)
+    unknown = runner.invoke(main, ["replay", "99", "--db", str(db)])
+    assert unknown.exit_code == 2 and "no session 99" in unknown.output
+    slow = runner.invoke(main, ["replay", "latest", "--db", str(db), "--speed", "0"])
+    assert slow.exit_code == 2 and "--speed must be above 0" in slow.output

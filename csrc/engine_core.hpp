@@ -1,0 +1,130 @@
+// Internal types shared by the scheduler (engine.cpp) and the backends (backend_sim.cpp, backend_cuda.cpp).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpudash_engine.h"
+
+namespace ge {
+
+struct Path;
+struct Group;
+
+// One copy: its chunks are spread over the paths of its (gpu, direction) group.
+struct Copy {
+  uint64_t id = 0;
+  int dir = GE_H2D;
+  int gpu = 0;
+  uint64_t dst = 0, src = 0, nbytes = 0;
+  int host_mode = GE_HOST_DIRECT;
+  ge_knobs knobs{};          // the settings the copy started with
+  uint64_t chunk = 0;        // chunk size in use
+  uint64_t nchunks = 0;
+  bool single_path = false;  // below the fallback threshold (or one path only): direct path alone
+  uint64_t stream = 0;       // user stream (cuda)
+  void *start_event = nullptr;  // cuda: recorded on the user stream at copy time
+  uint32_t flag_slot = 0, flag_value = 0;
+  bool stream_flag = false;
+  std::vector<char> path_waited;  // cuda: path stream already waits on start_event
+  // progress (guarded by the group mutex, except the atomics)
+  uint64_t next_chunk = 0;   // next chunk index to produce
+  std::atomic<uint64_t> remaining{0};
+  std::atomic<uint64_t> chunks_done{0};
+  uint32_t paths_used_mask = 0;
+  std::mutex m;
+  std::condition_variable cv;
+  bool finished = false;
+  int status = GE_OK;
+};
+
+// A unit of work on one path.
+struct Chunk {
+  std::shared_ptr<Copy> copy;
+  uint64_t off = 0, len = 0;
+  uint64_t host = 0;     // host address the path reads/writes (user buffer or staging slot)
+  uint64_t dev = 0;      // device address
+  int slot = -1;         // staging slot, -1 if none
+  uint64_t relay = 0;    // relay staging buffer on the via GPU
+  uint64_t relay_bytes = 0;
+  double done_t = 0;     // sim: when the link model says the chunk lands (sim seconds)
+  void *event = nullptr; // cuda: completion event
+  int attempts = 0;
+};
+
+struct Path {
+  int id = 0, gpu = 0, via = 0, dir = 0;
+  Group *group = nullptr;
+  std::deque<Chunk *> q;  // issued, waiting for completion (guarded by group->m)
+  int depth = 0;          // chunks issued and not completed (guarded by group->m)
+  bool failed = false;
+  std::atomic<bool> inject_fail{false};
+  std::atomic<uint64_t> bytes{0}, chunks{0}, cpu_ns{0};
+  // recent rate: ring of (clock, bytes) marks, guarded by rate_m
+  std::mutex rate_m;
+  double mark_t[16] = {0};
+  uint64_t mark_b[16] = {0};
+  int mark_n = 0, mark_i = 0;
+  void *stream = nullptr;  // cuda
+  std::thread worker;
+  std::condition_variable cv;
+};
+
+// All paths that can write into (read from) one GPU in one direction, and the dispatcher feeding them.
+struct Group {
+  int gpu = 0, dir = 0;
+  std::mutex m;
+  std::condition_variable cv;  // dispatcher wakes on: new copy, path room, chunk ready, slot free
+  std::deque<std::shared_ptr<Copy>> copies;
+  std::deque<Chunk *> ready;     // staged H2D chunks filled by the staging threads
+  std::deque<Chunk *> retry;     // chunks whose path failed
+  std::vector<Path *> paths;     // paths[0] is the direct path
+  std::thread dispatcher;
+};
+
+class Engine;
+
+// What differs between the sim and the CUDA data planes.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual int init(Engine &e) = 0;
+  virtual bool is_sim() const { return false; }
+  virtual int num_gpus() const = 0;
+  virtual std::string device_name(int gpu) = 0;
+  virtual double peer_gbps(int a, int b) = 0;  // 0: none
+  virtual double now() = 0;                     // backend clock, seconds
+  virtual void thread_init(int gpu) { (void)gpu; }
+  virtual int prepare_path(Path &p) { (void)p; return GE_OK; }
+  virtual void release_path(Path &p) { (void)p; }
+  // issue: called by the dispatcher under the group lock; complete: by the path's worker, no lock.
+  virtual int issue(Path &p, Chunk &c) = 0;
+  virtual int complete(Path &p, Chunk &c) = 0;
+  virtual int alloc_device(int gpu, uint64_t n, uint64_t *ptr) = 0;
+  virtual int free_device(uint64_t ptr) = 0;
+  virtual int alloc_host(uint64_t n, uint64_t *ptr) = 0;
+  virtual int free_host(uint64_t ptr) = 0;
+  virtual int classify(uint64_t ptr, int *kind, int *gpu, uint64_t *avail) = 0;
+  virtual int host_register(uint64_t ptr, uint64_t n) = 0;
+  virtual int host_unregister(uint64_t ptr) = 0;
+  virtual int stream_begin(Copy &c) { return c.stream ? GE_ENOTSUP : GE_OK; }
+  virtual void stream_end(Copy &c) { (void)c; }
+  virtual int set_link(int gpu, double gbps) { (void)gpu; (void)gbps; return GE_ENOTSUP; }
+  virtual void link_gbps(int gpu, double *h2d, double *d2h) { (void)gpu; *h2d = 0; *d2h = 0; }
+  virtual const char *error_name(int cu) { (void)cu; return nullptr; }
+};
+
+Backend *make_sim_backend(int n, const double *link_gbps, const double *latency_us, const double *peer_gbps,
+                          double nvlink_gbps, double time_scale);
+Backend *make_cuda_backend();
+const char *cuda_error_name(int cuda_result);  // nullptr until libcuda is loaded
+
+}  // namespace ge

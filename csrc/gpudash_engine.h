@@ -1,0 +1,121 @@
+/* gpudash transfer engine: the one C ABI that engine/_native.py loads with ctypes.
+ *
+ * Every function returns GE_OK (0) or an error code: negative codes are the engine's own
+ * (GE_E*), codes >= GE_CUDA_BASE are GE_CUDA_BASE + a CUresult; ge_strerror() names both.
+ * Python builds the named results from the raw structs below; nothing here allocates for the caller.
+ */
+#ifndef GPUDASH_ENGINE_H
+#define GPUDASH_ENGINE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GE_ABI_VERSION 1
+
+enum {
+  GE_OK = 0,
+  GE_EINVAL = -1,    /* bad argument (size, knob, direction) */
+  GE_ENOMEM = -2,    /* host or device allocation failed */
+  GE_ENODEV = -3,    /* no such GPU */
+  GE_EFREED = -4,    /* pointer is not a live engine/device allocation */
+  GE_ERANGE = -5,    /* buffer smaller than the copy */
+  GE_EPATH = -6,     /* every path able to carry the copy failed */
+  GE_ETIMEOUT = -7,  /* wait timed out; the copy is still running */
+  GE_ENOTSUP = -8,   /* not supported by this backend */
+  GE_ECLOSED = -9,   /* engine closed */
+  GE_ENOCUDA = -10,  /* libcuda.so.1 could not be loaded or initialised */
+  GE_EBUSY = -11,    /* resource in use by copies in flight */
+  GE_CUDA_BASE = 10000
+};
+
+enum { GE_H2D = 0, GE_D2H = 1 };
+enum { GE_MEM_PAGEABLE = 0, GE_MEM_PINNED = 1, GE_MEM_DEVICE = 2 };
+/* How the host side of a copy is reached: directly (pinned or registered) or through the staging ring. */
+enum { GE_HOST_DIRECT = 0, GE_HOST_STAGED = 1 };
+
+typedef struct {
+  uint64_t h2d_chunk_bytes;
+  uint64_t d2h_chunk_bytes;
+  uint64_t h2d_fallback_bytes;
+  uint64_t d2h_fallback_bytes;
+  int32_t outstanding;
+  int32_t direct_first;
+  int32_t staging_threads;
+  int32_t reserved;
+} ge_knobs;
+
+typedef struct {
+  int32_t gpu;        /* GPU whose memory the copy reads or writes */
+  int32_t via;        /* GPU whose host link carries the bytes (== gpu for the direct path) */
+  int32_t direction;  /* GE_H2D | GE_D2H */
+  int32_t failed;     /* path marked failed after an error (sim fault injection or CUDA error) */
+  uint64_t bytes;
+  uint64_t chunks;
+  int32_t queue_depth;
+  int32_t reserved;
+  double gbps;        /* recent rate, 10**9 B per second of the backend clock (sim time on sim) */
+  double cpu_s;       /* thread CPU seconds spent issuing and completing this path's chunks */
+} ge_path_stats;
+
+typedef struct {
+  int32_t gpu;
+  int32_t reserved;
+  uint64_t h2d_bytes;  /* payload bytes over this GPU's own host link, host -> GPU */
+  uint64_t d2h_bytes;
+  double h2d_gbps;     /* current link model bandwidth (sim); 0 when unknown (cuda) */
+  double d2h_gbps;
+} ge_link_stats;
+
+typedef struct ge_engine ge_engine;
+
+int ge_abi_version(void);
+const char *ge_strerror(int code);
+
+/* sim: n GPUs; link_gbps[n] per-direction payload rate of each GPU's host link, latency_us[n],
+ * peer_gbps[n*n] (0: no peer path), nvlink_gbps (0: peer rates are per pair, else per-GPU NVLink
+ * ingress/egress cap), time_scale: real seconds per simulated second. */
+int ge_create_sim(int n, const double *link_gbps, const double *latency_us, const double *peer_gbps,
+                  double nvlink_gbps, double time_scale, const ge_knobs *knobs, ge_engine **out);
+int ge_create_cuda(const ge_knobs *knobs, ge_engine **out);
+void ge_destroy(ge_engine *e);
+
+int ge_num_gpus(ge_engine *e);
+int ge_device_name(ge_engine *e, int gpu, char *buf, int cap);
+int ge_peer_gbps(ge_engine *e, int a, int b, double *gbps); /* 0: none; <0: P2P without a known rate */
+double ge_now(ge_engine *e); /* backend clock in seconds (sim time on sim) */
+
+int ge_set_knobs(ge_engine *e, const ge_knobs *k);
+int ge_get_knobs(ge_engine *e, ge_knobs *k);
+
+int ge_num_paths(ge_engine *e);
+int ge_stats(ge_engine *e, ge_path_stats *paths, int path_cap, ge_link_stats *links, int link_cap);
+
+/* sim only */
+int ge_sim_set_link(ge_engine *e, int gpu, double gbps);
+int ge_sim_fail_path(ge_engine *e, int gpu, int via, int direction, int fail);
+
+int ge_alloc_device(ge_engine *e, int gpu, uint64_t nbytes, uint64_t *ptr);
+int ge_free_device(ge_engine *e, uint64_t ptr);
+int ge_alloc_host(ge_engine *e, uint64_t nbytes, uint64_t *ptr); /* pinned */
+int ge_free_host(ge_engine *e, uint64_t ptr);
+/* kind: GE_MEM_*; gpu: device ordinal for device memory; avail: bytes valid from ptr (0: unknown) */
+int ge_classify(ge_engine *e, uint64_t ptr, int *kind, int *gpu, uint64_t *avail);
+int ge_host_register(ge_engine *e, uint64_t ptr, uint64_t nbytes);
+int ge_host_unregister(ge_engine *e, uint64_t ptr);
+
+/* Starts a copy; *handle identifies it until ge_release. stream: a CUstream (0: none) the copy is
+ * ordered on: it starts after work already queued there, and later work there waits for it. */
+int ge_copy(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, uint64_t nbytes,
+            int host_mode, uint64_t stream, uint64_t *handle);
+/* GE_OK when done, GE_ETIMEOUT while running (timeout_s < 0: wait forever), else the copy's error. */
+int ge_wait(ge_engine *e, uint64_t handle, double timeout_s);
+int ge_copy_chunks(ge_engine *e, uint64_t handle, uint64_t *chunks, int *paths_used);
+int ge_release(ge_engine *e, uint64_t handle);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

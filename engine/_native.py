@@ -1,0 +1,156 @@
+"""The single ctypes choke point to libgpudash_engine.so (csrc/gpudash_engine.h).
+
+The library is loaded lazily on first use. Every C call goes through `call()`, which turns an error
+code into an `EngineError` carrying the symbolic name (CUDA error names for driver failures). The C
+layer returns raw structs; the Python modules build the named, frozen results.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import site
+import sys
+import threading
+from pathlib import Path
+
+from engine.errors import EngineArgumentError, EngineError
+
+LIB_NAME = "libgpudash_engine.so"
+ABI_VERSION = 1
+
+OK, EINVAL, ENOMEM, ENODEV, EFREED, ERANGE, EPATH, ETIMEOUT, ENOTSUP, ECLOSED, ENOCUDA, EBUSY = (
+    0, -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11)
+CUDA_BASE = 10000
+H2D, D2H = 0, 1
+MEM_PAGEABLE, MEM_PINNED, MEM_DEVICE = 0, 1, 2
+HOST_DIRECT, HOST_STAGED = 0, 1
+
+
+class Knobs(ctypes.Structure):
+    _fields_ = [
+        ("h2d_chunk_bytes", ctypes.c_uint64), ("d2h_chunk_bytes", ctypes.c_uint64),
+        ("h2d_fallback_bytes", ctypes.c_uint64), ("d2h_fallback_bytes", ctypes.c_uint64),
+        ("outstanding", ctypes.c_int32), ("direct_first", ctypes.c_int32),
+        ("staging_threads", ctypes.c_int32), ("reserved", ctypes.c_int32),
+    ]
+
+
+class PathStatsC(ctypes.Structure):
+    _fields_ = [
+        ("gpu", ctypes.c_int32), ("via", ctypes.c_int32), ("direction", ctypes.c_int32), ("failed", ctypes.c_int32),
+        ("bytes", ctypes.c_uint64), ("chunks", ctypes.c_uint64), ("queue_depth", ctypes.c_int32),
+        ("reserved", ctypes.c_int32), ("gbps", ctypes.c_double), ("cpu_s", ctypes.c_double),
+    ]
+
+
+class LinkStatsC(ctypes.Structure):
+    _fields_ = [
+        ("gpu", ctypes.c_int32), ("reserved", ctypes.c_int32), ("h2d_bytes", ctypes.c_uint64),
+        ("d2h_bytes", ctypes.c_uint64), ("h2d_gbps", ctypes.c_double), ("d2h_gbps", ctypes.c_double),
+    ]
+
+
+_P = ctypes.c_void_p
+_U64 = ctypes.c_uint64
+_I = ctypes.c_int
+_D = ctypes.c_double
+_PU64 = ctypes.POINTER(ctypes.c_uint64)
+_PI = ctypes.POINTER(ctypes.c_int)
+_PD = ctypes.POINTER(ctypes.c_double)
+
+_SIGNATURES: dict[str, tuple[object, list[object]]] = {
+    "ge_abi_version": (_I, []),
+    "ge_strerror": (ctypes.c_char_p, [_I]),
+    "ge_create_sim": (_I, [_I, _PD, _PD, _PD, _D, _D, ctypes.POINTER(Knobs), ctypes.POINTER(_P)]),
+    "ge_create_cuda": (_I, [ctypes.POINTER(Knobs), ctypes.POINTER(_P)]),
+    "ge_destroy": (None, [_P]),
+    "ge_num_gpus": (_I, [_P]),
+    "ge_device_name": (_I, [_P, _I, ctypes.c_char_p, _I]),
+    "ge_peer_gbps": (_I, [_P, _I, _I, _PD]),
+    "ge_now": (_D, [_P]),
+    "ge_set_knobs": (_I, [_P, ctypes.POINTER(Knobs)]),
+    "ge_get_knobs": (_I, [_P, ctypes.POINTER(Knobs)]),
+    "ge_num_paths": (_I, [_P]),
+    "ge_stats": (_I, [_P, ctypes.POINTER(PathStatsC), _I, ctypes.POINTER(LinkStatsC), _I]),
+    "ge_sim_set_link": (_I, [_P, _I, _D]),
+    "ge_sim_fail_path": (_I, [_P, _I, _I, _I, _I]),
+    "ge_alloc_device": (_I, [_P, _I, _U64, _PU64]),
+    "ge_free_device": (_I, [_P, _U64]),
+    "ge_alloc_host": (_I, [_P, _U64, _PU64]),
+    "ge_free_host": (_I, [_P, _U64]),
+    "ge_classify": (_I, [_P, _U64, _PI, _PI, _PU64]),
+    "ge_host_register": (_I, [_P, _U64, _U64]),
+    "ge_host_unregister": (_I, [_P, _U64]),
+    "ge_copy": (_I, [_P, _I, _I, _U64, _U64, _U64, _I, _U64, _PU64]),
+    "ge_wait": (_I, [_P, _U64, _D]),
+    "ge_copy_chunks": (_I, [_P, _U64, _PU64, _PI]),
+    "ge_release": (_I, [_P, _U64]),
+}
+
+_lib: ctypes.CDLL | None = None
+_lock = threading.Lock()
+
+
+def _candidates() -> list[Path]:
+    """Where the library may be: $GPUDASH_ENGINE_LIB, beside this file (wheel), the site-packages
+    `engine` folder (editable installs), then the repository's build/ tree (development)."""
+    out: list[Path] = []
+    env = os.environ.get("GPUDASH_ENGINE_LIB")
+    if env:
+        out.append(Path(env))
+    here = Path(__file__).resolve().parent
+    out.append(here / LIB_NAME)
+    for sp in [*site.getsitepackages(), site.getusersitepackages(), *sys.path]:
+        if sp:
+            out.append(Path(sp) / "engine" / LIB_NAME)
+    out += [Path(p) for p in sorted(glob.glob(str(here.parent / "build" / "**" / LIB_NAME), recursive=True))]
+    return out
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library (loaded on first call)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            tried = []
+            for path in _candidates():
+                if path.is_file():
+                    handle = ctypes.CDLL(str(path))
+                    break
+                tried.append(str(path))
+            else:
+                raise EngineError(
+                    f"the engine's native library {LIB_NAME} was not found; build it with `pip install .` "
+                    f"or `cmake -S . -B build/dev && cmake --build build/dev`, or set GPUDASH_ENGINE_LIB "
+                    f"(looked in {', '.join(tried[:4])}, ...)", ENOTSUP, "GE_ENOTSUP")
+            for name, (res, args) in _SIGNATURES.items():
+                fn = getattr(handle, name)
+                fn.restype = res
+                fn.argtypes = args
+            if handle.ge_abi_version() != ABI_VERSION:
+                raise EngineError(f"{LIB_NAME} has ABI {handle.ge_abi_version()}, this package needs "
+                                  f"{ABI_VERSION}; rebuild it", ENOTSUP, "GE_ENOTSUP")
+            _lib = handle
+    return _lib
+
+
+def error_name(code: int) -> str:
+    return lib().ge_strerror(code).decode()
+
+
+def check(rc: int, what: str) -> None:
+    """Raise the exception matching a non-zero code; `what` says which call and on what."""
+    if rc == OK:
+        return
+    name = error_name(rc)
+    cls = EngineArgumentError if rc in (EINVAL, ENODEV, EFREED, ERANGE) else EngineError
+    raise cls(f"{what} failed: {name}", rc, name)
+
+
+def call(name: str, *args: object) -> int:
+    """Call a C function by name and return its raw result (no error translation)."""
+    return getattr(lib(), name)(*args)

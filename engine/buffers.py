@@ -1,0 +1,169 @@
+"""Turning what a caller passes to copy() into (pointer, size, memory kind): numpy and other
+buffer-protocol objects, CuPy arrays and torch tensors (__cuda_array_interface__ / DLPack), the
+engine's own DeviceBuffer / HostBuffer, and raw integer pointers with an explicit size."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from engine import _native as N
+from engine.errors import EngineArgumentError
+
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Span:
+    """A contiguous byte range and what kind of memory it is."""
+
+    ptr: int
+    nbytes: int  # bytes available from ptr (None-like 0 for raw pointers of unknown extent)
+    kind: int  # N.MEM_*
+    gpu: int | None
+    readonly: bool
+    keep: Any  # the object that must stay alive while a copy uses the range
+    owner: Any = None  # weakref-able object owning the whole allocation (registration cache key)
+    owner_ptr: int = 0
+    owner_nbytes: int = 0
+
+
+class DeviceBuffer:
+    """Device memory the engine allocated (host memory standing in for a GPU on the sim backend)."""
+
+    def __init__(self, free_fn: Callable[[int], None], ptr: int, nbytes: int, gpu: int, sim: bool):
+        self._free_fn = free_fn
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.gpu = gpu
+        self._sim = sim
+        self.freed = False
+        self.in_flight = 0
+
+    def host_view(self) -> np.ndarray:
+        """sim backend only: a uint8 numpy view of the bytes (valid until free())."""
+        if not self._sim:
+            raise EngineArgumentError("host_view() exists only on the sim backend; copy to host with d2h()")
+        if self.freed:
+            raise EngineArgumentError("this DeviceBuffer was freed; allocate a new one with alloc_device()")
+        import ctypes
+
+        return np.ctypeslib.as_array((ctypes.c_uint8 * self.nbytes).from_address(self.ptr))
+
+    def free(self) -> None:
+        if self.freed:
+            return
+        if self.in_flight:
+            raise EngineArgumentError("this DeviceBuffer is used by a copy in flight; wait() for it before free()")
+        self.freed = True
+        self._free_fn(self.ptr)
+
+    def __repr__(self) -> str:
+        state = "freed" if self.freed else f"{self.nbytes} bytes"
+        return f"DeviceBuffer(gpu={self.gpu}, {state})"
+
+
+class HostBuffer(DeviceBuffer):
+    """Pinned host memory the engine allocated; `array()` views it as numpy uint8."""
+
+    def array(self) -> np.ndarray:
+        if self.freed:
+            raise EngineArgumentError("this HostBuffer was freed; allocate a new one with alloc_host()")
+        import ctypes
+
+        return np.ctypeslib.as_array((ctypes.c_uint8 * self.nbytes).from_address(self.ptr))
+
+
+def _owner_of(arr: np.ndarray) -> tuple[Any, int, int]:
+    """The weakref-able object owning `arr`'s memory and that memory's range, or (None, 0, 0)."""
+    base: Any = arr
+    while isinstance(base, np.ndarray) and not base.flags.owndata and base.base is not None:
+        base = base.base
+    if isinstance(base, np.ndarray) and base.flags.owndata:
+        return base, base.__array_interface__["data"][0], base.nbytes
+    return None, 0, 0  # foreign owners (mmap, bytes...): lifetime unknown to us, never cached
+
+
+def _contig_error(arg: str) -> EngineArgumentError:
+    return EngineArgumentError(f"{arg} is not contiguous; pass a C-contiguous array "
+                               f"(numpy.ascontiguousarray / cupy.ascontiguousarray / tensor.contiguous())")
+
+
+def _from_cai(obj: Any, arg: str, classify: Callable[[int], tuple[int, int | None, int]]) -> Span:
+    cai = obj.__cuda_array_interface__
+    ptr, readonly = cai["data"]
+    shape = tuple(cai["shape"])
+    itemsize = np.dtype(cai["typestr"]).itemsize
+    strides = cai.get("strides")
+    if strides is not None:
+        expect, acc = [], itemsize
+        for dim in reversed(shape):
+            expect.append(acc)
+            acc *= dim
+        if any(d > 1 and s != e for d, s, e in zip(shape, strides, reversed(expect))):
+            raise _contig_error(arg)
+    nbytes = math.prod(shape) * itemsize
+    kind, gpu, _avail = classify(ptr) if ptr else (N.MEM_DEVICE, None, 0)
+    if kind != N.MEM_DEVICE and nbytes:
+        raise EngineArgumentError(f"{arg} exposes __cuda_array_interface__ but its pointer is not device memory "
+                                  f"this engine's backend knows (CuPy/torch GPU arrays need backend='cuda')")
+    return Span(ptr, nbytes, N.MEM_DEVICE, gpu, bool(readonly), obj)
+
+
+def _from_numpy(arr: np.ndarray, arg: str, keep: Any,
+                classify: Callable[[int], tuple[int, int | None, int]]) -> Span:
+    if not arr.flags.c_contiguous:
+        raise _contig_error(arg)
+    ptr = arr.__array_interface__["data"][0]
+    kind, _gpu, _avail = classify(ptr) if ptr else (N.MEM_PAGEABLE, None, 0)
+    if kind == N.MEM_DEVICE:
+        raise EngineArgumentError(f"{arg} is a host array whose memory belongs to a device allocation; "
+                                  f"pass the DeviceBuffer itself")
+    owner, optr, onb = _owner_of(arr)
+    return Span(ptr, arr.nbytes, kind, None, not arr.flags.writeable, keep, owner, optr, onb)
+
+
+def resolve(obj: Any, arg: str, nbytes: int | None,
+            classify: Callable[[int], tuple[int, int | None, int]]) -> Span:
+    """Span for `obj` (argument name `arg` in messages); `classify(ptr)` asks the backend what a
+    pointer is: (N.MEM_* kind, gpu or None, bytes available from ptr or 0 when unknown)."""
+    if isinstance(obj, DeviceBuffer):
+        if obj.freed:
+            raise EngineArgumentError(f"{arg} is a freed {type(obj).__name__}; allocate a new one")
+        kind = N.MEM_PINNED if isinstance(obj, HostBuffer) else N.MEM_DEVICE
+        return Span(obj.ptr, obj.nbytes, kind, None if kind == N.MEM_PINNED else obj.gpu, False, obj)
+    if isinstance(obj, bool):
+        raise EngineArgumentError(f"{arg} must be an array, a buffer or an integer pointer, got a boolean")
+    if isinstance(obj, int):
+        if obj <= 0:
+            raise EngineArgumentError(f"{arg} is a raw pointer but {obj} is not a valid address")
+        if nbytes is None:
+            raise EngineArgumentError(f"{arg} is a raw pointer; pass nbytes= to say how many bytes to copy")
+        kind, gpu, avail = classify(obj)
+        return Span(obj, avail if avail else nbytes, kind, gpu, False, None)
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cai(obj, arg, classify)
+    if isinstance(obj, np.ndarray):
+        return _from_numpy(obj, arg, obj, classify)
+    if hasattr(obj, "__dlpack_device__"):
+        dev_type, _dev_id = obj.__dlpack_device__()
+        if dev_type in (_DL_CPU, _DL_CUDA_HOST):
+            if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
+                raise _contig_error(arg)
+            return _from_numpy(np.from_dlpack(obj), arg, obj, classify)
+        raise EngineArgumentError(f"{arg} is a DLPack tensor on device type {dev_type} without "
+                                  f"__cuda_array_interface__; pass a CuPy array or a torch CUDA tensor")
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise EngineArgumentError(f"{arg} must be a numpy/CuPy array, torch tensor, buffer-protocol object, "
+                                  f"DeviceBuffer or integer pointer, got {type(obj).__name__}") from None
+    if not mv.c_contiguous:
+        raise _contig_error(arg)
+    arr = np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, dtype=np.uint8)
+    if mv.readonly:
+        arr.flags.writeable = False
+    return _from_numpy(arr, arg, obj, classify)

@@ -1,0 +1,397 @@
+"""TransferEngine: the Python face of the data plane. Python owns policy (which host path, what to
+cache), configuration and validation; every byte moves in C++ (csrc/)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import replace
+from typing import Any
+
+from engine import _native as N
+from engine.buffers import DeviceBuffer, HostBuffer, Span, resolve
+from engine.config import KNOBS, SIM_REAL_GBPS, EngineConfig, validate_knobs
+from engine.errors import EngineArgumentError, EngineError
+from engine.profiles import get_profile, pcie_payload_gbps
+from engine.regcache import RegistrationCache
+from engine.results import CopyInfo, EngineStats, GpuInfo, LinkStats, PathStats, Topology
+
+_DIR_NAME = {N.H2D: "h2d", N.D2H: "d2h"}
+
+
+def path_name(gpu: int, via: int, direction: int) -> str:
+    """``direct:G`` or ``relay:A->B`` with A->B in the order the bytes flow."""
+    if via == gpu:
+        return f"direct:{gpu}"
+    return f"relay:{via}->{gpu}" if direction == N.H2D else f"relay:{gpu}->{via}"
+
+
+def _stream_ptr(stream: Any) -> int:
+    """CUstream from a CuPy/torch stream object or an int; the legacy default stream becomes 0x1."""
+    if isinstance(stream, bool):
+        raise EngineArgumentError("stream must be a CuPy/torch stream or a CUstream integer, got a boolean")
+    for attr in ("ptr", "cuda_stream"):
+        if hasattr(stream, attr):
+            stream = getattr(stream, attr)
+            break
+    if not isinstance(stream, int) or stream < 0:
+        raise EngineArgumentError(f"stream must be a CuPy/torch stream or a CUstream integer, got {stream!r}")
+    return stream or 1
+
+
+class CopyHandle:
+    """A copy in flight: `wait()` blocks (and raises if it failed), `done()` polls."""
+
+    def __init__(self, eng: "TransferEngine", handle: int, info: dict[str, Any], keep: tuple[Any, ...],
+                 reg_key: int | None, devbufs: tuple[DeviceBuffer, ...]):
+        self._eng = eng
+        self._h = handle
+        self._info = info
+        self._keep = keep  # the buffers stay alive while the copy runs
+        self._reg_key = reg_key
+        self._devbufs = devbufs
+        self._lock = threading.Lock()
+        self._rc: int | None = None
+        self._result: CopyInfo | None = None
+
+    def _finish(self, rc: int) -> None:
+        chunks = ctypes.c_uint64()
+        used = ctypes.c_int()
+        N.call("ge_copy_chunks", self._eng._ptr, self._h, ctypes.byref(chunks), ctypes.byref(used))
+        N.call("ge_release", self._eng._ptr, self._h)
+        self._result = CopyInfo(chunks=chunks.value, paths_used=used.value, **self._info)
+        if self._reg_key is not None:
+            self._eng._regcache.release(self._reg_key)
+        for b in self._devbufs:
+            b.in_flight -= 1
+        self._keep = ()
+        self._rc = rc
+        self._eng._forget(self)
+
+    def _poll(self, timeout_s: float) -> bool:
+        with self._lock:
+            if self._rc is not None:
+                return True
+            rc = N.call("ge_wait", self._eng._ptr, self._h, timeout_s)
+            if rc == N.ETIMEOUT:
+                return False
+            self._finish(rc)
+            return True
+
+    def done(self) -> bool:
+        """True once the copy has finished (successfully or not; wait() raises the error)."""
+        return self._poll(0.0)
+
+    def wait(self, timeout: float | None = None) -> CopyInfo:
+        """Block until the copy lands; EngineError if it failed, TimeoutError after `timeout` seconds."""
+        waited = 0.0
+        while not self._poll(0.25 if timeout is None else min(0.25, max(timeout - waited, 0.0))):
+            waited += 0.25
+            if timeout is not None and waited >= timeout:
+                raise TimeoutError(f"copy of {self._info['nbytes']} bytes still running after {timeout} s")
+        if self._rc != N.OK:
+            name = N.error_name(self._rc)
+            raise EngineError(f"{self._info['direction']} copy of {self._info['nbytes']} bytes to/from GPU "
+                              f"{self._info['gpu']} failed: {name}", self._rc, name)
+        assert self._result is not None
+        return self._result
+
+
+class TransferEngine:
+    """Multipath host<->GPU copies over the sim or CUDA backend (see ARCHITECTURE.md)."""
+
+    def __init__(self, config: EngineConfig | None = None, **overrides: Any):
+        cfg = config or EngineConfig()
+        if overrides:
+            cfg = replace(cfg, **overrides)
+        self.config = cfg
+        self.backend = cfg.backend
+        self._knobs = cfg.knobs()
+        self._lock = threading.Lock()
+        self._inflight: set[CopyHandle] = set()
+        self._closed = False
+        self._ptr = ctypes.c_void_p()
+        kn = self._knob_struct(self._knobs)
+        self.profile = cfg.profile if cfg.backend == "sim" else None
+        if cfg.backend == "sim":
+            rig = get_profile(cfg.profile)
+            n = len(rig.gpus)
+            links = [g.link_gbps for g in rig.gpus]
+            self.time_scale = cfg.sim_time_scale or max(1.0, sum(links) / SIM_REAL_GBPS)
+            peer = [rig.peer_gbps(a, b) or 0.0 for a in range(n) for b in range(n)]
+            arr = ctypes.c_double * n
+            rc = N.call("ge_create_sim", n, arr(*links), arr(*[g.link_latency_us for g in rig.gpus]),
+                        (ctypes.c_double * (n * n))(*peer), rig.nvlink_gbps or 0.0, self.time_scale,
+                        ctypes.byref(kn), ctypes.byref(self._ptr))
+            self._rig = rig
+            self._link_state = [[g.link_gen, g.link_width] for g in rig.gpus]
+        else:
+            self.time_scale = 1.0
+            rc = N.call("ge_create_cuda", ctypes.byref(kn), ctypes.byref(self._ptr))
+        N.check(rc, f"creating the {cfg.backend} engine")
+        self.num_gpus = N.call("ge_num_gpus", self._ptr)
+        self._regcache = RegistrationCache(self._register, self._unregister, self._knobs["registration_cache_bytes"])
+        self._path_meta = [(p.gpu, p.via, p.direction) for p in self._raw_stats()[0]]
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Wait for copies in flight, drop cached registrations, stop the engine's threads."""
+        if self._closed:
+            return
+        for h in list(self._inflight):
+            try:
+                h.wait()
+            except EngineError:
+                pass
+        self._regcache.clear()
+        self._closed = True
+        N.call("ge_destroy", self._ptr)
+
+    def __enter__(self) -> "TransferEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("the engine is closed; create a new TransferEngine", N.ECLOSED, "GE_ECLOSED")
+
+    def _forget(self, h: CopyHandle) -> None:
+        with self._lock:
+            self._inflight.discard(h)
+
+    # ---- memory -----------------------------------------------------------------------------
+    def _classify(self, ptr: int) -> tuple[int, int | None, int]:
+        kind, gpu, avail = ctypes.c_int(), ctypes.c_int(), ctypes.c_uint64()
+        N.check(N.call("ge_classify", self._ptr, ptr, ctypes.byref(kind), ctypes.byref(gpu), ctypes.byref(avail)),
+                f"looking up pointer {ptr:#x}")
+        return kind.value, (gpu.value if gpu.value >= 0 else None), avail.value
+
+    def _register(self, ptr: int, nbytes: int) -> bool:
+        return not self._closed and N.call("ge_host_register", self._ptr, ptr, nbytes) == N.OK
+
+    def _unregister(self, ptr: int) -> None:
+        if not self._closed:
+            N.call("ge_host_unregister", self._ptr, ptr)
+
+    def _check_gpu(self, gpu: Any, arg: str = "gpu") -> int:
+        if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < self.num_gpus:
+            raise EngineArgumentError(f"{arg}={gpu!r} does not exist; this engine has {self.num_gpus} GPU(s), "
+                                      f"numbered 0..{self.num_gpus - 1}")
+        return gpu
+
+    def alloc_device(self, gpu: int, nbytes: int) -> DeviceBuffer:
+        """Device memory on `gpu` (host memory standing in for it on the sim backend)."""
+        self._check_open()
+        self._check_gpu(gpu)
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+            raise EngineArgumentError(f"nbytes must be a positive integer, got {nbytes!r}")
+        ptr = ctypes.c_uint64()
+        N.check(N.call("ge_alloc_device", self._ptr, gpu, nbytes, ctypes.byref(ptr)),
+                f"allocating {nbytes} bytes on GPU {gpu}")
+        return DeviceBuffer(self._free_device, ptr.value, nbytes, gpu, self.backend == "sim")
+
+    def alloc_host(self, nbytes: int) -> HostBuffer:
+        """Pinned host memory (page-locked on cuda)."""
+        self._check_open()
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+            raise EngineArgumentError(f"nbytes must be a positive integer, got {nbytes!r}")
+        ptr = ctypes.c_uint64()
+        N.check(N.call("ge_alloc_host", self._ptr, nbytes, ctypes.byref(ptr)), f"allocating {nbytes} pinned bytes")
+        return HostBuffer(self._free_host, ptr.value, nbytes, -1, self.backend == "sim")
+
+    def _free_device(self, ptr: int) -> None:
+        if not self._closed:
+            N.check(N.call("ge_free_device", self._ptr, ptr), "freeing a device buffer")
+
+    def _free_host(self, ptr: int) -> None:
+        if not self._closed:
+            N.check(N.call("ge_free_host", self._ptr, ptr), "freeing a pinned host buffer")
+
+    # ---- copies -------------------------------------------------------------------------------
+    def copy(self, dst: Any, src: Any, nbytes: int | None = None, stream: Any = None) -> CopyHandle:
+        """Copy host->GPU or GPU->host (decided from the buffers). `nbytes` defaults to all of src.
+        With `stream` (cuda), the copy starts after work queued there and later work there waits for it."""
+        self._check_open()
+        if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0):
+            raise EngineArgumentError(f"nbytes must be an integer >= 0, got {nbytes!r}")
+        d = resolve(dst, "dst", nbytes, self._classify)
+        s = resolve(src, "src", nbytes, self._classify)
+        n = s.nbytes if nbytes is None else nbytes
+        for span, arg in ((d, "dst"), (s, "src")):
+            if span.nbytes < n:
+                raise EngineArgumentError(f"{arg} is too small: it holds {span.nbytes} bytes and the copy needs {n}; "
+                                          f"pass a larger {arg} or a smaller nbytes")
+        if d.readonly:
+            raise EngineArgumentError("dst is read-only; pass a writable array or buffer")
+        if d.kind == N.MEM_DEVICE and s.kind != N.MEM_DEVICE:
+            direction, gpu, host = N.H2D, d.gpu, s
+        elif s.kind == N.MEM_DEVICE and d.kind != N.MEM_DEVICE:
+            direction, gpu, host = N.D2H, s.gpu, d
+        elif s.kind == N.MEM_DEVICE:
+            raise EngineArgumentError("dst and src are both GPU memory; this engine copies between host and GPU")
+        else:
+            raise EngineArgumentError("dst and src are both host memory; one of them must be GPU memory "
+                                      "(a DeviceBuffer, CuPy array or torch CUDA tensor)")
+        gpu = self._check_gpu(gpu, "the GPU of " + ("dst" if direction == N.H2D else "src"))
+        if n and d.ptr < s.ptr + n and s.ptr < d.ptr + n:
+            raise EngineArgumentError("dst and src overlap; pass separate buffers")
+        sptr = 0
+        if stream is not None:
+            if self.backend != "cuda":
+                raise EngineArgumentError("stream= needs backend='cuda'; the sim backend has no streams")
+            sptr = _stream_ptr(stream)
+        # our own registrations first (so eviction cannot unpin them under this copy), then pinned, else staged
+        reg_key = self._regcache.acquire(host)
+        if reg_key is not None:
+            mode, mode_name = N.HOST_DIRECT, "registered"
+        elif host.kind == N.MEM_PINNED:
+            mode, mode_name = N.HOST_DIRECT, "pinned"
+        else:
+            mode, mode_name = N.HOST_STAGED, "staged"
+        devbufs = tuple(b for b in (dst, src) if isinstance(b, DeviceBuffer))
+        for b in devbufs:
+            b.in_flight += 1
+        handle = ctypes.c_uint64()
+        rc = N.call("ge_copy", self._ptr, direction, gpu, d.ptr, s.ptr, n, mode, sptr, ctypes.byref(handle))
+        if rc != N.OK:
+            for b in devbufs:
+                b.in_flight -= 1
+            if reg_key is not None:
+                self._regcache.release(reg_key)
+            N.check(rc, f"starting a {_DIR_NAME[direction]} copy of {n} bytes")
+        info = {"direction": _DIR_NAME[direction], "gpu": gpu, "nbytes": n, "host_mode": mode_name}
+        h = CopyHandle(self, handle.value, info, (dst, src, d.keep, s.keep), reg_key, devbufs)
+        with self._lock:
+            self._inflight.add(h)
+        return h
+
+    def h2d(self, dst_dev: Any, src_host: Any, nbytes: int | None = None, stream: Any = None) -> CopyHandle:
+        """copy() that insists on host -> GPU."""
+        if self._is_device(src_host):
+            raise EngineArgumentError("h2d(): src_host is GPU memory; use d2h() or copy()")
+        return self.copy(dst_dev, src_host, nbytes, stream)
+
+    def d2h(self, dst_host: Any, src_dev: Any, nbytes: int | None = None, stream: Any = None) -> CopyHandle:
+        """copy() that insists on GPU -> host."""
+        if self._is_device(dst_host):
+            raise EngineArgumentError("d2h(): dst_host is GPU memory; use h2d() or copy()")
+        return self.copy(dst_host, src_dev, nbytes, stream)
+
+    @staticmethod
+    def _is_device(obj: Any) -> bool:
+        return (isinstance(obj, DeviceBuffer) and not isinstance(obj, HostBuffer)) or \
+            hasattr(obj, "__cuda_array_interface__")
+
+    # ---- knobs ----------------------------------------------------------------------------------
+    @staticmethod
+    def _knob_struct(k: dict[str, Any]) -> N.Knobs:
+        return N.Knobs(k["h2d_chunk_bytes"], k["d2h_chunk_bytes"], k["h2d_fallback_bytes"], k["d2h_fallback_bytes"],
+                       k["outstanding"], int(k["direct_first"]), k["staging_threads"], 0)
+
+    def set(self, **knobs: Any) -> dict[str, Any]:
+        """Change knobs live; all are validated first, so a bad value changes nothing. Copies in flight
+        keep the settings they started with. Returns the new knob values."""
+        self._check_open()
+        checked = validate_knobs(knobs)
+        with self._lock:
+            new = {**self._knobs, **checked}
+            N.check(N.call("ge_set_knobs", self._ptr, ctypes.byref(self._knob_struct(new))), "setting knobs")
+            self._knobs = new
+            self._regcache.set_cap(new["registration_cache_bytes"])
+            return dict(new)
+
+    def knobs(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._knobs)
+
+    # ---- observation ------------------------------------------------------------------------------
+    def _raw_stats(self) -> tuple[Any, Any]:
+        n = N.call("ge_num_paths", self._ptr)
+        paths = (N.PathStatsC * n)()
+        links = (N.LinkStatsC * self.num_gpus)()
+        N.call("ge_stats", self._ptr, paths, n, links, self.num_gpus)
+        return paths, links
+
+    def now(self) -> float:
+        """Backend clock in seconds (simulated seconds on sim)."""
+        return N.call("ge_now", self._ptr)
+
+    def stats(self) -> EngineStats:
+        """Per-path and per-link counters; cheap enough for every telemetry tick."""
+        self._check_open()
+        paths, links = self._raw_stats()
+        ps = tuple(PathStats(path_name(p.gpu, p.via, p.direction), p.gpu, None if p.via == p.gpu else p.via,
+                             _DIR_NAME[p.direction], p.bytes, p.chunks, p.queue_depth, p.gbps, p.cpu_s,
+                             bool(p.failed)) for p in paths)
+        ls = tuple(LinkStats(l.gpu, l.h2d_bytes, l.d2h_bytes) for l in links)
+        return EngineStats(self.backend, self.now(), ps, ls, self.knobs())
+
+    def topology(self) -> Topology:
+        self._check_open()
+        gpus = []
+        for i in range(self.num_gpus):
+            if self.backend == "sim":
+                g = self._rig.gpus[i]
+                gen, width = self._link_state[i]
+                gpus.append(GpuInfo(i, g.name, gen, width, g.link_gen, g.link_width, pcie_payload_gbps(gen, width)))
+            else:
+                buf = ctypes.create_string_buffer(256)
+                N.call("ge_device_name", self._ptr, i, buf, 256)
+                gpus.append(GpuInfo(i, buf.value.decode(), None, None, None, None, None))
+        peer = []
+        for a in range(self.num_gpus):
+            row = []
+            for b in range(self.num_gpus):
+                v = ctypes.c_double()
+                N.call("ge_peer_gbps", self._ptr, a, b, ctypes.byref(v))
+                row.append(None if v.value == 0 else max(v.value, 0.0))
+            peer.append(tuple(row))
+        names = tuple(dict.fromkeys(path_name(g, v, d) for g, v, d in self._path_meta))
+        return Topology(self.backend, self.profile, tuple(gpus), names, tuple(peer))
+
+    # ---- sim rig controls -------------------------------------------------------------------------
+    def _sim_only(self, what: str) -> None:
+        if self.backend != "sim":
+            raise EngineArgumentError(f"{what} works on the sim backend only")
+
+    def set_link(self, gpu: int, gen: int | None = None, width: int | None = None) -> None:
+        """sim: run GPU `gpu`'s host link at PCIe gen/width (None: its maximum), both directions."""
+        self._check_open()
+        self._sim_only("set_link()")
+        self._check_gpu(gpu)
+        g = self._rig.gpus[gpu]
+        gen = g.link_gen if gen is None else gen
+        width = g.link_width if width is None else width
+        if isinstance(gen, bool) or not isinstance(gen, int) or not 1 <= gen <= g.link_gen:
+            raise EngineArgumentError(f"gen={gen!r} is out of range for GPU {gpu}; it must be in [1, {g.link_gen}]")
+        if width not in (1, 2, 4, 8, 16) or width > g.link_width:
+            raise EngineArgumentError(f"width={width!r} is not valid for GPU {gpu}; use 1, 2, 4, 8 or 16, "
+                                      f"at most {g.link_width}")
+        N.check(N.call("ge_sim_set_link", self._ptr, gpu, pcie_payload_gbps(gen, width)), "setting a sim link")
+        self._link_state[gpu] = [gen, width]
+
+    def inject_fault(self, gpu: int, via: int | None = None, direction: str = "h2d", fail: bool = True) -> None:
+        """sim: make path (gpu, via, direction) fail its chunks (fail=False heals it)."""
+        self._check_open()
+        self._sim_only("inject_fault()")
+        self._check_gpu(gpu)
+        via = gpu if via is None else self._check_gpu(via, "via")
+        if direction not in ("h2d", "d2h"):
+            raise EngineArgumentError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+        d = N.H2D if direction == "h2d" else N.D2H
+        if (gpu, via, d) not in self._path_meta:
+            raise EngineArgumentError(f"there is no path from GPU {via} to GPU {gpu} on this rig")
+        N.check(N.call("ge_sim_fail_path", self._ptr, gpu, via, d, int(fail)), "injecting a fault")
+
+    @property
+    def knob_names(self) -> tuple[str, ...]:
+        return KNOBS
+
+    def __repr__(self) -> str:
+        where = f"sim:{self.profile}" if self.backend == "sim" else "cuda"
+        return f"TransferEngine({where}, {self.num_gpus} GPU(s))"
+
+    def _span(self, obj: Any, arg: str, nbytes: int | None = None) -> Span:
+        return resolve(obj, arg, nbytes, self._classify)

@@ -50,7 +50,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     from gpudash.launcher.errors import LaunchError
     from gpudash.launcher.stack import LaunchStack, default_log_dir
     from gpudash.store import Store, StoreError, StoreWriter
-    from gpudash.telemetry.factory import build_sources, sim_engine
+    from gpudash.telemetry.factory import build_sources
     from gpudash.telemetry.inbox import Inbox
     from gpudash.telemetry.sampler import Sampler
 
@@ -69,8 +69,8 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     except OSError as err:
         store.close()
         usage_error(f"cannot write the demo model ({err}); check the user cache directory is writable")
-    engine = sim_engine(source.removeprefix("sim:"), cfg) if source.startswith("sim:") else None
-    sources = build_sources(source, cfg, inbox=inbox, engine=engine, pids=stack.supervisor.pids) + stack.sources
+    # No engine passed: a sim rig brings (and closes) its own; serve records servers, not engine paths.
+    sources = build_sources(source, cfg, inbox=inbox, pids=stack.supervisor.pids) + stack.sources
     sid = store.begin_session(source, cfg, note="gpudash serve" + (" (demo)" if stack.demo else ""))
     writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max)
     requests = _Requests()
@@ -102,6 +102,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
                     signal.signal(s, handler)
     finally:
         stack.close()
+        sampler.poll_once()  # one last tick records the stop events and the stopped states
         sampler.stop()
         try:
             writer.close()
@@ -109,8 +110,6 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
             failure = failure or f"{err}; session {sid} holds the rows written before it"
         store.end_session(sid)
         store.close()
-        if engine is not None:
-            engine.close()
     if failure is not None:
         usage_error(failure)
     if not quiet:

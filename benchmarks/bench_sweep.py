@@ -44,7 +44,7 @@ def row(name: str, gpus: int, medians: list[float], target_ms: float | None) -> 
     spread = f"{min(medians) * 1e3:.3f}-{max(medians) * 1e3:.3f}"
     target = f"{target_ms:.1f}" if target_ms else "-"
     ratio = f"{med / target_ms:.2f}" if target_ms else "-"
-    return f"| {name:<34} | {gpus:>4} | {med:>9.3f} | {spread:>13} | {target:>9} | {ratio:>5} |"
+    return f"| {name:<38} | {gpus:>4} | {med:>9.3f} | {spread:>13} | {target:>9} | {ratio:>5} |"
 
 
 @click.command()
@@ -52,8 +52,8 @@ def row(name: str, gpus: int, medians: list[float], target_ms: float | None) -> 
 @click.option("--polls", default=200, show_default=True, help="Polls per run.")
 def main(runs: int, polls: int) -> None:
     """Print the sweep-cost table."""
-    click.echo("| sweep                              | GPUs | median ms | runs min-max  | target ms | ratio |")
-    click.echo("|------------------------------------|------|-----------|---------------|-----------|-------|")
+    click.echo("| sweep                                  | GPUs | median ms | runs min-max  | target ms | ratio |")
+    click.echo("|----------------------------------------|------|-----------|---------------|-----------|-------|")
     config = Config()
     engine = sim_engine("8xh20", config)
     try:

@@ -36,7 +36,12 @@ def build_sources(source_label: str, config: Config, *, inbox: Inbox | None = No
         get_profile(profile)
         owns = engine is None
         rig_engine = sim_engine(profile, config) if owns else engine
-        sources.append(SimRigSource(profile, rig_engine, load=config.sim.load, owns_engine=owns))
+        try:
+            sources.append(SimRigSource(profile, rig_engine, load=config.sim.load, owns_engine=owns))
+        except Exception:
+            if owns:
+                rig_engine.close()
+            raise
     else:
         raise ValueError(f"unknown telemetry source {source_label!r}; expected 'nvml' or 'sim:<profile>'")
     sources.append(HostSource(pids))

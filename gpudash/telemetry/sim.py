@@ -3,7 +3,8 @@
 The GPUs and links come from engine/profiles.py, the same definitions the engine's sim backend moves
 real bytes over, and the PCIe rates are the deltas of that backend's per-GPU link counters: traffic on
 a sim rig is caused by real copies (the optional background load is one more engine client, named
-`gpudash-sim-load`). Util, power, temperature and clocks are derived from that traffic plus a small
+`gpudash-sim-load`). Link generation and width are the engine's: degrading one really slows its
+copies. Util, power, temperature and clocks are derived from that traffic plus a small
 deterministic wobble, so tests can reason about them.
 """
 
@@ -14,9 +15,7 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
-
-from engine.profiles import SimRig, get_profile, pcie_payload_gbps
+from engine.profiles import SimRig, get_profile
 from gpudash.records import GpuSample
 from gpudash.telemetry.topology import sim_uuid
 
@@ -35,7 +34,7 @@ class SimLoad:
             raise ValueError(f"unknown sim load {level!r}; choose off, light or heavy")
         self.nbytes, self.pause_s = LOAD_LEVELS[level]
         self._engine = engine
-        self._host = np.zeros(self.nbytes, dtype=np.uint8)
+        self._host = engine.alloc_host(self.nbytes)
         self.buffers = [engine.alloc_device(i, self.nbytes) for i in range(len(rig.gpus))]
         self._stop = threading.Event()
         self.error: str | None = None
@@ -60,20 +59,25 @@ class SimLoad:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        for buf in [*self.buffers, self._host]:
+            buf.free()
 
 
 class SimRigSource:
-    """Telemetry source yielding `gpus` for a simulated rig; traffic comes from `engine` (sim backend)."""
+    """Telemetry source yielding `gpus` for a simulated rig; traffic and link state come from `engine`
+    (sim backend). Rates are bytes per *simulated* second (the engine's clock), so a saturated link
+    reads its modelled bandwidth however much slower than real time the sim runs."""
 
     name = "sim"
 
     def __init__(self, profile_name: str, engine: Any, *, load: str = "off", owns_engine: bool = False) -> None:
         self.rig = get_profile(profile_name)
         self.label = f"sim:{profile_name}"
+        if getattr(engine, "backend", None) != "sim" or getattr(engine, "profile", None) != profile_name:
+            raise ValueError(f"{self.label} needs a sim-backend engine built for profile {profile_name!r}, "
+                             f"got {engine!r}")
         self.engine = engine
         self._owns_engine = owns_engine
-        self._lock = threading.Lock()
-        self._links = [(g.link_gen, g.link_width) for g in self.rig.gpus]
         self._prev: dict[int, tuple[float, int, int]] = {}
         self._tick = 0
         self.load: SimLoad | None = None
@@ -81,36 +85,23 @@ class SimRigSource:
             self.load = SimLoad(engine, self.rig, load)
             self.load.start()
 
-    def _check_gpu(self, gpu: int) -> None:
-        if not 0 <= gpu < len(self.rig.gpus):
-            raise ValueError(f"GPU {gpu} does not exist on {self.label}; it has GPUs 0..{len(self.rig.gpus) - 1}")
-
     def link(self, gpu: int) -> tuple[int, int]:
-        """The (generation, width) GPU `gpu`'s link currently trains at."""
-        self._check_gpu(gpu)
-        with self._lock:
-            return self._links[gpu]
+        """The (generation, width) GPU `gpu`'s link currently trains at, as the engine models it."""
+        gpus = self.engine.topology().gpus
+        if not 0 <= gpu < len(gpus):
+            raise ValueError(f"GPU {gpu} does not exist on {self.label}; it has GPUs 0..{len(gpus) - 1}")
+        g = gpus[gpu]
+        return g.link_gen, g.link_width
 
     def degrade_link(self, gpu: int, gen: int | None = None, width: int | None = None) -> None:
-        """Train GPU `gpu`'s link down (e.g. x8 -> x4); the engine's sim link slows down to match."""
-        self._check_gpu(gpu)
-        top = self.rig.gpus[gpu]
+        """Train GPU `gpu`'s link down (e.g. x8 -> x4; None keeps that part as it is); the engine's sim
+        link slows to match. The engine validates and raises a ValueError naming the allowed range."""
         cur_gen, cur_width = self.link(gpu)
-        new_gen, new_width = gen or cur_gen, width or cur_width
-        if not 1 <= new_gen <= top.link_gen or new_width not in (1, 2, 4, 8, 16) or new_width > top.link_width:
-            raise ValueError(f"GPU {gpu} on {self.label} can train at gen1..{top.link_gen} and width "
-                             f"x1..x{top.link_width} (powers of two); got gen{new_gen} x{new_width}")
-        self.engine.set_link(gpu, gen=new_gen, width=new_width)
-        with self._lock:
-            self._links[gpu] = (new_gen, new_width)
+        self.engine.set_link(gpu, gen=cur_gen if gen is None else gen, width=cur_width if width is None else width)
 
     def restore_link(self, gpu: int) -> None:
         """Back to the link the profile says the slot and GPU support."""
-        self._check_gpu(gpu)
-        top = self.rig.gpus[gpu]
-        self.engine.set_link(gpu, gen=top.link_gen, width=top.link_width)
-        with self._lock:
-            self._links[gpu] = (top.link_gen, top.link_width)
+        self.engine.set_link(gpu)
 
     def memory_used(self, gpu: int) -> int:
         """Simulated VRAM in use: an idle context plus the background load's device buffers."""
@@ -118,21 +109,23 @@ class SimRigSource:
         return _BASE_MEM + 16 * MiB * gpu + load
 
     def poll(self) -> dict[str, tuple]:
-        ts, now = time.time(), time.monotonic()
-        links = {ls.gpu: ls for ls in self.engine.stats().links}
+        ts = time.time()
+        stats = self.engine.stats()
+        links = {ls.gpu: ls for ls in stats.links}
+        topo = self.engine.topology().gpus
         self._tick += 1
         gpus = []
         for i, g in enumerate(self.rig.gpus):
-            gen, width = self.link(i)
+            info = topo[i]
             ls = links.get(i)
             tx = rx = None
             if ls is not None:
                 prev = self._prev.get(i)
-                if prev is not None and now > prev[0]:
-                    rx = (ls.h2d_bytes - prev[1]) / (now - prev[0])
-                    tx = (ls.d2h_bytes - prev[2]) / (now - prev[0])
-                self._prev[i] = (now, ls.h2d_bytes, ls.d2h_bytes)
-            busy = min(1.0, max(tx or 0.0, rx or 0.0) / (pcie_payload_gbps(gen, width) * 1e9))
+                if prev is not None and stats.time_s > prev[0]:
+                    dt = stats.time_s - prev[0]
+                    rx, tx = (ls.h2d_bytes - prev[1]) / dt, (ls.d2h_bytes - prev[2]) / dt
+                self._prev[i] = (stats.time_s, ls.h2d_bytes, ls.d2h_bytes)
+            busy = min(1.0, max(tx or 0.0, rx or 0.0) / (info.link_gbps * 1e9))
             util = min(100.0, 2.0 + 60.0 * busy + 1.5 * (1 + math.sin(self._tick / 5.0 + i)))
             gpus.append(GpuSample(
                 ts=ts, index=i, uuid=sim_uuid(self.rig.name, i), name=g.name,
@@ -140,7 +133,7 @@ class SimRigSource:
                 power_w=round(g.power_limit_w * (0.12 + 0.6 * util / 100.0), 1),
                 temp_c=round(31.0 + 0.35 * util + i, 1),
                 sm_clock_mhz=_BUSY_CLOCK_MHZ if busy > 0.01 else _IDLE_CLOCK_MHZ,
-                pcie_tx_bps=tx, pcie_rx_bps=rx, link_gen=gen, link_width=width,
+                pcie_tx_bps=tx, pcie_rx_bps=rx, link_gen=info.link_gen, link_width=info.link_width,
                 link_gen_max=g.link_gen, link_width_max=g.link_width,
                 bar1_total=g.bar1_bytes, bar1_used=8 * MiB,
             ))

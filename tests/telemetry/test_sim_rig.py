@@ -1,0 +1,152 @@
+"""The sim rig on the real engine sim backend: labels, rates from bytes the engine moved, degraded
+links that really slow the engine, the labelled background load, and the factory."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from engine import EngineConfig, TransferEngine
+from engine.profiles import get_profile
+from gpudash.config import Config
+from gpudash.telemetry.factory import build_sources
+from gpudash.telemetry.host import HostSource
+from gpudash.telemetry.inbox import Inbox
+from gpudash.telemetry.sampler import Sampler
+from gpudash.telemetry.sim import SimRigSource
+from gpudash.telemetry.topology import read_topology
+
+MiB = 2**20
+MIXED = "rtx5080+rtx3090"
+
+
+@pytest.fixture
+def engine():
+    eng = TransferEngine(EngineConfig(backend="sim", profile=MIXED))
+    yield eng
+    eng.close()
+
+
+def test_labels_and_static_values(engine) -> None:
+    src = SimRigSource(MIXED, engine)
+    s = Sampler([src], interval_s=1, source_label=src.label)
+    first, second = s.poll_once(), s.poll_once()
+    assert second.source == "sim:rtx5080+rtx3090" and second.is_sim and second.errors == ()
+    rig = get_profile(MIXED)
+    for g, spec in zip(second.gpus, rig.gpus):
+        assert g.name == spec.name and g.uuid.startswith("GPU-sim-") and g.mem_total == spec.memory_bytes
+        assert (g.link_gen, g.link_width, g.link_gen_max, g.link_width_max) == (4, 8, 4, 8)
+        assert 0 < g.mem_used < g.mem_total and g.bar1_total == spec.bar1_bytes
+        assert 0 <= g.util_pct < 10 and 0 < g.power_w < spec.power_limit_w and 25 < g.temp_c < 60
+    assert all(g.pcie_rx_bps is None for g in first.gpus)  # no delta yet: NA, not a made-up zero
+    assert all(g.pcie_rx_bps == 0 and g.pcie_tx_bps == 0 for g in second.gpus)
+    s.stop()
+
+
+def test_rates_are_the_bytes_the_engine_moved(engine) -> None:
+    src = SimRigSource(MIXED, engine)
+    host, dev = engine.alloc_host(32 * MiB), engine.alloc_device(1, 32 * MiB)
+    t_before = engine.now()
+    src.poll()
+    engine.copy(dev, host).wait()
+    g0, g1 = src.poll()["gpus"]
+    t_after = engine.now()
+    link = engine.topology().gpus[1].link_gbps * 1e9
+    assert g0.pcie_rx_bps == 0 and g1.pcie_tx_bps == 0
+    # 32 MiB crossed GPU 1's link between the polls: at least bytes/(outer window), at most the link
+    assert 32 * MiB / (t_after - t_before) <= g1.pcie_rx_bps <= link * 1.01
+    engine.copy(host, dev).wait()
+    g1 = src.poll()["gpus"][1]
+    assert g1.pcie_tx_bps > 0 and g1.pcie_rx_bps == 0
+    assert g1.util_pct > 2.0 + 3.0  # traffic shows up as load
+    host.free()
+    dev.free()
+
+
+def _saturated_rx(src: SimRigSource, engine, gpu: int) -> float:
+    host, dev = engine.alloc_host(64 * MiB), engine.alloc_device(gpu, 64 * MiB)
+    src.poll()
+    engine.copy(dev, host).wait()
+    rate = src.poll()["gpus"][gpu].pcie_rx_bps
+    host.free()
+    dev.free()
+    return rate
+
+
+def test_degraded_link_shows_in_samples_and_slows_the_engine(engine) -> None:
+    src = SimRigSource(MIXED, engine)
+    full_bw = engine.topology().gpus[0].link_gbps * 1e9
+    full_rate = _saturated_rx(src, engine, 0)
+    src.degrade_link(0, width=2)
+    g0, g1 = src.poll()["gpus"]
+    assert (g0.link_gen, g0.link_width, g0.link_width_max) == (4, 2, 8) and g1.link_width == 8
+    slow_bw = engine.topology().gpus[0].link_gbps * 1e9
+    assert slow_bw == pytest.approx(full_bw / 4)
+    slow_rate = _saturated_rx(src, engine, 0)
+    # before: more than an x2 link could ever carry; after: capped by the x2 link the engine now models
+    assert full_rate > 1.3 * slow_bw and slow_rate <= slow_bw * 1.01
+    facts = read_topology(src.label, sim=src)
+    assert facts.gpus[0].link_degraded and not facts.gpus[1].link_degraded
+    src.restore_link(0)
+    assert src.poll()["gpus"][0].link_width == 8 and src.link(0) == (4, 8)
+
+
+def test_bad_degrade_is_refused_and_changes_nothing(engine) -> None:
+    src = SimRigSource(MIXED, engine)
+    with pytest.raises(ValueError, match="width"):
+        src.degrade_link(0, width=16)  # wider than the x8 slot
+    with pytest.raises(ValueError, match="gen"):
+        src.degrade_link(1, gen=5)
+    with pytest.raises(ValueError):
+        src.degrade_link(7, width=4)
+    assert [src.link(i) for i in (0, 1)] == [(4, 8), (4, 8)]
+
+
+def test_wrong_engine_is_refused(engine) -> None:
+    with pytest.raises(ValueError, match="profile 'h200'"):
+        SimRigSource("h200", engine)
+
+
+def test_background_load_moves_real_bytes_and_stops(engine) -> None:
+    src = SimRigSource(MIXED, engine, load="light")
+    try:
+        assert any(t.name == "gpudash-sim-load" for t in threading.enumerate())
+        src.poll()
+        time.sleep(0.8)
+        gpus = src.poll()["gpus"]
+        assert all(g.pcie_rx_bps > 0 and g.pcie_tx_bps > 0 for g in gpus)
+        assert all(ls.h2d_bytes >= 4 * MiB for ls in engine.stats().links)
+    finally:
+        src.close()
+    assert not any(t.name == "gpudash-sim-load" for t in threading.enumerate())
+    assert src.load.error is None
+
+
+def test_values_are_deterministic_without_traffic() -> None:
+    runs = []
+    for _ in range(2):
+        with TransferEngine(EngineConfig(backend="sim", profile="8xh20")) as eng:
+            src = SimRigSource("8xh20", eng)
+            runs.append([(g.util_pct, g.power_w, g.temp_c, g.mem_used) for _ in range(3) for g in src.poll()["gpus"]])
+    assert runs[0] == runs[1] and len(runs[0]) == 24
+
+
+def test_factory_builds_labelled_sources_and_owns_its_engine() -> None:
+    config = Config()
+    config.sim.load = "off"
+    inbox = Inbox()
+    sources = build_sources("sim:h200", config, inbox=inbox, pids=dict)
+    assert [type(s) for s in sources] == [SimRigSource, HostSource, Inbox]
+    rig = sources[0]
+    s = Sampler(sources, interval_s=1, source_label="sim:h200")
+    snap = s.poll_once()
+    assert snap.source == "sim:h200" and len(snap.gpus) == 1 and snap.host is not None and snap.errors == ()
+    s.stop()
+    with pytest.raises(Exception, match="closed"):
+        rig.engine.stats()
+    with pytest.raises(ValueError, match="expected 'nvml' or 'sim:<profile>'"):
+        build_sources("bogus", config)
+    with pytest.raises(ValueError, match="unknown sim profile"):
+        build_sources("sim:nope", config)

@@ -59,7 +59,7 @@ def busy_topology(source_label: str, config: Config, *, sim: Any = None, engine:
         topo, loads = links_under_load(eng, [g.index for g in read().gpus], read, seconds=load_s)
         return topo, loads, ""
     except Exception as err:  # a refused copy or allocation: report it, keep the idle facts
-        return read(), None, f"the engine load failed ({err})"
+        return read_topology(source_label), None, f"the engine load failed ({err})"
     finally:
         if owned:
             eng.close()

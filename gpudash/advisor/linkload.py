@@ -2,7 +2,8 @@
 
 One thread per GPU pushes host-to-device copies below the engine's fallback size, so each copy takes
 that GPU's own direct link; halfway through, the topology (link generation/width) is read, and the
-engine's per-link byte counters give what each link actually carried during the window.
+engine's per-link byte counters over its own clock (sim time on a sim rig) give what each link
+actually carried during the window.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ LOAD_COPY_BYTES = 8 * 2**20  # below the default 11.3 MB H2D fallback: the direc
 WARMUP_S = 0.05
 
 
-def _h2d_bytes(engine: Any) -> dict[int, int]:
-    return {ls.gpu: ls.h2d_bytes for ls in engine.stats().links}
+def _h2d_bytes(engine: Any) -> tuple[float, dict[int, int]]:
+    """The engine's clock (sim time on the sim backend) and each GPU link's cumulative H2D bytes."""
+    st = engine.stats()
+    return st.time_s, {ls.gpu: ls.h2d_bytes for ls in st.links}
 
 
 def links_under_load(engine: Any, gpus: Sequence[int], read: Callable[[], TopologyFacts],
@@ -47,11 +50,11 @@ def links_under_load(engine: Any, gpus: Sequence[int], read: Callable[[], Topolo
         t.start()
     try:
         time.sleep(WARMUP_S)
-        t0, b0 = time.monotonic(), _h2d_bytes(engine)
+        t0, b0 = _h2d_bytes(engine)
         time.sleep(seconds / 2)
         topo = read()
         time.sleep(seconds / 2)
-        t1, b1 = time.monotonic(), _h2d_bytes(engine)
+        t1, b1 = _h2d_bytes(engine)
     finally:
         stop.set()
         for t in threads:

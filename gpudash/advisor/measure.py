@@ -72,3 +72,15 @@ def layer_time_s(gpu: int, shape: LayerShape, repeats: int = 10) -> float:
     with cp.cuda.Device(gpu):
         ops = layer_operands(shape)
         return statistics.median(time_s(lambda: run_layer(ops), repeats))
+
+
+def peer_copy(src: int, dst: int, nbytes: int = 64 * 2**20, small: int = 4096) -> tuple[float, float]:
+    """(GB/s, latency us) of copies GPU `src` -> GPU `dst`: P2P where the pair supports it, else the
+    driver stages them through host memory, which is what an all-reduce between them would do too."""
+    with cp.cuda.Device(src):
+        a = cp.ones(nbytes, dtype=cp.uint8)
+    with cp.cuda.Device(dst):
+        b = cp.empty(nbytes, dtype=cp.uint8)
+        big = min(time_s(lambda: b.data.copy_from_device_async(a.data, nbytes)))
+        tiny = min(time_s(lambda: b.data.copy_from_device_async(a.data, small)))
+    return nbytes / big / 1e9, tiny * 1e6

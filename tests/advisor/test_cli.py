@@ -1,0 +1,86 @@
+"""doctor / plan / bench overlap through click: exit codes, --json that parses, one-sentence errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpudash.cli import main
+
+
+def run(*args: str, config: Path | None = None):
+    argv = (["--config", str(config)] if config else []) + list(args)
+    return CliRunner().invoke(main, argv, catch_exceptions=False)
+
+
+def test_doctor_json_on_a_sim_rig() -> None:
+    r = run("doctor", "--sim", "rtx5080+rtx3090", "--json", "--load-seconds", "0.2")
+    data = json.loads(r.stdout)
+    assert data["source"] == "sim:rtx5080+rtx3090" and data["sim"] is True
+    statuses = {c["check"]: c["status"] for c in data["checks"]}
+    assert statuses["link_busy"] == "pass" and statuses["p2p"] == "warn" and statuses["shares"] == "pass"
+    assert r.exit_code == data["exit_code"] == (1 if "fail" in statuses.values() else 0)
+
+
+def test_doctor_fails_on_overcommitted_shares(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[[servers]]\nname = "a"\nkind = "vllm"\nmodel = "m"\ngpus = [0]\nshare = 0.6\n'
+                   '[[servers]]\nname = "b"\nkind = "vllm"\nmodel = "m"\ngpus = [0]\nshare = 0.5\n')
+    r = run("doctor", "--sim", "h200", "--load-seconds", "0.1", config=cfg)
+    assert r.exit_code == 1
+    assert "FAIL  Memory shares per GPU add up to at most 1" in r.stdout
+    assert "GPU 0: a 0.6 (share) + b 0.5 (share) = 1.10" in r.stdout and "fix: lower `share`" in r.stdout
+    assert "simulated rig" in r.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("args", [["--sim", "h200", "--no-sim"], ["--sim", "nosuchrig"]])
+def test_doctor_usage_errors_exit_2(args: list[str]) -> None:
+    r = run("doctor", *args)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+def test_plan_json_lands_on_2_to_3() -> None:
+    r = run("plan", "--sim", "rtx5080+rtx3090", "--model-gb", "28.7", "--kv-gb", "4", "--json")
+    assert r.exit_code == 0
+    data = json.loads(r.stdout)
+    assert data["ts"] == "2,3" and data["sim"] is True and data["balance"] == "memory"
+    assert data["ratios"][0] == pytest.approx(0.4, abs=0.01)
+
+
+def test_plan_text_and_time_balance() -> None:
+    r = run("plan", "--sim", "rtx5080+rtx3090", "--model-gb", "8", "--balance", "time")
+    assert r.exit_code == 0 and "-ts 13,12" in r.stdout and "sim profile" in r.stdout
+
+
+def test_plan_impossible_is_one_sentence_exit_2() -> None:
+    r = run("plan", "--sim", "rtx5080+rtx3090", "--model-gb", "60")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "needs 60.0 GB" in r.stderr
+
+
+def test_plan_without_a_model_size_exit_2() -> None:
+    r = run("plan", "--sim", "h200")
+    assert r.exit_code == 2 and "--model-gb" in r.stderr
+
+
+def test_bench_overlap_json_and_table() -> None:
+    r = run("bench", "overlap", "--sim", "rtx5080+rtx3090", "--tp", "1", "--json")
+    assert r.exit_code == 0
+    data = json.loads(r.stdout)
+    assert data["sim"] is True and data["shape"]["tp"] == 1 and len(data["rows"]) == 2
+    row = data["rows"][0]
+    assert row["source"] == "sim profile" and row["achieved_s"] is None
+    assert row["result"]["hides"] is False and row["result"]["depth"] > 1
+    table = run("bench", "overlap", "--sim", "8xh20", "--tokens", "512")
+    assert table.exit_code == 0 and "SIM: arithmetic" in table.stdout
+    assert len([ln for ln in table.stdout.splitlines() if ln[:1].isdigit()]) == 8
+
+
+@pytest.mark.parametrize("args,msg", [(["--sim", "h200", "--tp", "2"], "needs 2 GPUs"),
+                                      (["--sim", "8xh20", "--hidden", "100", "--tp", "8"], "divide by tp")])
+def test_bench_overlap_bad_input_exit_2(args: list[str], msg: str) -> None:
+    r = run("bench", "overlap", *args)
+    assert r.exit_code == 2 and msg in r.stderr and "Traceback" not in r.output

@@ -150,3 +150,20 @@ def test_factory_builds_labelled_sources_and_owns_its_engine() -> None:
         build_sources("bogus", config)
     with pytest.raises(ValueError, match="unknown sim profile"):
         build_sources("sim:nope", config)
+
+
+def test_factory_with_a_given_engine_adds_its_paths_and_leaves_it_open(engine) -> None:
+    from gpudash.telemetry.engine import EngineSource
+
+    config = Config()
+    config.sim.load = "light"
+    sources = build_sources(f"sim:{MIXED}", config, engine=engine)
+    assert [type(s) for s in sources] == [SimRigSource, HostSource, EngineSource]
+    s = Sampler(sources, interval_s=1, source_label=f"sim:{MIXED}")
+    s.poll_once()
+    time.sleep(0.5)
+    snap = s.poll_once()
+    s.stop()
+    moved = {p.path: p.bytes_total for p in snap.engine_paths if p.bytes_total}
+    assert moved and all(g.pcie_rx_bps > 0 for g in snap.gpus)  # the labelled load went through this engine
+    assert engine.stats().links[0].h2d_bytes > 0  # still open: the caller owns it

@@ -11,10 +11,11 @@ A sink that raises is logged and the others still get the snapshot.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from typing import Any, Protocol
 
 from gpudash.records import HostSample, Snapshot
@@ -38,25 +39,38 @@ class Source(Protocol):
 
 
 class _Worker:
-    """One source on its own thread, with at most one poll outstanding."""
+    """One source on its own daemon thread, with at most one poll outstanding. Daemon, so a source
+    hung in a driver call cannot keep the process from exiting after `Sampler.stop`."""
 
     def __init__(self, source: Source) -> None:
         self.source = source
         self.name = source.name
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gpudash-source-{source.name}")
         self.pending: Future | None = None
+        self._requests: queue.SimpleQueue[Future | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=f"gpudash-source-{source.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (fut := self._requests.get()) is not None:
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(self.source.poll())
+            except BaseException as err:  # handed to the tick, which reports it in Snapshot.errors
+                fut.set_exception(err)
 
     def submit(self) -> Future | None:
         """Start a poll, or None when the previous one has not returned yet."""
         if self.pending is not None and not self.pending.done():
             return None
-        self.pending = self._pool.submit(self.source.poll)
+        self.pending = Future()
+        self._requests.put(self.pending)
         return self.pending
 
     def close(self, grace_s: float) -> None:
         if self.pending is not None:
             wait([self.pending], timeout=grace_s)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._requests.put(None)
         try:
             self.source.close()
         except Exception:

@@ -153,3 +153,22 @@ def test_set_interval_and_sinks_are_live() -> None:
     assert n >= 3 and len(got) == n
     with pytest.raises(ValueError):
         s.set_interval(0)
+
+
+def test_a_hung_source_does_not_keep_the_process_alive() -> None:
+    """After stop(), a source stuck forever in a driver call must not block interpreter exit."""
+    import subprocess
+    import sys
+
+    code = (
+        "import threading, time\n"
+        "from gpudash.telemetry.sampler import Sampler\n"
+        "class Hung:\n"
+        "    name = 'hung'\n"
+        "    def poll(self): threading.Event().wait()\n"
+        "    def close(self): pass\n"
+        "s = Sampler([Hung()], interval_s=0.05, source_label='nvml', source_timeout_s=0.05)\n"
+        "s.start(); time.sleep(0.3); s.stop(); print('stopped')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.strip() == "stopped", out.stderr

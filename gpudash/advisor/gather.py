@@ -29,11 +29,13 @@ def llama_build_for(config: Config) -> tuple[LlamaBuild | None, str]:
 
 
 def _engine_for(source_label: str, config: Config) -> Any:
-    from engine import EngineConfig, TransferEngine
+    """A transfer engine with the config's knobs: the sim backend on a sim rig, else CUDA."""
+    from gpudash.telemetry.factory import sim_engine
 
     if source_label.startswith("sim:"):
-        return TransferEngine(EngineConfig(**config.engine.model_dump(), backend="sim",
-                                           profile=source_label.removeprefix("sim:")))
+        return sim_engine(source_label.removeprefix("sim:"), config)
+    from engine import EngineConfig, TransferEngine
+
     return TransferEngine(EngineConfig(**config.engine.model_dump(), backend="cuda"))
 
 

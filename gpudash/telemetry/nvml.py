@@ -110,10 +110,18 @@ def device_count() -> int:
     return 0 if count is NA else int(count)
 
 
+_memory_v2 = True  # until the driver says it lacks nvmlDeviceGetMemoryInfo_v2
+
+
 def _memory(handle: Any) -> Any:
     """Memory info, v2 where the driver has it (used excludes driver-reserved memory, as nvidia-smi shows)."""
-    mem = call(pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2)
-    return call(pynvml.nvmlDeviceGetMemoryInfo, handle) if mem is NA else mem
+    global _memory_v2
+    if _memory_v2:
+        mem = call(pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2)
+        if mem is not NA:
+            return mem
+        _memory_v2 = False
+    return call(pynvml.nvmlDeviceGetMemoryInfo, handle)
 
 
 def _field_int(fv: Any) -> int | None:

@@ -79,7 +79,7 @@ class CounterPoller:
     """Background thread reading every GPU's raw (TX, RX) counters and accumulating 64-bit totals.
 
     `readers[i]()` returns GPU i's raw counters, or None when a read failed (the totals keep their
-    last value). `fast()` forces the shortest interval while a calibration copy runs.
+    last value).
     """
 
     def __init__(self, readers: Sequence[Reader], min_interval_s: float = 0.005, max_interval_s: float = 0.25,
@@ -91,9 +91,7 @@ class CounterPoller:
         self._tx = [CounterUnwrapper() for _ in self._readers]
         self._rx = [CounterUnwrapper() for _ in self._readers]
         self._totals: list[CounterTotals | None] = [None] * len(self._readers)
-        self._fast = 0
         self._stop = threading.Event()
-        self._wake = threading.Event()
         self.reads = 0
         self.interval_s = max_interval_s
         self._thread = threading.Thread(target=self._run, name="gpudash-pcie-counters", daemon=True)
@@ -104,7 +102,6 @@ class CounterPoller:
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2)
 
@@ -115,13 +112,12 @@ class CounterPoller:
 
     def read_all(self) -> float:
         """Read every GPU once; returns the fastest counter rate seen since the previous read (bytes/s)."""
+        raws = [(read(), self._clock()) for read in self._readers]  # driver calls outside the lock
         fastest = 0.0
         with self._lock:
-            for i, read in enumerate(self._readers):
-                raw = read()
+            for i, (raw, t) in enumerate(raws):
                 if raw is None:
                     continue
-                t = self._clock()
                 tx, rx = self._tx[i].update(raw[0]), self._rx[i].update(raw[1])
                 prev = self._totals[i]
                 if prev is not None and t > prev.t:
@@ -129,10 +125,6 @@ class CounterPoller:
                 self._totals[i] = CounterTotals(t, tx, rx)
             self.reads += 1
         return fastest
-
-    def fast(self) -> _FastMode:
-        """Context manager: poll at the shortest interval while inside (calibration copies)."""
-        return _FastMode(self)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -143,19 +135,6 @@ class CounterPoller:
                 time.sleep(self._min)
                 fastest = self.read_all()
             modulus = min((u.modulus for u in self._tx + self._rx), default=COUNTER_MODULUS)
-            self.interval_s = self._min if self._fast else next_interval(fastest, modulus, self._min, self._max)
-            self._wake.wait(self.interval_s)
-            self._wake.clear()
+            self.interval_s = next_interval(fastest, modulus, self._min, self._max)
+            self._stop.wait(self.interval_s)
 
-
-class _FastMode:
-    def __init__(self, poller: CounterPoller) -> None:
-        self._p = poller
-
-    def __enter__(self) -> CounterPoller:
-        self._p._fast += 1
-        self._p._wake.set()
-        return self._p
-
-    def __exit__(self, *exc: object) -> None:
-        self._p._fast -= 1

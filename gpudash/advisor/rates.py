@@ -3,10 +3,12 @@ from engine/profiles.py on sim rigs (and labelled so; a sim number is never show
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.profiles import get_profile, pcie_payload_gbps
 from gpudash.advisor.planner import GpuBudget
+from gpudash.records import GpuSample
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts
 
 SIM_SOURCE = "sim profile"
@@ -63,6 +65,21 @@ def budgets(topology: TopologyFacts, rates: dict[int, GpuRates] | None = None) -
         if free is None:
             raise RatesUnavailable(f"GPU {g.index} reports neither free nor total memory; the split cannot be planned")
         r = (rates or {}).get(g.index)
+        out.append(GpuBudget(g.index, g.name, free, r.mem_bw_gbps if r else None, r.matmul_tflops if r else None,
+                             r.source if r else ""))
+    return out
+
+
+def budgets_from_samples(gpus: Sequence[GpuSample], rates: dict[int, GpuRates] | None = None,
+                         held: dict[int, int] | None = None) -> list[GpuBudget]:
+    """Planner inputs from one tick's GPU samples (what the TUI has, live or replayed): free memory is
+    total minus used, plus `held` bytes per GPU that the server being re-split would release."""
+    out = []
+    for g in gpus:
+        if g.mem_total is None or g.mem_used is None:
+            raise RatesUnavailable(f"GPU {g.index} has no memory reading this tick; the split cannot be planned")
+        r = (rates or {}).get(g.index)
+        free = g.mem_total - g.mem_used + (held or {}).get(g.index, 0)
         out.append(GpuBudget(g.index, g.name, free, r.mem_bw_gbps if r else None, r.matmul_tflops if r else None,
                              r.source if r else ""))
     return out

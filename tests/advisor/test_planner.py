@@ -70,3 +70,17 @@ def test_bad_inputs() -> None:
         plan_split([], GB)
     with pytest.raises(PlanError):
         plan_split(rig("h200"), 0)
+
+
+def test_budgets_from_a_ticks_samples_for_the_tui() -> None:
+    from gpudash.advisor.rates import RatesUnavailable, budgets_from_samples
+    from gpudash.records import GpuSample
+
+    ticks = [GpuSample(0.0, 0, "u0", "NVIDIA GeForce RTX 5080", mem_used=6 * GiB, mem_total=16 * GiB),
+             GpuSample(0.0, 1, "u1", "NVIDIA GeForce RTX 3090", mem_used=8 * GiB, mem_total=24 * GiB)]
+    # the server being re-split holds 5 GiB + 7 GiB now: it gets them back for the new split
+    gpus = budgets_from_samples(ticks, held={0: 5 * GiB, 1: 7 * GiB})
+    assert [g.free_bytes for g in gpus] == [15 * GiB, 23 * GiB]
+    assert plan_split(gpus, 20 * GB).ts == "2,3"
+    with pytest.raises(RatesUnavailable):
+        budgets_from_samples([GpuSample(0.0, 0, "u0", "x")])

@@ -12,10 +12,12 @@ user cache directory, where `NvmlSource` picks it up.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import platformdirs
@@ -85,19 +87,20 @@ def calibrate(gpu: int = 0, chunk_bytes: int = 64 * MiB, chunks: int = 16) -> Ca
 
     with cupy.cuda.Device(_cuda_index(cupy, dev.static.pci_bus_id, gpu)):
         host = cupy.cuda.alloc_pinned_memory(chunk_bytes)
+        host_ptr = ctypes.c_void_p(host.ptr)  # older CuPy takes only a c_void_p here
         buf = cupy.empty(chunk_bytes, dtype=cupy.uint8)
-        buf.data.copy_from_host(host.ptr, chunk_bytes)  # warm up both directions
-        buf.data.copy_to_host(host.ptr, chunk_bytes)
+        buf.data.copy_from_host(host_ptr, chunk_bytes)  # warm up both directions
+        buf.data.copy_to_host(host_ptr, chunk_bytes)
         _, rx0 = settle()
         t0 = time.perf_counter()
         for _ in range(chunks):
-            buf.data.copy_from_host(host.ptr, chunk_bytes)
+            buf.data.copy_from_host(host_ptr, chunk_bytes)
             read()
         h2d_s = time.perf_counter() - t0
         tx0, rx1 = settle()
         t0 = time.perf_counter()
         for _ in range(chunks):
-            buf.data.copy_to_host(host.ptr, chunk_bytes)
+            buf.data.copy_to_host(host_ptr, chunk_bytes)
             read()
         d2h_s = time.perf_counter() - t0
         tx1, _ = settle()
@@ -106,12 +109,14 @@ def calibrate(gpu: int = 0, chunk_bytes: int = 64 * MiB, chunks: int = 16) -> Ca
                        h2d_gbps=payload / h2d_s / 1e9, d2h_gbps=payload / d2h_s / 1e9)
 
 
-def _cuda_index(cupy: object, bus_id: str, fallback: int) -> int:
+def _cuda_index(cupy: Any, bus_id: str, fallback: int) -> int:
     """CUDA's device index for an NVML bus id (CUDA may order devices differently from NVML)."""
-    runtime = cupy.cuda.runtime  # type: ignore[attr-defined]
-    for i in range(runtime.getDeviceCount()):
-        if runtime.deviceGetPCIBusId(i).lower()[-12:] == bus_id.lower()[-12:]:
-            return i
+    try:
+        for i in range(cupy.cuda.runtime.getDeviceCount()):
+            if cupy.cuda.Device(i).pci_bus_id.lower()[-12:] == bus_id.lower()[-12:]:
+                return i
+    except AttributeError:  # a CuPy without Device.pci_bus_id: trust NVML's order
+        pass
     return fallback
 
 

@@ -4,6 +4,7 @@ against a CuPy copy. Run on the GPU machine: ``pytest tests/gpu/test_nvml_gpu.py
 from __future__ import annotations
 
 import csv
+import ctypes
 import shutil
 import statistics
 import subprocess
@@ -108,10 +109,11 @@ def test_pcie_counter_calibration_and_live_rate(source: nvml.NvmlSource) -> None
     def copy_loop() -> None:
         n = 256 * MiB
         host = cupy.cuda.alloc_pinned_memory(n)
+        host_ptr = ctypes.c_void_p(host.ptr)
         buf = cupy.empty(n, dtype=cupy.uint8)
         t0 = time.perf_counter()
         while not stop.is_set():
-            buf.data.copy_from_host(host.ptr, n)
+            buf.data.copy_from_host(host_ptr, n)
             moved[0] += n
         moved[1] = time.perf_counter() - t0
 

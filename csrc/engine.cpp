@@ -362,7 +362,7 @@ class Engine {
         g.retry.push_front(ch);
         continue;
       }
-      if (p->id < 32) c->paths_used_mask |= 1u << p->id;
+      c->path_used[p->id] = 1;
       p->q.push_back(ch);
       p->depth++;
       p->cv.notify_one();
@@ -499,6 +499,7 @@ class Engine {
     c->nchunks = n ? (n + c->chunk - 1) / c->chunk : 0;
     c->remaining = c->nchunks;
     c->path_waited.assign(paths.size(), 0);
+    c->path_used.assign(paths.size(), 0);
     int rc = be->stream_begin(*c);
     if (rc) return rc;
     {
@@ -719,7 +720,7 @@ int ge_copy_chunks(ge_engine *e, uint64_t handle, uint64_t *chunks, int *paths_u
   if (!c) return GE_EINVAL;
   *chunks = c->chunks_done.load();
   std::lock_guard<std::mutex> lk(e->eng.groups[c->gpu * 2 + c->dir]->m);
-  *paths_used = int(__builtin_popcount(c->paths_used_mask));
+  *paths_used = int(std::count(c->path_used.begin(), c->path_used.end(), 1));
   return GE_OK;
 }
 

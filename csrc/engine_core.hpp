@@ -39,7 +39,7 @@ struct Copy {
   uint64_t next_chunk = 0;   // next chunk index to produce
   std::atomic<uint64_t> remaining{0};
   std::atomic<uint64_t> chunks_done{0};
-  uint32_t paths_used_mask = 0;
+  std::vector<char> path_used;    // guarded by the group mutex
   std::mutex m;
   std::condition_variable cv;
   bool finished = false;

@@ -116,12 +116,16 @@ def lib() -> ctypes.CDLL:
         return _lib
     with _lock:
         if _lib is None:
-            tried = []
-            for path in _candidates():
-                if path.is_file():
-                    handle = ctypes.CDLL(str(path))
-                    break
-                tried.append(str(path))
+            env = os.environ.get("GPUDASH_ENGINE_LIB")
+            if env and not Path(env).is_file():
+                raise EngineError(f"GPUDASH_ENGINE_LIB={env} is not a file; unset it or point it at "
+                                  f"{LIB_NAME}", ENOTSUP, "GE_ENOTSUP")
+            found = [p for p in _candidates() if p.is_file()]
+            tried = [str(p) for p in _candidates()]
+            if env:
+                handle = ctypes.CDLL(env)
+            elif found:  # the newest build wins (an editable install's copy vs a fresh cmake build)
+                handle = ctypes.CDLL(str(max(found, key=lambda p: p.stat().st_mtime)))
             else:
                 raise EngineError(
                     f"the engine's native library {LIB_NAME} was not found; build it with `pip install .` "

@@ -137,7 +137,8 @@ def resolve(obj: Any, arg: str, nbytes: int | None,
         return Span(obj.ptr, obj.nbytes, kind, None if kind == N.MEM_PINNED else obj.gpu, False, obj)
     if isinstance(obj, bool):
         raise EngineArgumentError(f"{arg} must be an array, a buffer or an integer pointer, got a boolean")
-    if isinstance(obj, int):
+    if isinstance(obj, (int, np.integer)):
+        obj = int(obj)
         if obj <= 0:
             raise EngineArgumentError(f"{arg} is a raw pointer but {obj} is not a valid address")
         if nbytes is None:

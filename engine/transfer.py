@@ -4,6 +4,7 @@ cache), configuration and validation; every byte moves in C++ (csrc/)."""
 from __future__ import annotations
 
 import ctypes
+import operator
 import threading
 from dataclasses import replace
 from typing import Any
@@ -37,6 +38,23 @@ def _stream_ptr(stream: Any) -> int:
     if not isinstance(stream, int) or stream < 0:
         raise EngineArgumentError(f"stream must be a CuPy/torch stream or a CUstream integer, got {stream!r}")
     return stream or 1
+
+
+def _as_int(value: Any) -> int | None:
+    """`value` as an int (numpy integers too), or None for non-integers and booleans."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _positive(nbytes: Any) -> int:
+    n = _as_int(nbytes)
+    if n is None or n <= 0:
+        raise EngineArgumentError(f"nbytes must be a positive integer, got {nbytes!r}")
+    return n
 
 
 class CopyHandle:
@@ -176,7 +194,8 @@ class TransferEngine:
             N.call("ge_host_unregister", self._ptr, ptr)
 
     def _check_gpu(self, gpu: Any, arg: str = "gpu") -> int:
-        if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < self.num_gpus:
+        gpu = _as_int(gpu)
+        if gpu is None or not 0 <= gpu < self.num_gpus:
             raise EngineArgumentError(f"{arg}={gpu!r} does not exist; this engine has {self.num_gpus} GPU(s), "
                                       f"numbered 0..{self.num_gpus - 1}")
         return gpu
@@ -185,8 +204,7 @@ class TransferEngine:
         """Device memory on `gpu` (host memory standing in for it on the sim backend)."""
         self._check_open()
         self._check_gpu(gpu)
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
-            raise EngineArgumentError(f"nbytes must be a positive integer, got {nbytes!r}")
+        nbytes = _positive(nbytes)
         ptr = ctypes.c_uint64()
         N.check(N.call("ge_alloc_device", self._ptr, gpu, nbytes, ctypes.byref(ptr)),
                 f"allocating {nbytes} bytes on GPU {gpu}")
@@ -195,8 +213,7 @@ class TransferEngine:
     def alloc_host(self, nbytes: int) -> HostBuffer:
         """Pinned host memory (page-locked on cuda)."""
         self._check_open()
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
-            raise EngineArgumentError(f"nbytes must be a positive integer, got {nbytes!r}")
+        nbytes = _positive(nbytes)
         ptr = ctypes.c_uint64()
         N.check(N.call("ge_alloc_host", self._ptr, nbytes, ctypes.byref(ptr)), f"allocating {nbytes} pinned bytes")
         return HostBuffer(self._free_host, ptr.value, nbytes, -1, self.backend == "sim")
@@ -214,8 +231,11 @@ class TransferEngine:
         """Copy host->GPU or GPU->host (decided from the buffers). `nbytes` defaults to all of src.
         With `stream` (cuda), the copy starts after work queued there and later work there waits for it."""
         self._check_open()
-        if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0):
-            raise EngineArgumentError(f"nbytes must be an integer >= 0, got {nbytes!r}")
+        if nbytes is not None:
+            n_ = _as_int(nbytes)
+            if n_ is None or n_ < 0:
+                raise EngineArgumentError(f"nbytes must be an integer >= 0, got {nbytes!r}")
+            nbytes = n_
         d = resolve(dst, "dst", nbytes, self._classify)
         s = resolve(src, "src", nbytes, self._classify)
         n = s.nbytes if nbytes is None else nbytes
@@ -225,6 +245,8 @@ class TransferEngine:
                                           f"pass a larger {arg} or a smaller nbytes")
         if d.readonly:
             raise EngineArgumentError("dst is read-only; pass a writable array or buffer")
+        if n and d.ptr < s.ptr + n and s.ptr < d.ptr + n:
+            raise EngineArgumentError("dst and src overlap; pass separate buffers")
         if d.kind == N.MEM_DEVICE and s.kind != N.MEM_DEVICE:
             direction, gpu, host = N.H2D, d.gpu, s
         elif s.kind == N.MEM_DEVICE and d.kind != N.MEM_DEVICE:
@@ -235,8 +257,6 @@ class TransferEngine:
             raise EngineArgumentError("dst and src are both host memory; one of them must be GPU memory "
                                       "(a DeviceBuffer, CuPy array or torch CUDA tensor)")
         gpu = self._check_gpu(gpu, "the GPU of " + ("dst" if direction == N.H2D else "src"))
-        if n and d.ptr < s.ptr + n and s.ptr < d.ptr + n:
-            raise EngineArgumentError("dst and src overlap; pass separate buffers")
         sptr = 0
         if stream is not None:
             if self.backend != "cuda":

@@ -94,7 +94,7 @@ def read_llama_build(binary: str | Path) -> LlamaBuild:
     ptx: set[int] = set()
     nccl = False
     for f in cuda_files:
-        if f.is_file():
+        if f.is_file() and f.stat().st_size > 0:  # mmap refuses empty files
             s, p, n = _scan(f)
             sass |= s
             ptx |= p

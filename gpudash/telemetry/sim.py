@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from engine.profiles import SimRig, get_profile
@@ -20,21 +21,37 @@ from gpudash.records import GpuSample
 from gpudash.telemetry.topology import sim_uuid
 
 MiB = 2**20
-# Background copies per load level: (bytes per copy, pause between rounds in seconds).
-LOAD_LEVELS: dict[str, tuple[int, float]] = {"light": (4 * MiB, 0.2), "heavy": (64 * MiB, 0.0)}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadLevel:
+    """Background copies: `nbytes` per copy; `concurrent` issues every GPU's H2D and D2H at once
+    (links busy most of the time), else one copy at a time round-robin with `pause_s` per round."""
+
+    nbytes: int
+    concurrent: bool
+    pause_s: float
+
+
+LOAD_LEVELS: dict[str, LoadLevel] = {
+    "light": LoadLevel(4 * MiB, concurrent=False, pause_s=0.2),
+    "heavy": LoadLevel(32 * MiB, concurrent=True, pause_s=0.0),
+}
 _BASE_MEM = 480 * MiB  # what an idle driver context would hold
 _IDLE_CLOCK_MHZ, _BUSY_CLOCK_MHZ = 345, 1755
 
 
 class SimLoad:
-    """Background thread pushing H2D then D2H copies through the engine, round-robin over the GPUs."""
+    """Background thread pushing H2D and D2H copies through the engine to every GPU of the rig."""
 
     def __init__(self, engine: Any, rig: SimRig, level: str) -> None:
         if level not in LOAD_LEVELS:
             raise ValueError(f"unknown sim load {level!r}; choose off, light or heavy")
-        self.nbytes, self.pause_s = LOAD_LEVELS[level]
+        self.level = LOAD_LEVELS[level]
+        self.nbytes = self.level.nbytes
         self._engine = engine
-        self._host = engine.alloc_host(self.nbytes)
+        # The bytes' content does not matter: D2H copies may land on the same host buffer at once.
+        self._src, self._dst = engine.alloc_host(self.nbytes), engine.alloc_host(self.nbytes)
         self.buffers = [engine.alloc_device(i, self.nbytes) for i in range(len(rig.gpus))]
         self._stop = threading.Event()
         self.error: str | None = None
@@ -43,15 +60,24 @@ class SimLoad:
     def start(self) -> None:
         self._thread.start()
 
+    def _round(self) -> None:
+        if self.level.concurrent:
+            handles = [self._engine.copy(buf, self._src) for buf in self.buffers]
+            handles += [self._engine.copy(self._dst, buf) for buf in self.buffers]
+            for h in handles:
+                h.wait()
+            return
+        for buf in self.buffers:
+            if self._stop.is_set():
+                return
+            self._engine.copy(buf, self._src).wait()
+            self._engine.copy(self._dst, buf).wait()
+
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                for buf in self.buffers:
-                    if self._stop.is_set():
-                        return
-                    self._engine.copy(buf, self._host).wait()
-                    self._engine.copy(self._host, buf).wait()
-                self._stop.wait(self.pause_s)
+                self._round()
+                self._stop.wait(self.level.pause_s)
         except Exception as err:  # the engine was closed under us or refused a copy: say so, stop
             self.error = f"sim load stopped: {err}"
 
@@ -59,7 +85,7 @@ class SimLoad:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        for buf in [*self.buffers, self._host]:
+        for buf in [*self.buffers, self._src, self._dst]:
             buf.free()
 
 

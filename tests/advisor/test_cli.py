@@ -84,3 +84,22 @@ def test_bench_overlap_json_and_table() -> None:
 def test_bench_overlap_bad_input_exit_2(args: list[str], msg: str) -> None:
     r = run("bench", "overlap", *args)
     assert r.exit_code == 2 and msg in r.stderr and "Traceback" not in r.output
+
+
+def test_plan_takes_the_model_size_from_the_configured_gguf(tmp_path: Path) -> None:
+    model = tmp_path / "big.gguf"
+    with model.open("wb") as f:  # sparse: 20 GB of size, no disk
+        f.truncate(20 * 10**9)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[[servers]]\nname = "l"\nmodel = "{model}"\n')
+    r = run("plan", "--sim", "rtx5080+rtx3090", "--json", config=cfg)
+    assert r.exit_code == 0 and json.loads(r.stdout)["need_bytes"] == 20 * 10**9
+
+
+def test_doctor_text_shows_the_p2p_matrix_and_the_upi_ceiling() -> None:
+    r = run("doctor", "--sim", "8xh20", "--load-seconds", "0.1")
+    lines = r.stdout.splitlines()
+    assert lines[0] == "gpudash doctor [sim:8xh20 (simulated rig, not real hardware)]"
+    assert any(ln.split() == ["GPU7", "OK", "OK", "OK", "OK", "OK", "OK", "OK", "X"] for ln in lines)
+    assert "WARN  At most 6 GPUs copying across NUMA nodes" in r.stdout
+    assert r.exit_code == (1 if any(ln.startswith("FAIL") for ln in lines) else 0)

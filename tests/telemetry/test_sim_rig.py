@@ -167,3 +167,17 @@ def test_factory_with_a_given_engine_adds_its_paths_and_leaves_it_open(engine) -
     moved = {p.path: p.bytes_total for p in snap.engine_paths if p.bytes_total}
     assert moved and all(g.pcie_rx_bps > 0 for g in snap.gpus)  # the labelled load went through this engine
     assert engine.stats().links[0].h2d_bytes > 0  # still open: the caller owns it
+
+
+def test_heavy_load_keeps_the_link_busy() -> None:
+    with TransferEngine(EngineConfig(backend="sim", profile="h200")) as eng:
+        src = SimRigSource("h200", eng, load="heavy")
+        try:
+            src.poll()
+            time.sleep(1.0)
+            (g,) = src.poll()["gpus"]
+        finally:
+            src.close()
+        link = eng.topology().gpus[0].link_gbps * 1e9
+        assert 0.25 * link < g.pcie_rx_bps <= 1.01 * link and 0.25 * link < g.pcie_tx_bps <= 1.01 * link
+        assert g.util_pct > 15 and g.sm_clock_mhz > 1000 and src.load.error is None

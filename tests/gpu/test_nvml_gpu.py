@@ -54,15 +54,18 @@ def test_static_fields_match_nvidia_smi(source: nvml.NvmlSource) -> None:
 
 
 def test_dynamic_fields_within_tolerance(source: nvml.NvmlSource) -> None:
+    """Idle GPUs retrain their link and move their power between reads, so nvidia-smi is asked just
+    before and just after the sweep and our value must match one of them (within tolerance)."""
+    before = smi()
     gpus = source.poll()["gpus"]
-    rows = smi()
-    for g, row in zip(gpus, rows):
-        assert abs(g.mem_used / MiB - float(row["memory.used"])) <= 256
-        assert g.link_gen == int(row["pcie.link.gen.current"])
-        assert g.link_width == int(row["pcie.link.width.current"])
-        smi_power = float(row["power.draw"])
-        assert abs(g.power_w - smi_power) <= max(15.0, 0.15 * smi_power), (g.power_w, smi_power)
-        assert abs(g.temp_c - float(row["temperature.gpu"])) <= 3
+    after = smi()
+    for g, b, a in zip(gpus, before, after):
+        assert any(abs(g.mem_used / MiB - float(r["memory.used"])) <= 256 for r in (b, a))
+        assert g.link_gen in {int(r["pcie.link.gen.current"]) for r in (b, a)}
+        assert g.link_width in {int(r["pcie.link.width.current"]) for r in (b, a)}
+        smi_power = [float(r["power.draw"]) for r in (b, a)]
+        assert any(abs(g.power_w - p) <= max(15.0, 0.15 * p) for p in smi_power), (g.power_w, smi_power)
+        assert any(abs(g.temp_c - float(r["temperature.gpu"])) <= 3 for r in (b, a))
         assert 0 <= g.util_pct <= 100 and g.sm_clock_mhz > 0
 
 

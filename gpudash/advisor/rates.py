@@ -42,8 +42,12 @@ def measured_rates(topology: TopologyFacts) -> dict[int, GpuRates]:
     except ImportError as err:
         raise RatesUnavailable(f"CuPy is not installed ({err}); install it (pip install 'gpudash[cuda]') to "
                                "measure throughput") from None
-    return {g.index: GpuRates(measure.memory_bandwidth_gbps(g.index), measure.matmul_tflops(g.index),
-                              MEASURED_SOURCE) for g in topology.gpus}
+    try:
+        return {g.index: GpuRates(measure.memory_bandwidth_gbps(g.index), measure.matmul_tflops(g.index),
+                                  MEASURED_SOURCE) for g in topology.gpus}
+    except Exception as err:  # CuPy's CUDA/cuBLAS/allocation errors have no common base class
+        raise RatesUnavailable(f"measuring GPU throughput with CuPy failed ({type(err).__name__}: {err}); "
+                               "check that CuPy matches the installed CUDA driver") from None
 
 
 def rates_for(topology: TopologyFacts) -> dict[int, GpuRates]:

@@ -84,3 +84,14 @@ def test_budgets_from_a_ticks_samples_for_the_tui() -> None:
     assert plan_split(gpus, 20 * GB).ts == "2,3"
     with pytest.raises(RatesUnavailable):
         budgets_from_samples([GpuSample(0.0, 0, "u0", "x")])
+
+
+def test_measured_rates_without_cupy_say_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from gpudash.advisor.rates import RatesUnavailable, measured_rates
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+    monkeypatch.delitem(sys.modules, "gpudash.advisor.measure", raising=False)
+    with pytest.raises(RatesUnavailable, match=r"CuPy is not installed .*pip install 'gpudash\[cuda\]'"):
+        measured_rates(read_topology("sim:h200"))

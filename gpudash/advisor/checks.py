@@ -73,15 +73,14 @@ def check_link_under_load(f: DoctorFacts) -> CheckResult:
         lines.append(f"{_gpu_label(g)}: {_link(g.link_gen, g.link_width)} while copying{moved} ({top})")
         if g.link_degraded:
             low.append(g.index)
-    evidence = lines
     if low:
-        return _result("link_busy", title, "fail", evidence,
+        return _result("link_busy", title, "fail", lines,
                        f"GPU {', '.join(map(str, low))} trained below max under load: reseat the card or riser, "
                        "set the slot to its full generation in the BIOS (lock slots to Gen 4/5 instead of Auto), "
                        "then confirm with `sudo lspci -vvv | grep LnkSta`")
     if unknown and len(unknown) == len(f.topology.gpus):
-        return _result("link_busy", title, "skip", evidence)
-    return _result("link_busy", title, "pass", evidence)
+        return _result("link_busy", title, "skip", lines)
+    return _result("link_busy", title, "pass", lines)
 
 
 def check_resizable_bar(f: DoctorFacts) -> CheckResult:
@@ -95,14 +94,13 @@ def check_resizable_bar(f: DoctorFacts) -> CheckResult:
         lines.append(f"{_gpu_label(g)}: BAR1 {g.bar1_total / 2**30:.2f} GiB for {g.memory_total / 2**30:.0f} GiB VRAM")
         if g.bar1_total < REBAR_MIN_FRACTION * g.memory_total:
             small.append(g.index)
-    evidence = lines
     if small:
-        return _result("rebar", title, "warn", evidence,
+        return _result("rebar", title, "warn", lines,
                        "enable Above 4G Decoding and Re-Size BAR in the BIOS (with CSM disabled, UEFI boot) so "
                        f"GPU {', '.join(map(str, small))} map all VRAM")
     if all("not reported" in ln for ln in lines):
-        return _result("rebar", title, "skip", evidence)
-    return _result("rebar", title, "pass", evidence)
+        return _result("rebar", title, "skip", lines)
+    return _result("rebar", title, "pass", lines)
 
 
 def p2p_table(topo: TopologyFacts) -> str:
@@ -175,9 +173,9 @@ def check_numa_ceiling(f: DoctorFacts) -> CheckResult:
     if len(crossing) > UPI_GPU_CEILING:
         return _result("numa_ceiling", title, "warn",
                        [evidence, f"beyond {UPI_GPU_CEILING} such GPUs the inter-socket link (UPI) caps "
-                                      "aggregate host<->GPU bandwidth, as the MMA paper measured"],
-                           "keep each GPU's pinned host buffers on its own node (one gpudash/engine per node "
-                           "under numactl, or node-local pools), or run at most six GPUs' copies at once")
+                                  "aggregate host<->GPU bandwidth, as the MMA paper measured"],
+                       "keep each GPU's pinned host buffers on its own node (one gpudash/engine per node "
+                       "under numactl, or node-local pools), or run at most six GPUs' copies at once")
     return _result("numa_ceiling", title, "pass", evidence)
 
 

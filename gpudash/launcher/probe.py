@@ -13,6 +13,7 @@ import json
 import random
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
@@ -207,7 +208,8 @@ class ProbeRunner:
         if base is None:
             return
         c = self._cfg
-        maker = self._makers.setdefault(server, PromptMaker(c.prompt_tokens, c.shared_prefix, seed=hash(server)))
+        maker = self._makers.setdefault(server, PromptMaker(c.prompt_tokens, c.shared_prefix,
+                                                            seed=zlib.crc32(server.encode())))
         try:
             model = self._models.get((server, pid)) or model_id(client, base)
         except (httpx.HTTPError, ValueError) as err:

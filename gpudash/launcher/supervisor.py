@@ -120,7 +120,7 @@ class Supervisor:
         with self._lock:
             return tuple(
                 ServerSample(ts=now, server=n, kind=s.spec.kind, state=s.state,
-                             pid=s.proc.pid if s.proc is not None and s.state != "stopped" else None,
+                             pid=s.proc.pid if s.proc is not None and s.state in ("loading", "ready") else None,
                              port=s.port, uptime_s=(now - s.started) if s.started and s.state == "ready" else None,
                              restarts=s.restarts, tokens_per_s=s.facts.tokens_per_s,
                              draft_acceptance=s.facts.draft_acceptance)

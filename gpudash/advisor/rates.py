@@ -37,8 +37,10 @@ def sim_rates(topology: TopologyFacts) -> dict[int, GpuRates]:
 
 def measured_rates(topology: TopologyFacts) -> dict[int, GpuRates]:
     """Memory bandwidth and matmul rate of every GPU, measured now with CuPy."""
+    from gpudash.advisor import measure
+
     try:
-        from gpudash.advisor import measure
+        measure.cupy()
     except ImportError as err:
         raise RatesUnavailable(f"CuPy is not installed ({err}); install it (pip install 'gpudash[cuda]') to "
                                "measure throughput") from None

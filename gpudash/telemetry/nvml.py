@@ -21,7 +21,7 @@ from typing import Any
 import pynvml
 
 from gpudash.records import GpuProcessSample, GpuSample
-from gpudash.telemetry.pcie_counters import DEFAULT_WIRE_OVERHEAD, CounterPoller, CounterTotals, rates
+from gpudash.telemetry.pcie_counters import DEFAULT_WIRE_OVERHEAD, CounterPoller, TickRates
 
 
 class _NAType:
@@ -348,24 +348,15 @@ class NvmlSource:
         self.counters.start()
         self._throughput = ThroughputPoller([d for d in self.devices if d.index not in self.counter_gpus])
         self._throughput.start()
-        self._prev: dict[int, CounterTotals] = {}
-        self._last_rates: dict[int, tuple[float, float]] = {}
+        self._tick_rates = TickRates([1.0 / (self.wire_overhead[i] or DEFAULT_WIRE_OVERHEAD)
+                                      for i in self.counter_gpus])
         uncalibrated = [i for i in self.counter_gpus if self.wire_overhead[i] is None]
         self._notes: tuple[str, ...] = () if not uncalibrated else (
             f"nvml: PCIe counters of GPU {', '.join(map(str, uncalibrated))} uncalibrated; assuming "
             f"{DEFAULT_WIRE_OVERHEAD} wire bytes per payload byte (run python -m gpudash.telemetry.pcie_calibration)",)
 
     def _rates(self) -> dict[int, tuple[float, float] | None]:
-        out: dict[int, tuple[float, float] | None] = {}
-        for index, now in zip(self.counter_gpus, self.counters.totals()):
-            prev = self._prev.get(index)
-            scale = 1.0 / (self.wire_overhead[index] or DEFAULT_WIRE_OVERHEAD)
-            r = rates(prev, now, scale) if prev is not None and now is not None else None
-            if r is not None:
-                self._last_rates[index] = r
-            if now is not None and (prev is None or r is not None):
-                self._prev[index] = now
-            out[index] = self._last_rates.get(index)
+        out = dict(zip(self.counter_gpus, self._tick_rates.update(self.counters.totals())))
         for d in self.devices:
             if d.index not in out:
                 out[d.index] = self._throughput.latest(d.index)

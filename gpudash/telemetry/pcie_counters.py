@@ -72,6 +72,30 @@ def rates(prev: CounterTotals, now: CounterTotals, scale: float) -> tuple[float,
     return (now.tx - prev.tx) / dt * scale, (now.rx - prev.rx) / dt * scale
 
 
+class TickRates:
+    """Per-tick payload rates from a poller's totals, one slot per GPU: the rate since the totals the
+    previous tick used, times that GPU's `scale` (payload per counted unit). When the poller has not
+    read since the previous tick, that tick's rate is repeated rather than reported as NA."""
+
+    def __init__(self, scales: Sequence[float]) -> None:
+        self._scales = list(scales)
+        self._prev: list[CounterTotals | None] = [None] * len(self._scales)
+        self._last: list[tuple[float, float] | None] = [None] * len(self._scales)
+
+    def update(self, totals: Sequence[CounterTotals | None]) -> list[tuple[float, float] | None]:
+        """(TX, RX) per slot, None until two distinct reads exist."""
+        for i, now in enumerate(totals):
+            prev = self._prev[i]
+            if now is None:
+                continue
+            r = rates(prev, now, self._scales[i]) if prev is not None else None
+            if prev is None or r is not None:
+                self._prev[i] = now
+            if r is not None:
+                self._last[i] = r
+        return list(self._last)
+
+
 Reader = Callable[[], tuple[int, int] | None]
 
 

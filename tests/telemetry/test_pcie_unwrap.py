@@ -6,7 +6,7 @@ import random
 import time
 
 from gpudash.telemetry.pcie_counters import (COUNTER_MODULUS, CounterPoller, CounterTotals, CounterUnwrapper,
-                                             next_interval, rates)
+                                             TickRates, next_interval, rates)
 
 M = COUNTER_MODULUS
 
@@ -95,3 +95,14 @@ def test_poller_thread_escapes_aliasing_when_a_burst_starts() -> None:
     assert p.interval_s < 0.03
     tx, _ = rates(a, b, 1.0)
     assert abs(tx - rate_bps) / rate_bps < 0.02
+
+
+def test_tick_rates_repeat_when_the_poller_has_not_read_since_the_last_tick() -> None:
+    tr = TickRates([0.5, 1.0])
+    a0, b0 = CounterTotals(1.0, 0, 0), None
+    assert tr.update([a0, b0]) == [None, None]  # one read: no rate yet, not a made-up zero
+    a1, b1 = CounterTotals(2.0, 100, 300), CounterTotals(2.0, 7, 7)
+    assert tr.update([a1, b1]) == [(50.0, 150.0), None]
+    assert tr.update([a1, b1]) == [(50.0, 150.0), None]  # no new read: previous rate repeated
+    a2, b2 = CounterTotals(4.0, 100, 500), CounterTotals(3.0, 17, 27)
+    assert tr.update([a2, b2]) == [(0.0, 50.0), (10.0, 20.0)]

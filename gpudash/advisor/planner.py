@@ -72,12 +72,13 @@ class SplitPlan:
 def ts_argument(ratios: Sequence[float], tolerance: float = 0.01) -> str:
     """The shortest integer ratio within `tolerance` of each share (e.g. 0.397/0.603 -> "2,3")."""
     n = len(ratios)
-    for total in range(n, 20 * n + 1):
+    for total in range(1, 20 * n + 1):
         ints = [round(r * total) for r in ratios]
-        if min(ints) > 0 and all(abs(i / sum(ints) - r) <= tolerance for i, r in zip(ints, ratios)):
+        if (sum(ints) and all(i > 0 or r == 0 for i, r in zip(ints, ratios))
+                and all(abs(i / sum(ints) - r) <= tolerance for i, r in zip(ints, ratios))):
             g = math.gcd(*ints)
             return ",".join(str(i // g) for i in ints)
-    pct = [max(1, round(r * 100)) for r in ratios]
+    pct = [max(1, round(r * 100)) if r > 0 else 0 for r in ratios]
     g = math.gcd(*pct)
     return ",".join(str(p // g) for p in pct)
 

@@ -60,7 +60,8 @@ def test_time_balance_needs_rates() -> None:
 
 @pytest.mark.parametrize("ratios,ts", [((0.3974, 0.6026), "2,3"), ((0.5, 0.5), "1,1"),
                                        ((0.125,) * 8, "1,1,1,1,1,1,1,1"), ((0.7, 0.2, 0.1), "7,2,1"),
-                                       ((0.511, 0.489), "13,12")])
+                                       ((0.511, 0.489), "13,12"), ((0.0, 1.0), "0,1"),
+                                       ((0.0, 0.4, 0.6), "0,2,3")])
 def test_ts_argument_is_the_shortest_close_integer_ratio(ratios, ts) -> None:
     assert ts_argument(ratios) == ts
 
@@ -95,3 +96,9 @@ def test_measured_rates_without_cupy_say_how_to_install_it(monkeypatch: pytest.M
     monkeypatch.delitem(sys.modules, "gpudash.advisor.measure", raising=False)
     with pytest.raises(RatesUnavailable, match=r"CuPy is not installed .*pip install 'gpudash\[cuda\]'"):
         measured_rates(read_topology("sim:h200"))
+
+
+def test_a_gpu_without_usable_memory_gets_no_share() -> None:
+    gpus = [GpuBudget(0, "full", 256 * 2**20), GpuBudget(1, "a", 16 * GiB), GpuBudget(2, "b", 24 * GiB)]
+    plan = plan_split(gpus, 10 * GB)
+    assert plan.ts == "0,2,3" and plan.shares[0].assigned_bytes == 0

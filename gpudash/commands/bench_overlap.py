@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from gpudash.commands.common import pass_config, resolve_source, sim_options, usage_error
 from gpudash.config import Config
 
+if TYPE_CHECKING:
+    from gpudash.advisor.baseline import OverlapRow
+    from gpudash.advisor.overlap import LayerShape
+
 
 def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:.3f}"
 
 
-def render(source: str, shape, rows: list) -> str:
+def render(source: str, shape: LayerShape, rows: list[OverlapRow]) -> str:
     """A side-by-side table: serial vs overlapped, ideal vs achieved."""
     sim = source.startswith("sim:")
     head = (f"gpudash bench overlap [{source}]"

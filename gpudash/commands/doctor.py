@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 import sys
 
 import click
@@ -13,10 +14,13 @@ import click
 from gpudash.commands.common import pass_config, resolve_source, sim_options
 from gpudash.config import Config
 
+if TYPE_CHECKING:
+    from gpudash.advisor.checks import CheckResult
+
 _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP"}
 
 
-def render(source: str, results: list) -> str:
+def render(source: str, results: list[CheckResult]) -> str:
     """The human report: one block per check, evidence lines indented, the fix last."""
     label = f"{source} (simulated rig, not real hardware)" if source.startswith("sim:") else source
     out = [f"gpudash doctor [{label}]", ""]

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from gpudash.commands.common import pass_config, resolve_source, sim_options, usage_error
 from gpudash.config import Config
 
+if TYPE_CHECKING:
+    from gpudash.advisor.planner import SplitPlan
+
 GB = 10**9
 
 
-def render(source: str, plan) -> str:
+def render(source: str, plan: SplitPlan) -> str:
     """The plan as a table plus the -ts argument and the reason."""
     label = f"{source} (simulated rig; rates from its profile)" if source.startswith("sim:") else source
     lines = [f"gpudash plan [{label}] balance={plan.balance}, need {plan.need_bytes / GB:.1f} GB", "",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING
 import sys
+from typing import TYPE_CHECKING
 
 import click
 

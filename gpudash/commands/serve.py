@@ -78,6 +78,10 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
                       source_timeout_s=cfg.sampling.source_timeout_s)
     stop = threading.Event()
     failure: str | None = None
+    # While servers load, SIGTERM interrupts like Ctrl-C (KeyboardInterrupt), so the finally below still
+    # stops what was started; once all are up, both signals just end the wait.
+    previous = {signal.SIGINT: signal.getsignal(signal.SIGINT),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, signal.default_int_handler)}
     sampler.start()
     try:
         if not quiet:
@@ -87,20 +91,22 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
             stack.start()
         except LaunchError as err:
             failure = str(err)
-        if failure is None:
-            previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-            try:
+        except KeyboardInterrupt:
+            stop.set()
+            click.echo("gpudash serve: interrupted while starting; stopping what was started", err=True)
+        if failure is None and not stop.is_set():
+            for s in previous:
+                signal.signal(s, lambda *_: stop.set())
+            if not quiet:
+                for name in stack.supervisor.specs():
+                    click.echo(f"gpudash serve: {name} ready at {stack.supervisor.base_url(name)} "
+                               f"(log {stack.supervisor.log_path(name)})", err=True)
+            while not stop.wait(STATUS_EVERY_S) and writer.error is None:
                 if not quiet:
-                    for name in stack.supervisor.specs():
-                        click.echo(f"gpudash serve: {name} ready at {stack.supervisor.base_url(name)} "
-                                   f"(log {stack.supervisor.log_path(name)})", err=True)
-                while not stop.wait(STATUS_EVERY_S) and writer.error is None:
-                    if not quiet:
-                        _status(stack, requests)
-            finally:
-                for s, handler in previous.items():
-                    signal.signal(s, handler)
+                    _status(stack, requests)
     finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         stack.close()
         sampler.poll_once()  # one last tick records the stop events and the stopped states
         sampler.stop()

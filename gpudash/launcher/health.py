@@ -21,6 +21,12 @@ def connect_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
 
 
+def url_host(host: str) -> str:
+    """`connect_host` as it goes into a URL (IPv6 addresses in brackets)."""
+    h = connect_host(host)
+    return f"[{h}]" if ":" in h else h
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS says is free right now on `host`."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:

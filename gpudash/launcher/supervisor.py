@@ -25,7 +25,7 @@ from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary
 from gpudash.launcher.errors import LaunchError
-from gpudash.launcher.health import NotHealthy, connect_host, free_port, port_free, wait_healthy
+from gpudash.launcher.health import NotHealthy, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.logparse import LogFacts, parse_line
 from gpudash.records import Event, ServerSample
 
@@ -90,7 +90,7 @@ class Supervisor:
         """http://host:port of a server once it has a port, else None."""
         with self._lock:
             s = self._get(name)
-            return None if s.port is None else f"http://{connect_host(s.spec.host)}:{s.port}"
+            return None if s.port is None else f"http://{url_host(s.spec.host)}:{s.port}"
 
     def pids(self) -> dict[int, str]:
         """{pid: server} for every running server process and its descendants (vLLM workers)."""
@@ -263,7 +263,7 @@ class Supervisor:
         srv.reader = threading.Thread(target=self._read_log, args=(srv, proc, log), daemon=True,
                                       name=f"gpudash-log-{name}")
         srv.reader.start()
-        url = f"http://{connect_host(spec.host)}:{port}/health"
+        url = f"http://{url_host(spec.host)}:{port}/health"
         try:
             wait_healthy(proc, url, spec.health_timeout_s)
         except NotHealthy as err:
@@ -277,7 +277,7 @@ class Supervisor:
             raise LaunchError(name, cause) from None
         with self._lock:
             srv.state, srv.started = "ready", time.time()
-        self._event("server.ready", name, new=f"{connect_host(spec.host)}:{port}")
+        self._event("server.ready", name, new=f"{url_host(spec.host)}:{port}")
         threading.Thread(target=self._wait_exit, args=(srv, proc), daemon=True, name=f"gpudash-wait-{name}").start()
 
     def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO) -> None:

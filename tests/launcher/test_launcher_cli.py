@@ -180,3 +180,28 @@ def test_serve_demo_default(tmp_path: Path, llama_server) -> None:
     assert list((tmp_path / "xdg_cache_home" / "gpudash").glob("demo-llama-*.gguf"))
     rows = query(db, "select cached_tokens, prompt_tokens from requests where ok = 1")
     assert all(p > 0 for _, p in rows)
+
+
+def test_serve_sigterm_while_loading_stops_the_loader(tmp_path: Path, tiny_model) -> None:
+    slow = tmp_path / "slow-server"
+    slow.write_text(f"#!{sys.executable}\nimport sys, time\n"
+                    "if '--help' in sys.argv: print('-m  m\\n--host  h\\n--port  p\\n--metrics  x'); sys.exit(0)\n"
+                    "time.sleep(600)\n")
+    slow.chmod(0o755)
+    cfg = tmp_path / "gpudash.toml"
+    cfg.write_text(f'[[servers]]\nname = "slow"\nmodel = "{tiny_model}"\nbinary = "{slow}"\n')
+    proc = _serve(tmp_path, "--config", str(cfg), "--db", str(tmp_path / "s.db"), "--sim", "h200", "--quiet")
+    try:
+        deadline = time.monotonic() + 30
+        while not _servers_of(proc.pid):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        loaders = _servers_of(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert "interrupted while starting" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_gone(loaders)
+    assert query(tmp_path / "s.db", "select count(*) from sessions where ended is null") == [(0,)]

@@ -48,8 +48,9 @@ class RegistrationCache:
             self._cap = cap_bytes
             self._evict(0)
 
-    def acquire(self, span: Span) -> int | None:
-        """Registration key covering `span` (caller must release()), or None: use the staging ring."""
+    def acquire(self, span: Span, now: bool = False) -> int | None:
+        """Registration key covering `span` (caller must release()), or None: use the staging ring.
+        `now`: register on first sight instead of waiting for the buffer to be reused."""
         owner = span.owner
         if owner is None:
             return None
@@ -64,7 +65,7 @@ class RegistrationCache:
             self.misses += 1
             if key in self._refused:
                 return None
-            if key not in self._seen:  # one-shot so far
+            if key not in self._seen and not now:  # one-shot so far
                 self._seen[key] = None
                 if len(self._seen) > 4096:
                     self._seen.popitem(last=False)

@@ -227,10 +227,15 @@ class TransferEngine:
             N.check(N.call("ge_free_host", self._ptr, ptr), "freeing a pinned host buffer")
 
     # ---- copies -------------------------------------------------------------------------------
-    def copy(self, dst: Any, src: Any, nbytes: int | None = None, stream: Any = None) -> CopyHandle:
+    def copy(self, dst: Any, src: Any, nbytes: int | None = None, stream: Any = None,
+             pageable: str = "auto") -> CopyHandle:
         """Copy host->GPU or GPU->host (decided from the buffers). `nbytes` defaults to all of src.
-        With `stream` (cuda), the copy starts after work queued there and later work there waits for it."""
+        With `stream` (cuda), the copy starts after work queued there and later work there waits for it.
+        `pageable` overrides the policy for pageable host memory: "auto" (stage one-shot buffers, register
+        reused ones), "stage" (always the staging ring) or "register" (pin through the cache now)."""
         self._check_open()
+        if pageable not in ("auto", "stage", "register"):
+            raise EngineArgumentError(f"pageable must be 'auto', 'stage' or 'register', got {pageable!r}")
         if nbytes is not None:
             n_ = _as_int(nbytes)
             if n_ is None or n_ < 0:
@@ -263,7 +268,7 @@ class TransferEngine:
                 raise EngineArgumentError("stream= needs backend='cuda'; the sim backend has no streams")
             sptr = _stream_ptr(stream)
         # our own registrations first (so eviction cannot unpin them under this copy), then pinned, else staged
-        reg_key = self._regcache.acquire(host)
+        reg_key = None if pageable == "stage" else self._regcache.acquire(host, now=pageable == "register")
         if reg_key is not None:
             mode, mode_name = N.HOST_DIRECT, "registered"
         elif host.kind == N.MEM_PINNED:

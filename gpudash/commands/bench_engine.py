@@ -1,0 +1,147 @@
+"""`gpudash bench engine`: the transfer engine against the native copy, in one table (ratio column,
+core-seconds per GB), plus the sim 8xh20 relay figure; `--tune` sweeps chunk sizes and fallback
+thresholds and writes them into the user config's [engine] section. Results go into the store."""
+
+from __future__ import annotations
+
+import json
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+import tomli_w
+
+from engine import EngineConfig, EngineError, TransferEngine
+from engine.profiles import PROFILES
+from gpudash.commands.common import db_option, db_path, pass_config, resolve_source, usage_error
+from gpudash.config import Config, ConfigError, default_config_path, parse_size, validate
+from gpudash.records import Event
+
+
+def _size(n: int) -> str:
+    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n / 1e6:.2f} MB"
+
+
+def render(title: str, baseline: str, rows: list[Any]) -> str:
+    head = (f"{'dir':<4} {'memory':<18} {'size':>9} {'engine GB/s':>12} {'native GB/s':>12} {'ratio':>7} "
+            f"{'x pinned-nat':>12} {'eng core-s/GB':>13} {'nat core-s/GB':>13} {'engine path':<11} {'reps':>4}")
+    lines = [title, f"baseline: {baseline}; medians; ratio = engine / native on the same buffers", head,
+             "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.direction:<4} {r.memory:<18} {_size(r.size):>9} {r.engine_gbps:>12.2f} {r.native_gbps:>12.2f} "
+                     f"{r.ratio:>6.2f}x {r.vs_pinned_native:>11.2f}x {r.engine_core_s_per_gb:>13.4f} "
+                     f"{r.native_core_s_per_gb:>13.4f} {r.engine_path:<11} {r.reps:>4}")
+    return "\n".join(lines)
+
+
+def write_engine_knobs(path: Path, knobs: dict[str, int]) -> None:
+    """Merge `knobs` into the [engine] table of the TOML file at `path` (created if missing), validated
+    as a whole first so a bad result never reaches the file. Comments in the file are not kept."""
+    data: dict[str, Any] = {}
+    if path.exists():
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data.setdefault("engine", {}).update(knobs)
+    validate(data, str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+
+
+def _record(cfg: Config, db: str | None, source: str, rows: list[Any], tuned: dict[str, int] | None) -> str:
+    from gpudash.store import Store
+
+    path = db_path(cfg, db)
+    store = Store.open(path)
+    try:
+        sid = store.begin_session(source, cfg, note="bench engine")
+        now = time.time()
+        if tuned:
+            store.record_event(sid, Event(now, "autotune", "engine.autotune", "engine", None, tuned))
+        for r in rows:
+            store.record_event(sid, Event(now, "bench", "bench.engine", f"{r.direction} {r.memory} {r.size}",
+                                          {"native_gbps": r.native_gbps}, r.as_dict()))
+        store.end_session(sid)
+    finally:
+        store.close()
+    return f"recorded as session {sid} in {path}"
+
+
+@click.command("engine")
+@click.option("--backend", type=click.Choice(["cuda", "sim"]), default=None,
+              help="Default: cuda when an NVIDIA driver is present, else the sim rig.")
+@click.option("--profile", type=click.Choice(sorted(PROFILES)), default=None,
+              help="Sim rig for --backend sim (default: the config's [sim] profile).")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the results as JSON.")
+@click.option("--tune", is_flag=True, default=False,
+              help="Sweep chunk sizes and fallback thresholds, write them into the user config, then bench.")
+@click.option("--sizes", default=None, help="Comma-separated copy sizes, e.g. 64KiB,16MiB,1GiB.")
+@click.option("--no-store", is_flag=True, default=False, help="Do not record the results in the store.")
+@db_option
+@pass_config
+@click.pass_context
+def bench_engine(ctx: click.Context, cfg: Config, backend: str | None, profile: str | None, as_json: bool,
+                 tune: bool, sizes: str | None, no_store: bool, db: str | None) -> None:
+    """Engine vs native copies (H2D/D2H; pinned, pageable one-shot and reused)."""
+    from engine.autotune import tune as run_tune
+    from engine.bench import check_engine, relay_figure, run_bench, side_for
+
+    try:
+        size_list = tuple(parse_size(s) for s in sizes.split(",")) if sizes else None
+    except ValueError as err:
+        usage_error(f"--sizes: {err}")
+    if size_list and any(n <= 0 for n in size_list):
+        usage_error("--sizes: every size must be at least 1 byte")
+    if backend is None:
+        backend = "cuda" if resolve_source(cfg, None, False, quiet=True) == "nvml" else "sim"
+    prof = profile or cfg.sim.profile
+    source = "cuda" if backend == "cuda" else f"sim:{prof}"
+    try:
+        eng = TransferEngine(EngineConfig(**cfg.engine.model_dump(), backend=backend, profile=prof))
+        check_engine(eng)
+    except EngineError as err:
+        usage_error(f"cannot run the {backend} engine bench: {err}")
+    say = (lambda m: None) if as_json else (lambda m: click.echo(f"  ... {m}", err=True))
+    out: dict[str, Any] = {"source": source, "sim": backend == "sim"}
+    tuned = None
+    with eng:
+        if tune:
+            res = run_tune(eng, progress=say)
+            path = Path(ctx.find_root().obj.get("config_path") or default_config_path())
+            try:
+                write_engine_knobs(path, res.knobs)
+            except (ConfigError, tomllib.TOMLDecodeError, OSError) as err:
+                usage_error(f"cannot write the tuned knobs into {path}: {err}")
+            eng.set(**res.knobs)
+            tuned = res.knobs
+            out["tune"] = {"knobs": res.knobs, "table": res.table, "notes": res.notes, "config": str(path)}
+        rows = list(run_bench(eng, size_list, progress=say))
+        out["knobs"] = eng.knobs()
+        out["device"] = eng.topology().gpus[0].name
+        out["baseline"] = side_for(eng).label
+    out["rows"] = [r.as_dict() for r in rows]
+    fig = relay_figure("8xh20")
+    out["relay_8xh20_sim"] = {"measured_gbps": fig.measured_gbps, "model_gbps": fig.model_gbps,
+                              "percent": fig.percent, "relays": fig.relays}
+    if not no_store:
+        try:
+            out["store"] = _record(cfg, db, source, rows, tuned)
+        except Exception as err:  # the bench result stands even if the store is unavailable
+            out["store"] = f"not recorded: {err}"
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    if tune:
+        click.echo(f"autotune ({source}): wrote {tuned} into [engine] of {out['tune']['config']}")
+        for what, value, r in out["tune"]["table"]:
+            click.echo(f"  {what:<22} {value:>12} {r:>9.2f}")
+        for note in out["tune"]["notes"]:
+            click.echo(f"  note: {note}")
+    label = f"SIM rig {prof} (simulated seconds; not GPU numbers)" if backend == "sim" else f"cuda: {out['device']}"
+    click.echo(render(f"gpudash bench engine: {label}; knobs {out['knobs']}", out["baseline"], rows))
+    click.echo(f"sim 8xh20 (SIM): copies into GPU 0 over its link + {fig.relays} relays: {fig.measured_gbps:.1f} GB/s "
+               f"of the {fig.model_gbps:.1f} GB/s the link model allows ({fig.percent:.1f}%)")
+    click.echo(out["store"] if "store" in out else "")

@@ -138,6 +138,8 @@ def check_numa_affinity(f: DoctorFacts) -> CheckResult:
     """GPUs on a NUMA node other than the CPUs gpudash's engine threads run on."""
     title = "GPUs on the engine threads' NUMA node"
     cpu = f.cpu
+    if f.topology.numa_nodes == 1:
+        return _result("numa_affinity", title, "pass", "one NUMA node: every GPU is local to every CPU")
     if cpu.nodes is None:
         return _result("numa_affinity", title, "skip", f"NUMA nodes of the CPUs unknown ({cpu.note})")
     known = [g for g in f.topology.gpus if g.numa_node is not None and g.numa_node >= 0]
@@ -158,6 +160,8 @@ def check_numa_affinity(f: DoctorFacts) -> CheckResult:
 def check_numa_ceiling(f: DoctorFacts) -> CheckResult:
     """More than six GPUs copying across NUMA nodes: the inter-socket link becomes the ceiling."""
     title = f"At most {UPI_GPU_CEILING} GPUs copying across NUMA nodes"
+    if f.topology.numa_nodes == 1:
+        return _result("numa_ceiling", title, "pass", "one NUMA node: no copy crosses an inter-socket link")
     gpus = [g for g in f.topology.gpus if g.numa_node is not None and g.numa_node >= 0]
     if f.cpu.nodes is None or not gpus:
         return _result("numa_ceiling", title, "skip", "NUMA placement of CPUs or GPUs unknown")

@@ -99,7 +99,18 @@ def test_gpu_on_other_node_warns() -> None:
 
 
 def test_numa_unknown_is_skipped() -> None:
-    assert checks.check_numa_affinity(facts(nodes=None)).status == "skip"
+    topo = dataclasses.replace(read_topology("sim:8xh20"), numa_nodes=None)
+    assert checks.check_numa_affinity(facts(topology=topo, nodes=None)).status == "skip"
+    unknown_gpus = dataclasses.replace(topo, gpus=tuple(dataclasses.replace(g, numa_node=-1) for g in topo.gpus))
+    assert checks.check_numa_affinity(facts(topology=unknown_gpus)).status == "skip"
+    assert checks.check_numa_ceiling(facts(topology=unknown_gpus)).status == "skip"
+
+
+def test_single_numa_node_box_passes_both_numa_checks() -> None:
+    topo = read_topology("sim:rtx5080+rtx3090")
+    assert topo.numa_nodes == 1
+    assert checks.check_numa_affinity(facts(topology=topo, nodes=None)).evidence[0].startswith("one NUMA node")
+    assert checks.check_numa_ceiling(facts(topology=topo, nodes=None)).status == "pass"
 
 
 def test_eight_gpus_across_nodes_hit_upi_ceiling() -> None:

@@ -89,8 +89,9 @@ def test_p2p_single_gpu_passes() -> None:
 
 # --- NUMA -------------------------------------------------------------------------------------------
 
-def test_gpus_on_engine_node_pass() -> None:
-    assert checks.check_numa_affinity(facts("rtx5080+rtx3090", nodes=frozenset({0}))).status == "pass"
+def test_gpus_on_engine_nodes_pass() -> None:
+    r = checks.check_numa_affinity(facts("8xh20", nodes=frozenset({0, 1})))
+    assert r.status == "pass" and r.evidence[1].startswith("GPU 0 on node 0") and "GPU 7 on node 1" in r.evidence[1]
 
 
 def test_gpu_on_other_node_warns() -> None:

@@ -16,7 +16,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -24,7 +24,7 @@ from gpudash.records import RequestSample
 
 if TYPE_CHECKING:
     from gpudash.config import ProbeConfig
-    from gpudash.launcher.supervisor import Supervisor
+    from gpudash.launcher.supervisor import Pushable, Supervisor
 
 # Share of a shared-prefix prompt that is the common prefix; the rest is new text per request.
 PREFIX_SHARE = 0.9
@@ -36,10 +36,6 @@ _WORDS = ("time person year way day thing man world life hand part child eye wom
           "game line end member law car city community name president team minute idea kid body information "
           "back parent face others level office door health art war history party result change morning "
           "reason research girl guy moment air teacher force education river stone garden cloud bridge").split()
-
-
-class Pushable(Protocol):
-    def push(self, record: Any) -> None: ...
 
 
 class PromptMaker:

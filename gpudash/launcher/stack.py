@@ -13,8 +13,8 @@ import platformdirs
 from gpudash.config import APP_NAME, Config
 from gpudash.launcher.demo import default_servers
 from gpudash.launcher.metrics import ServerSource
-from gpudash.launcher.probe import ProbeRunner, Pushable
-from gpudash.launcher.supervisor import Supervisor
+from gpudash.launcher.probe import ProbeRunner
+from gpudash.launcher.supervisor import Pushable, Supervisor
 
 
 def default_log_dir() -> Path:

@@ -36,6 +36,8 @@ STABLE_S = 60.0
 
 
 class Pushable(Protocol):
+    """Where events and request rows go: the app's one Inbox (anything with `push`)."""
+
     def push(self, record: Any) -> None: ...
 
 

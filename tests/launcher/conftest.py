@@ -10,18 +10,16 @@ import os
 import shutil
 import stat
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from gpudash.config import ServerSpec
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.supervisor import Supervisor
-from gpudash.records import Event
 from gpudash.telemetry.inbox import Inbox
+from launcher_helpers import Events, assert_gone
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "vllm_double.py"
 # Prompt processing of this model takes tens of ms for ~800 tokens on one CPU core: hits vs misses show.
@@ -61,30 +59,6 @@ def prefill_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_demo_model(tmp_path_factory.mktemp("models") / "prefill.gguf", PREFILL_SHAPE)
 
 
-class Events:
-    """Drains an Inbox and keeps every event, so tests can wait for one and look at the order."""
-
-    def __init__(self, inbox: Inbox):
-        self.inbox = inbox
-        self.seen: list[Event] = []
-
-    def drain(self) -> list[Event]:
-        self.seen.extend(self.inbox.poll()["events"])
-        return self.seen
-
-    def kinds(self, target: str | None = None) -> list[str]:
-        return [e.kind for e in self.drain() if target is None or e.target == target]
-
-    def wait_for(self, pred: Callable[[Event], bool], timeout_s: float = 30.0) -> Event:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for e in self.drain():
-                if pred(e):
-                    return e
-            time.sleep(0.02)
-        raise AssertionError(f"no matching event within {timeout_s} s; saw {[(e.kind, e.target) for e in self.seen]}")
-
-
 @pytest.fixture
 def events() -> Events:
     return Events(Inbox())
@@ -105,25 +79,6 @@ def make_supervisor(events: Events, tmp_path: Path) -> Iterator[Callable[..., Su
         pids = list(sup.pids())
         sup.stop_all()
         assert_gone(pids)
-
-
-def assert_gone(pids: list[int], timeout_s: float = 5.0) -> None:
-    """Every pid has exited (zombies count as gone: their parent has not reaped them yet)."""
-    deadline = time.monotonic() + timeout_s
-    alive = pids
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if psutil.pid_exists(p) and _status(p) != psutil.STATUS_ZOMBIE]
-        if not alive:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"processes still alive: {alive}")
-
-
-def _status(pid: int) -> str:
-    try:
-        return psutil.Process(pid).status()
-    except psutil.NoSuchProcess:
-        return psutil.STATUS_DEAD
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import assert_gone
+from launcher_helpers import assert_gone
 from gguf import GGUFReader
 
 from gpudash.config import ServerSpec

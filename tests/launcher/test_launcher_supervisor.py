@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from conftest import Events, assert_gone
+from launcher_helpers import Events, assert_gone
 
 from gpudash.config import ServerSpec
 from gpudash.launcher.errors import LaunchError

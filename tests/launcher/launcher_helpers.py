@@ -1,0 +1,54 @@
+"""Helpers the launcher tests share: an event recorder over the Inbox and a no-orphans check."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import psutil
+
+from gpudash.records import Event
+from gpudash.telemetry.inbox import Inbox
+
+
+class Events:
+    """Drains an Inbox and keeps every event, so tests can wait for one and look at the order."""
+
+    def __init__(self, inbox: Inbox):
+        self.inbox = inbox
+        self.seen: list[Event] = []
+
+    def drain(self) -> list[Event]:
+        self.seen.extend(self.inbox.poll()["events"])
+        return self.seen
+
+    def kinds(self, target: str | None = None) -> list[str]:
+        return [e.kind for e in self.drain() if target is None or e.target == target]
+
+    def wait_for(self, pred: Callable[[Event], bool], timeout_s: float = 30.0) -> Event:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for e in self.drain():
+                if pred(e):
+                    return e
+            time.sleep(0.02)
+        raise AssertionError(f"no matching event within {timeout_s} s; saw {[(e.kind, e.target) for e in self.seen]}")
+
+
+def assert_gone(pids: list[int], timeout_s: float = 5.0) -> None:
+    """Every pid has exited (zombies count as gone: their parent has not reaped them yet)."""
+    deadline = time.monotonic() + timeout_s
+    alive = pids
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and _status(p) != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"processes still alive: {alive}")
+
+
+def _status(pid: int) -> str:
+    try:
+        return psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return psutil.STATUS_DEAD

@@ -72,3 +72,12 @@ def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float, poll_s: flo
             if time.monotonic() >= deadline:
                 raise NotHealthy(f"did not answer 200 on /health within {timeout_s:g} s (last: {last})")
             time.sleep(poll_s)
+
+
+def build_info(base_url: str) -> str | None:
+    """llama-server's `/props` build_info (e.g. "b6500-1a2b3c"), for the ready event; None if not offered."""
+    try:
+        r = httpx.get(f"{base_url}/props", timeout=1.0, trust_env=False)
+        return str(r.json().get("build_info")) if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None

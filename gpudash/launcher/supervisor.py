@@ -25,7 +25,7 @@ from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary
 from gpudash.launcher.errors import LaunchError
-from gpudash.launcher.health import NotHealthy, free_port, port_free, url_host, wait_healthy
+from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.logparse import LogFacts, parse_line
 from gpudash.records import Event, ServerSample
 
@@ -279,7 +279,9 @@ class Supervisor:
             raise LaunchError(name, cause) from None
         with self._lock:
             srv.state, srv.started = "ready", time.time()
-        self._event("server.ready", name, new=f"{url_host(spec.host)}:{port}")
+        address = f"{url_host(spec.host)}:{port}"
+        build = build_info(f"http://{address}") if spec.kind == "llama.cpp" else None
+        self._event("server.ready", name, new=address if build is None else f"{address} ({build})")
         threading.Thread(target=self._wait_exit, args=(srv, proc), daemon=True, name=f"gpudash-wait-{name}").start()
 
     def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO) -> None:

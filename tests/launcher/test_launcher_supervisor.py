@@ -41,6 +41,8 @@ def test_sequential_start_is_health_gated(make_supervisor, events: Events, tiny_
     ready_a = next(e.ts for e in events.seen if e.kind == "server.ready" and e.target == "a")
     start_b = next(e.ts for e in events.seen if e.kind == "server.start" and e.target == "b")
     assert start_b >= ready_a
+    ready = next(e for e in events.seen if e.kind == "server.ready" and e.target == "a")
+    assert ready.new.startswith("127.0.0.1:") and ready.new.endswith(")")  # address (build info from /props)
     states = {s.server: s for s in sup.states()}
     assert {s.state for s in states.values()} == {"ready"}
     assert states["a"].port != states["b"].port

@@ -475,6 +475,8 @@ class Engine {
                  uint64_t *handle) {
     if (stopping) return GE_ECLOSED;
     if (dir != GE_H2D && dir != GE_D2H) return GE_EINVAL;
+    bool direct_only = (host_mode & GE_COPY_DIRECT_ONLY) != 0;
+    host_mode &= ~GE_COPY_DIRECT_ONLY;
     if (host_mode != GE_HOST_DIRECT && host_mode != GE_HOST_STAGED) return GE_EINVAL;
     if (gpu < 0 || gpu >= ngpu) return GE_ENODEV;
     if (!dst || !src) return GE_EINVAL;
@@ -493,7 +495,7 @@ class Engine {
     Group &g = *groups[gpu * 2 + dir];
     uint64_t fallback = dir == GE_H2D ? c->knobs.h2d_fallback_bytes : c->knobs.d2h_fallback_bytes;
     c->chunk = dir == GE_H2D ? c->knobs.h2d_chunk_bytes : c->knobs.d2h_chunk_bytes;
-    c->single_path = n < fallback || g.paths.size() == 1;
+    c->single_path = direct_only || n < fallback || g.paths.size() == 1;
     if (host_mode == GE_HOST_STAGED) c->chunk = std::min(c->chunk, kSlotBytes);
     else if (c->single_path) c->chunk = std::max<uint64_t>(n, 1);
     c->nchunks = n ? (n + c->chunk - 1) / c->chunk : 0;

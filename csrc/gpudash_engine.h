@@ -35,6 +35,8 @@ enum { GE_H2D = 0, GE_D2H = 1 };
 enum { GE_MEM_PAGEABLE = 0, GE_MEM_PINNED = 1, GE_MEM_DEVICE = 2 };
 /* How the host side of a copy is reached: directly (pinned or registered) or through the staging ring. */
 enum { GE_HOST_DIRECT = 0, GE_HOST_STAGED = 1 };
+/* OR into host_mode: the single direct path whatever the size (no multipath; one chunk unless staged). */
+#define GE_COPY_DIRECT_ONLY 0x100
 
 typedef struct {
   uint64_t h2d_chunk_bytes;

@@ -26,6 +26,7 @@ CUDA_BASE = 10000
 H2D, D2H = 0, 1
 MEM_PAGEABLE, MEM_PINNED, MEM_DEVICE = 0, 1, 2
 HOST_DIRECT, HOST_STAGED = 0, 1
+COPY_DIRECT_ONLY = 0x100
 
 
 class Knobs(ctypes.Structure):
@@ -49,6 +50,22 @@ class LinkStatsC(ctypes.Structure):
     _fields_ = [
         ("gpu", ctypes.c_int32), ("reserved", ctypes.c_int32), ("h2d_bytes", ctypes.c_uint64),
         ("d2h_bytes", ctypes.c_uint64), ("h2d_gbps", ctypes.c_double), ("d2h_gbps", ctypes.c_double),
+    ]
+
+
+class PoolShardStatsC(ctypes.Structure):
+    _fields_ = [
+        ("capacity", ctypes.c_uint64), ("used", ctypes.c_uint64), ("free", ctypes.c_uint64),
+        ("largest_free", ctypes.c_uint64), ("free_blocks", ctypes.c_uint64), ("failures", ctypes.c_uint64),
+        ("allocations", ctypes.c_uint64), ("extents", ctypes.c_uint64), ("fragmentation", ctypes.c_double),
+    ]
+
+
+class PoolReplayC(ctypes.Structure):
+    _fields_ = [
+        ("allocs", ctypes.c_uint64), ("frees", ctypes.c_uint64), ("failures", ctypes.c_uint64),
+        ("checks", ctypes.c_uint64), ("failed_at", ctypes.c_int64), ("seconds", ctypes.c_double),
+        ("peak_fragmentation", ctypes.c_double), ("peak_used", ctypes.c_uint64),
     ]
 
 
@@ -87,6 +104,18 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ge_wait": (_I, [_P, _U64, _D]),
     "ge_copy_chunks": (_I, [_P, _U64, _PU64, _PI]),
     "ge_release": (_I, [_P, _U64]),
+    "gp_pool_create": (_I, [_U64, _U64, _U64, ctypes.POINTER(_P)]),
+    "gp_pool_destroy": (None, [_P]),
+    "gp_pool_unassigned": (_U64, [_P]),
+    "gp_shard_add": (_I, [_P, _U64, _PI, _PU64]),
+    "gp_shard_remove": (_I, [_P, _I, _PU64]),
+    "gp_shard_resize": (_I, [_P, _I, _U64, _PU64]),
+    "gp_stats": (_I, [_P, _I, ctypes.POINTER(PoolShardStatsC)]),
+    "gp_alloc": (_I, [_P, _I, _U64, _U64, _PU64, _PU64]),
+    "gp_free": (_I, [_P, _U64, _PI]),
+    "gp_lookup": (_I, [_P, _U64, _PU64, _PI]),
+    "gp_check": (_I, [_P, ctypes.c_char_p, _I]),
+    "gp_replay": (_I, [_P, _U64, _P, _P, _P, _P, _P, _U64, _U64, ctypes.POINTER(PoolReplayC), ctypes.c_char_p, _I]),
 }
 
 _lib: ctypes.CDLL | None = None

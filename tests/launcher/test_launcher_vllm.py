@@ -75,3 +75,14 @@ def test_vllm_local_model_path_checked(fake_vllm, make_supervisor) -> None:
     sup = make_supervisor([ServerSpec(name="v", kind="vllm", model="/models/missing-dir")])
     with pytest.raises(LaunchError, match=r"server 'v': model file '/models/missing-dir' does not exist"):
         sup.start_all()
+
+
+def test_vllm_restart_with_new_share(fake_vllm, make_supervisor, events) -> None:
+    sup = make_supervisor([vspec(share=0.3, extra_args=["--load-delay", "0"])])
+    sup.start_all()
+    port = sup.states()[0].port
+    sup.restart("v", sup.specs()["v"].model_copy(update={"share": 0.5}))
+    assert sup.log_path("v").read_text().count("gpu_memory_utilization=0.5") == 1
+    assert sup.states()[0].port == port and sup.states()[0].state == "ready"
+    restart = [e for e in events.drain() if e.kind == "server.restart"][-1]
+    assert (restart.old["share"], restart.new["share"]) == (0.3, 0.5)

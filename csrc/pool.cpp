@@ -135,7 +135,7 @@ uint64_t Pool::tail_free(const Shard &s) const {
 
 double Pool::fragmentation(const Shard &s) const {
   if (s.free_bytes == 0) return 0.0;
-  uint64_t largest = s.by_size.empty() ? 0 : s.by_size.rbegin()->first;
+  uint64_t largest = s.by_size.empty() ? 0 : std::get<0>(*s.by_size.rbegin());
   return 1.0 - double(largest) / double(s.free_bytes);
 }
 
@@ -225,7 +225,7 @@ int Pool::shard_stats(int shard, gp_shard_stats *out) {
   out->capacity = s.capacity;
   out->used = s.used;
   out->free = s.free_bytes;
-  out->largest_free = s.by_size.empty() ? 0 : s.by_size.rbegin()->first;
+  out->largest_free = s.by_size.empty() ? 0 : std::get<0>(*s.by_size.rbegin());
   out->free_blocks = s.by_size.size();
   out->failures = s.failures;
   out->allocations = s.allocations;
@@ -247,8 +247,8 @@ int Pool::alloc_locked(int shard, uint64_t nbytes, uint64_t align, uint64_t *ptr
   if (align < granule_) align = granule_;
   uint64_t size = round_up(nbytes, granule_);
   Shard &s = shards_[shard];
-  for (auto it = s.by_size.lower_bound({size, -1}); it != s.by_size.end(); ++it) {
-    int32_t i = it->second;
+  for (auto it = s.by_size.lower_bound({size, 0, -1}); it != s.by_size.end(); ++it) {
+    int32_t i = std::get<2>(*it);
     uint64_t start = round_up(base_ + nodes_[i].off, align) - base_;
     uint64_t pad = start - nodes_[i].off;
     if (pad + size > nodes_[i].size) continue;
@@ -277,7 +277,7 @@ int Pool::alloc_locked(int shard, uint64_t nbytes, uint64_t align, uint64_t *ptr
     return GE_OK;
   }
   ++s.failures;
-  *detail = s.by_size.empty() ? 0 : s.by_size.rbegin()->first;
+  *detail = s.by_size.empty() ? 0 : std::get<0>(*s.by_size.rbegin());
   return GE_ENOMEM;
 }
 
@@ -357,7 +357,7 @@ int Pool::check_locked(std::string *msg) {
         fr += b.size;
         ++nfree;
         largest = std::max(largest, b.size);
-        if (!s.by_size.count({b.size, i})) return fail("free block at offset %llu (size %llu) missing from the size index", b.off, b.size);
+        if (!s.by_size.count({b.size, b.off, i})) return fail("free block at offset %llu (size %llu) missing from the size index", b.off, b.size);
       } else {
         used += b.size;
         ++allocs;
@@ -372,7 +372,7 @@ int Pool::check_locked(std::string *msg) {
     if (fr != s.free_bytes) return fail("free blocks add up to %llu bytes, free says %llu", fr, s.free_bytes);
     if (nfree != s.by_size.size()) return fail("%llu free blocks but %llu in the size index", nfree, s.by_size.size());
     if (allocs != s.allocations) return fail("%llu allocated blocks but the counter says %llu", allocs, s.allocations);
-    uint64_t indexed = s.by_size.empty() ? 0 : s.by_size.rbegin()->first;
+    uint64_t indexed = s.by_size.empty() ? 0 : std::get<0>(*s.by_size.rbegin());
     if (largest != indexed) return fail("largest free block is %llu bytes, the index says %llu", largest, indexed);
     double want = fr ? 1.0 - double(largest) / double(fr) : 0.0;
     if (fragmentation(s) != want) return fail("shard %llu fragmentation off (free %llu)", k, fr);

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -27,7 +28,7 @@ struct Shard {
   bool live = false;
   uint64_t capacity = 0, used = 0, free_bytes = 0, failures = 0, allocations = 0;
   int32_t head = -1, tail = -1;                      // lowest / highest address block
-  std::set<std::pair<uint64_t, int32_t>> by_size;    // free blocks: (size, node)
+  std::set<std::tuple<uint64_t, uint64_t, int32_t>> by_size;  // free blocks: (size, offset, node); ties go low
 };
 
 class Pool {
@@ -57,8 +58,8 @@ class Pool {
   void drop_node(int32_t i);
   void link_after(Shard &s, int32_t after, int32_t i);  // after == -1: at the head
   void unlink(Shard &s, int32_t i);
-  void add_free(Shard &s, int32_t i) { s.by_size.insert({nodes_[i].size, i}); }
-  void del_free(Shard &s, int32_t i) { s.by_size.erase({nodes_[i].size, i}); }
+  void add_free(Shard &s, int32_t i) { s.by_size.insert({nodes_[i].size, nodes_[i].off, i}); }
+  void del_free(Shard &s, int32_t i) { s.by_size.erase({nodes_[i].size, nodes_[i].off, i}); }
   int32_t merge_free(Shard &s, int32_t i);                // coalesce free node i with touching free neighbours
   void give_range(Shard &s, uint64_t off, uint64_t size);  // slab range joins the shard as free space
   // Carves `need` bytes of unassigned slab (starting at prefer_off if free there, else one range that

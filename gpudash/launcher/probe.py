@@ -14,7 +14,7 @@ import random
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 # Share of a shared-prefix prompt that is the common prefix; the rest is new text per request.
 PREFIX_SHARE = 0.9
 REQUEST_TIMEOUT_S = 120.0
+# How long ProbeRunner.stop waits for a round in flight before the caller goes on to stop the servers.
+STOP_WAIT_S = 5.0
 
 _WORDS = ("time person year way day thing man world life hand part child eye woman place work week case "
           "point government company number group problem fact water room mother area money story month lot "
@@ -138,8 +140,8 @@ def probe_request(client: httpx.Client, base_url: str, model: str, prompt: str, 
 
 
 def run_probe(base_url: str, requests: int, concurrency: int = 1, shared_prefix: float = 0.5,
-              prompt_words: int = 256, max_tokens: int = 16, server: str | None = None, seed: int = 0,
-              on_result: Callable[[RequestSample], None] | None = None) -> list[RequestSample]:
+              prompt_words: int = 256, max_tokens: int = 16, server: str | None = None,
+              seed: int = 0) -> list[RequestSample]:
     """Send `requests` probe requests, `concurrency` at a time; results in completion order.
 
     Raises httpx.HTTPError / ValueError when the server cannot be reached or lists no model.
@@ -152,11 +154,7 @@ def run_probe(base_url: str, requests: int, concurrency: int = 1, shared_prefix:
         model = model_id(client, base_url)
 
         def one(_: int) -> RequestSample:
-            prompt, _shared = maker.next()
-            sample = probe_request(client, base_url, model, prompt, max_tokens, name)
-            if on_result is not None:
-                on_result(sample)
-            return sample
+            return probe_request(client, base_url, model, maker.next()[0], max_tokens, name)
 
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gpudash-probe") as pool:
             return list(pool.map(one, range(requests)))
@@ -183,9 +181,10 @@ class ProbeRunner:
             self._thread.start()
 
     def stop(self) -> None:
+        """No new rounds; a round in flight ends when its requests do (or when the servers stop)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=REQUEST_TIMEOUT_S)
+            self._thread.join(timeout=STOP_WAIT_S)
             self._thread = None
 
     def _run(self) -> None:

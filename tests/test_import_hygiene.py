@@ -15,7 +15,8 @@ core = ["gpudash.records", "gpudash.config", "gpudash.cli", "gpudash.store", "en
 core += [m for m in ("gpudash.control",) if importlib.util.find_spec(m)]
 for pkg in ("gpudash.telemetry", "gpudash.store", "gpudash.launcher", "gpudash.advisor", "engine"):
     mod = importlib.import_module(pkg)
-    core += [info.name for info in pkgutil.walk_packages(mod.__path__, pkg + ".")]
+    found = [info.name for info in pkgutil.walk_packages(mod.__path__, pkg + ".")]
+    core += [n for n in found if importlib.util.find_spec(n).origin.endswith(".py")]  # not the native .so
 for name in core:
     importlib.import_module(name)
 print(len(core))

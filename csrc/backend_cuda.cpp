@@ -4,9 +4,11 @@
 // async copies plus an event that the path's worker waits on (blocking-sync events: no spinning).
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "engine_core.hpp"
 
@@ -40,6 +42,8 @@ struct Api {
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventQuery)(CUevent);
+  CUresult (*cuCtxGetCurrent)(CUcontext *);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
   CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
@@ -93,6 +97,8 @@ int load_api() {
   get("cuEventDestroy", "cuEventDestroy_v2", api.cuEventDestroy);
   get("cuEventRecord", "cuEventRecord", api.cuEventRecord);
   get("cuEventSynchronize", "cuEventSynchronize", api.cuEventSynchronize);
+  get("cuEventQuery", "cuEventQuery", api.cuEventQuery);
+  get("cuCtxGetCurrent", "cuCtxGetCurrent", api.cuCtxGetCurrent);
   get("cuStreamWaitEvent", "cuStreamWaitEvent", api.cuStreamWaitEvent);
   get("cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2", api.cuMemcpyHtoDAsync);
   get("cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2", api.cuMemcpyDtoHAsync);
@@ -124,6 +130,19 @@ struct CtxScope {
   ~CtxScope() {
     CUcontext x;
     api.cuCtxPopCurrent(&x);
+  }
+};
+
+// Makes `c` current and restores the previous context at scope end (only when they differ).
+struct CtxSwitch {
+  CUcontext prev = nullptr;
+  bool switched = false;
+  explicit CtxSwitch(CUcontext c) {
+    api.cuCtxGetCurrent(&prev);
+    if (prev != c) switched = api.cuCtxSetCurrent(c) == 0;
+  }
+  ~CtxSwitch() {
+    if (switched) api.cuCtxSetCurrent(prev);
   }
 };
 
@@ -208,7 +227,7 @@ class CudaBackend : public Backend {
   }
 
   int issue(Path &p, Chunk &c) override {
-    api.cuCtxSetCurrent(ctx_[p.via]);
+    CtxSwitch sw(ctx_[p.via]);  // issue may run in the caller's thread: leave its context as it was
     CUstream st = p.stream;
     Copy &cp = *c.copy;
     int rc = GE_OK;
@@ -240,8 +259,30 @@ class CudaBackend : public Backend {
     return cu(api.cuEventRecord(ev, st));
   }
 
+  // Sleep until just before the predicted landing, poll the event in short naps, and fall back to a
+  // blocking wait if the prediction was far off (the driver's blocking sync wakes up late).
   int complete(Path &p, Chunk &c) override {
-    int rc = cu(api.cuEventSynchronize(c.event));
+    using namespace std::chrono;
+    int rc = GE_OK;
+    double start = now();
+    double poll_until = std::max(c.expect_t, start) + 2e-3;
+    for (;;) {
+      CUresult q = api.cuEventQuery(c.event);
+      if (q == 0) break;
+      if (q != 600 /* CUDA_ERROR_NOT_READY */) {
+        rc = cu(q);
+        break;
+      }
+      double t = now();
+      if (c.expect_t > 0 && t < c.expect_t - 40e-6) {
+        std::this_thread::sleep_for(duration<double>(c.expect_t - 40e-6 - t));
+      } else if (t < poll_until) {
+        std::this_thread::sleep_for(microseconds(2));
+      } else {
+        rc = cu(api.cuEventSynchronize(c.event));
+        break;
+      }
+    }
     std::lock_guard<std::mutex> lk(ev_m_);
     events_[p.via].push_back(c.event);
     c.event = nullptr;

@@ -1,6 +1,7 @@
 // The scheduler shared by both backends: per-(GPU, direction) micro-task queues, chunking, passive
 // load balancing over paths (shortest queue, direct first), the pinned staging ring for pageable
 // memory, the relay buffer pool, stats; and the C ABI around it.
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <algorithm>
@@ -36,6 +37,20 @@ int validate_knobs(const ge_knobs &k) {
   if (k.h2d_fallback_bytes > (1ull << 50) || k.d2h_fallback_bytes > (1ull << 50)) return GE_EINVAL;
   return GE_OK;
 }
+
+// Waiters sleep on the predicted landing time and then poll in short naps; a 1 us timer slack keeps
+// those naps short (the default slack is 50 us).
+static void precise_timers() {
+  thread_local bool done = false;
+  if (!done) {
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    done = true;
+  }
+}
+
+static constexpr double kEarly = 40e-6;      // wake this long before a predicted landing
+static constexpr double kPollFor = 2e-3;     // then poll this long past it before blocking
+static constexpr uint64_t kRateSample = 4ull << 20;  // chunks at least this big update the rate estimate
 
 class Engine {
  public:
@@ -354,7 +369,7 @@ class Engine {
         }
         ch->relay_bytes = cls;
       }
-      int rc = be->issue(*p, *ch);
+      int rc = issue_on(*p, *ch);
       p->cpu_ns += thread_cpu_ns() - t0;
       if (rc) {
         if (ch->relay) relay_put(p->via, ch->relay_bytes, ch->relay), ch->relay = 0;
@@ -362,10 +377,6 @@ class Engine {
         g.retry.push_front(ch);
         continue;
       }
-      c->path_used[p->id] = 1;
-      p->q.push_back(ch);
-      p->depth++;
-      p->cv.notify_one();
     }
     // closing: fail what was never issued
     auto fail_all = [&](std::deque<Chunk *> &dq) {
@@ -394,6 +405,38 @@ class Engine {
     }
   }
 
+  // Issue a chunk on a path and hand it to the path's worker (group lock held).
+  int issue_on(Path &p, Chunk &ch) {
+    ch.issue_t = real_now();
+    int rc = be->issue(p, ch);
+    if (rc) return rc;
+    if (!be->is_sim() && p.rate_est > 0) {
+      double start = std::max(ch.issue_t, p.expected_free);
+      ch.expect_t = start + double(ch.len) / p.rate_est;
+      p.expected_free = ch.expect_t;
+      Copy &c = *ch.copy;
+      if (ch.expect_t > c.expect_done.load()) c.expect_done.store(ch.expect_t);
+    }
+    ch.copy->path_used[p.id] = 1;
+    p.q.push_back(&ch);
+    p.depth++;
+    p.cv.notify_one();
+    return GE_OK;
+  }
+
+  // Learn the path's rate from large chunks (group lock held).
+  void learn_rate(Path &p, const Chunk &ch) {
+    double done = real_now();
+    if (!be->is_sim() && ch.len >= kRateSample) {
+      double start = std::max(ch.issue_t, p.last_done);
+      if (done > start) {
+        double r = double(ch.len) / (done - start);
+        p.rate_est = p.rate_est > 0 ? 0.75 * p.rate_est + 0.25 * r : r;
+      }
+    }
+    p.last_done = done;
+  }
+
   void mark_rate(Path &p) {
     double now = real_now();
     std::lock_guard<std::mutex> lk(p.rate_m);
@@ -419,6 +462,7 @@ class Engine {
 
   void worker_loop(Path &p) {
     be->thread_init(p.via);
+    precise_timers();
     Group &g = *p.group;
     std::unique_lock<std::mutex> lk(g.m);
     for (;;) {
@@ -448,6 +492,7 @@ class Engine {
         lk.lock();
         continue;
       }
+      learn_rate(p, *ch);
       p.bytes += ch->len;
       p.chunks += 1;
       (p.dir == GE_H2D ? link_h2d : link_d2h)[p.via] += ch->len;
@@ -516,6 +561,19 @@ class Engine {
     }
     {
       std::lock_guard<std::mutex> lk(g.m);
+      Path *direct = g.paths[0];
+      // Fast path: a one-chunk copy on an idle group is issued from the caller's thread (no dispatcher
+      // hop); order is kept because nothing of this group is queued ahead of it.
+      if (c->single_path && c->nchunks == 1 && host_mode == GE_HOST_DIRECT && g.copies.empty() &&
+          g.ready.empty() && g.retry.empty() && !direct->failed && direct->depth < c->knobs.outstanding) {
+        Chunk *ch = make_chunk(c, c->next_chunk++);
+        uint64_t t0 = thread_cpu_ns();
+        int rc2 = issue_on(*direct, *ch);
+        direct->cpu_ns += thread_cpu_ns() - t0;
+        if (rc2 == GE_OK) return GE_OK;
+        c->next_chunk = 0;  // let the dispatcher retry it (and fail over) the normal way
+        delete ch;
+      }
       g.copies.push_back(c);
     }
     g.cv.notify_all();
@@ -699,6 +757,12 @@ int ge_free_host(ge_engine *e, uint64_t ptr) { return e->eng.be->free_host(ptr);
 int ge_classify(ge_engine *e, uint64_t ptr, int *kind, int *gpu, uint64_t *avail) {
   return e->eng.be->classify(ptr, kind, gpu, avail);
 }
+int ge_kind(ge_engine *e, uint64_t ptr) {
+  int kind = 0, gpu = -1;
+  uint64_t avail = 0;
+  int rc = e->eng.be->classify(ptr, &kind, &gpu, &avail);
+  return rc ? rc : kind * 256 + (gpu + 1);
+}
 int ge_host_register(ge_engine *e, uint64_t ptr, uint64_t n) { return e->eng.be->host_register(ptr, n); }
 int ge_host_unregister(ge_engine *e, uint64_t ptr) { return e->eng.be->host_unregister(ptr); }
 
@@ -710,11 +774,30 @@ int ge_copy(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, ui
 int ge_wait(ge_engine *e, uint64_t handle, double timeout_s) {
   auto c = e->eng.find(handle);
   if (!c) return GE_EINVAL;
+  using clk = std::chrono::steady_clock;
+  auto secs = [](double s) { return clk::time_point(std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(s))); };
+  double start = ge::real_now();
+  double deadline = timeout_s < 0 ? 1e300 : start + timeout_s;
+  ge::precise_timers();
   std::unique_lock<std::mutex> lk(c->m);
-  if (timeout_s < 0) c->cv.wait(lk, [&] { return c->finished; });
-  else if (!c->cv.wait_for(lk, std::chrono::duration<double>(timeout_s), [&] { return c->finished; }))
-    return GE_ETIMEOUT;
-  return c->status;
+  for (;;) {
+    if (c->finished) return c->status;
+    double now = ge::real_now();
+    if (now >= deadline) return GE_ETIMEOUT;
+    double expect = c->expect_done.load();
+    double poll_until = std::max(expect, start) + ge::kPollFor;
+    if (expect > 0 && now < expect - ge::kEarly) {  // sleep until just before the predicted landing
+      c->cv.wait_until(lk, secs(std::min(expect - ge::kEarly, deadline)));
+    } else if (now < poll_until) {  // then poll in short naps (the worker may be a futex wake-up late)
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(2));
+      lk.lock();
+    } else if (deadline > 1e299) {
+      c->cv.wait(lk, [&] { return c->finished; });
+    } else {
+      c->cv.wait_until(lk, secs(deadline), [&] { return c->finished; });
+    }
+  }
 }
 
 int ge_copy_chunks(ge_engine *e, uint64_t handle, uint64_t *chunks, int *paths_used) {

@@ -43,6 +43,7 @@ struct Copy {
   std::mutex m;
   std::condition_variable cv;
   bool finished = false;
+  std::atomic<double> expect_done{0};  // predicted landing of the last chunk issued (cuda), 0: unknown
   int status = GE_OK;
 };
 
@@ -56,6 +57,8 @@ struct Chunk {
   uint64_t relay = 0;    // relay staging buffer on the via GPU
   uint64_t relay_bytes = 0;
   double done_t = 0;     // sim: when the link model says the chunk lands (sim seconds)
+  double issue_t = 0;    // cuda: steady-clock seconds at issue
+  double expect_t = 0;   // cuda: predicted landing time from the path's rate estimate (0: unknown)
   void *event = nullptr; // cuda: completion event
   int attempts = 0;
 };
@@ -68,6 +71,11 @@ struct Path {
   bool failed = false;
   std::atomic<bool> inject_fail{false};
   std::atomic<uint64_t> bytes{0}, chunks{0}, cpu_ns{0};
+  // completion prediction (cuda), guarded by group->m: lets waiters sleep until just before a chunk
+  // lands and then poll, instead of paying the driver's blocking-sync wake-up late
+  double rate_est = 0;       // bytes/s measured on large chunks
+  double expected_free = 0;  // when the chunks already issued are predicted to have landed
+  double last_done = 0;
   // recent rate: ring of (clock, bytes) marks, guarded by rate_m
   std::mutex rate_m;
   double mark_t[16] = {0};

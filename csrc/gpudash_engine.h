@@ -105,6 +105,8 @@ int ge_alloc_host(ge_engine *e, uint64_t nbytes, uint64_t *ptr); /* pinned */
 int ge_free_host(ge_engine *e, uint64_t ptr);
 /* kind: GE_MEM_*; gpu: device ordinal for device memory; avail: bytes valid from ptr (0: unknown) */
 int ge_classify(ge_engine *e, uint64_t ptr, int *kind, int *gpu, uint64_t *avail);
+/* The same, packed for the per-copy hot path: kind * 256 + (gpu + 1), or a negative error code. */
+int ge_kind(ge_engine *e, uint64_t ptr);
 int ge_host_register(ge_engine *e, uint64_t ptr, uint64_t nbytes);
 int ge_host_unregister(ge_engine *e, uint64_t ptr);
 

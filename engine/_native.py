@@ -98,6 +98,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ge_alloc_host": (_I, [_P, _U64, _PU64]),
     "ge_free_host": (_I, [_P, _U64]),
     "ge_classify": (_I, [_P, _U64, _PI, _PI, _PU64]),
+    "ge_kind": (_I, [_P, _U64]),
     "ge_host_register": (_I, [_P, _U64, _U64]),
     "ge_host_unregister": (_I, [_P, _U64]),
     "ge_copy": (_I, [_P, _I, _I, _U64, _U64, _U64, _I, _U64, _PU64]),

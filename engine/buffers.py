@@ -5,8 +5,7 @@ engine's own DeviceBuffer / HostBuffer, and raw integer pointers with an explici
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -16,9 +15,8 @@ from engine.errors import EngineArgumentError
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST = 1, 2, 3
 
 
-@dataclass(frozen=True)
-class Span:
-    """A contiguous byte range and what kind of memory it is."""
+class Span(NamedTuple):
+    """A contiguous byte range and what kind of memory it is (a NamedTuple: built on every copy)."""
 
     ptr: int
     nbytes: int  # bytes available from ptr (None-like 0 for raw pointers of unknown extent)
@@ -92,6 +90,16 @@ def _contig_error(arg: str) -> EngineArgumentError:
                                f"(numpy.ascontiguousarray / cupy.ascontiguousarray / tensor.contiguous())")
 
 
+def _device_index(obj: Any) -> int | None:
+    """The GPU of a CuPy array (.device.id) or torch tensor (.device.index), without asking the driver."""
+    dev = getattr(obj, "device", None)
+    for attr in ("id", "index"):
+        v = getattr(dev, attr, None)
+        if isinstance(v, int):
+            return v
+    return None
+
+
 def _from_cai(obj: Any, arg: str, classify: Callable[[int], tuple[int, int | None, int]]) -> Span:
     cai = obj.__cuda_array_interface__
     ptr, readonly = cai["data"]
@@ -106,6 +114,9 @@ def _from_cai(obj: Any, arg: str, classify: Callable[[int], tuple[int, int | Non
         if any(d > 1 and s != e for d, s, e in zip(shape, strides, reversed(expect))):
             raise _contig_error(arg)
     nbytes = math.prod(shape) * itemsize
+    gpu = _device_index(obj)
+    if gpu is not None:
+        return Span(ptr, nbytes, N.MEM_DEVICE, gpu, bool(readonly), obj)
     kind, gpu, _avail = classify(ptr) if ptr else (N.MEM_DEVICE, None, 0)
     if kind != N.MEM_DEVICE and nbytes:
         raise EngineArgumentError(f"{arg} exposes __cuda_array_interface__ but its pointer is not device memory "
@@ -118,7 +129,7 @@ def _from_numpy(arr: np.ndarray, arg: str, keep: Any,
     if not arr.flags.c_contiguous:
         raise _contig_error(arg)
     ptr = arr.__array_interface__["data"][0]
-    kind, _gpu, _avail = classify(ptr) if ptr else (N.MEM_PAGEABLE, None, 0)
+    kind = classify(ptr)[0] if ptr else N.MEM_PAGEABLE
     if kind == N.MEM_DEVICE:
         raise EngineArgumentError(f"{arg} is a host array whose memory belongs to a device allocation; "
                                   f"pass the DeviceBuffer itself")
@@ -126,10 +137,12 @@ def _from_numpy(arr: np.ndarray, arg: str, keep: Any,
     return Span(ptr, arr.nbytes, kind, None, not arr.flags.writeable, keep, owner, optr, onb)
 
 
-def resolve(obj: Any, arg: str, nbytes: int | None,
-            classify: Callable[[int], tuple[int, int | None, int]]) -> Span:
+def resolve(obj: Any, arg: str, nbytes: int | None, classify: Callable[[int], tuple[int, int | None, int]],
+            kind_of: Callable[[int], tuple[int, int | None, int]] | None = None) -> Span:
     """Span for `obj` (argument name `arg` in messages); `classify(ptr)` asks the backend what a
-    pointer is: (N.MEM_* kind, gpu or None, bytes available from ptr or 0 when unknown)."""
+    pointer is: (N.MEM_* kind, gpu or None, bytes available from ptr or 0 when unknown); `kind_of` is a
+    cheaper variant without the extent, used where the size is known."""
+    kind_of = kind_of or classify
     if isinstance(obj, DeviceBuffer):
         if obj.freed:
             raise EngineArgumentError(f"{arg} is a freed {type(obj).__name__}; allocate a new one")
@@ -146,15 +159,15 @@ def resolve(obj: Any, arg: str, nbytes: int | None,
         kind, gpu, avail = classify(obj)
         return Span(obj, avail if avail else nbytes, kind, gpu, False, None)
     if hasattr(obj, "__cuda_array_interface__"):
-        return _from_cai(obj, arg, classify)
+        return _from_cai(obj, arg, kind_of)
     if isinstance(obj, np.ndarray):
-        return _from_numpy(obj, arg, obj, classify)
+        return _from_numpy(obj, arg, obj, kind_of)
     if hasattr(obj, "__dlpack_device__"):
         dev_type, _dev_id = obj.__dlpack_device__()
         if dev_type in (_DL_CPU, _DL_CUDA_HOST):
             if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
                 raise _contig_error(arg)
-            return _from_numpy(np.from_dlpack(obj), arg, obj, classify)
+            return _from_numpy(np.from_dlpack(obj), arg, obj, kind_of)
         raise EngineArgumentError(f"{arg} is a DLPack tensor on device type {dev_type} without "
                                   f"__cuda_array_interface__; pass a CuPy array or a torch CUDA tensor")
     try:
@@ -167,4 +180,4 @@ def resolve(obj: Any, arg: str, nbytes: int | None,
     arr = np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, dtype=np.uint8)
     if mv.readonly:
         arr.flags.writeable = False
-    return _from_numpy(arr, arg, obj, classify)
+    return _from_numpy(arr, arg, obj, kind_of)

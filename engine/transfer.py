@@ -90,7 +90,7 @@ class CopyHandle:
         with self._lock:
             if self._rc is not None:
                 return True
-            rc = N.call("ge_wait", self._eng._ptr, self._h, timeout_s)
+            rc = self._eng._c_wait(self._eng._ptr, self._h, timeout_s)
             if rc == N.ETIMEOUT:
                 return False
             self._finish(rc)
@@ -148,6 +148,9 @@ class TransferEngine:
             rc = N.call("ge_create_cuda", ctypes.byref(kn), ctypes.byref(self._ptr))
         N.check(rc, f"creating the {cfg.backend} engine")
         self.num_gpus = N.call("ge_num_gpus", self._ptr)
+        lib = N.lib()  # hot calls, bound once
+        self._c_classify, self._c_kind = lib.ge_classify, lib.ge_kind
+        self._c_copy, self._c_wait = lib.ge_copy, lib.ge_wait
         self._regcache = RegistrationCache(self._register, self._unregister, self._knobs["registration_cache_bytes"])
         self._path_meta = [(p.gpu, p.via, p.direction) for p in self._raw_stats()[0]]
 
@@ -180,10 +183,19 @@ class TransferEngine:
             self._inflight.discard(h)
 
     # ---- memory -----------------------------------------------------------------------------
+    def _kind(self, ptr: int) -> tuple[int, int | None, int]:
+        """Like _classify without the extent (one cheap call, for buffers whose size is known)."""
+        v = self._c_kind(self._ptr, ptr)
+        if v < 0:
+            N.check(v, f"looking up pointer {ptr:#x}")
+        gpu = (v & 255) - 1
+        return v >> 8, (gpu if gpu >= 0 else None), 0
+
     def _classify(self, ptr: int) -> tuple[int, int | None, int]:
         kind, gpu, avail = ctypes.c_int(), ctypes.c_int(), ctypes.c_uint64()
-        N.check(N.call("ge_classify", self._ptr, ptr, ctypes.byref(kind), ctypes.byref(gpu), ctypes.byref(avail)),
-                f"looking up pointer {ptr:#x}")
+        rc = self._c_classify(self._ptr, ptr, ctypes.byref(kind), ctypes.byref(gpu), ctypes.byref(avail))
+        if rc:
+            N.check(rc, f"looking up pointer {ptr:#x}")
         return kind.value, (gpu.value if gpu.value >= 0 else None), avail.value
 
     def _register(self, ptr: int, nbytes: int) -> bool:
@@ -244,8 +256,12 @@ class TransferEngine:
             if n_ is None or n_ < 0:
                 raise EngineArgumentError(f"nbytes must be an integer >= 0, got {nbytes!r}")
             nbytes = n_
-        d = resolve(dst, "dst", nbytes, self._classify)
-        s = resolve(src, "src", nbytes, self._classify)
+        if self.backend != "cuda" and (hasattr(dst, "__cuda_array_interface__") or
+                                       hasattr(src, "__cuda_array_interface__")):
+            raise EngineArgumentError("CuPy arrays and torch CUDA tensors need backend='cuda'; on the sim backend "
+                                      "use alloc_device() buffers")
+        d = resolve(dst, "dst", nbytes, self._classify, self._kind)
+        s = resolve(src, "src", nbytes, self._classify, self._kind)
         n = s.nbytes if nbytes is None else nbytes
         for span, arg in ((d, "dst"), (s, "src")):
             if span.nbytes < n:
@@ -283,7 +299,7 @@ class TransferEngine:
             b.in_flight += 1
         handle = ctypes.c_uint64()
         flags = mode | (N.COPY_DIRECT_ONLY if paths == "direct" else 0)
-        rc = N.call("ge_copy", self._ptr, direction, gpu, d.ptr, s.ptr, n, flags, sptr, ctypes.byref(handle))
+        rc = self._c_copy(self._ptr, direction, gpu, d.ptr, s.ptr, n, flags, sptr, ctypes.byref(handle))
         if rc != N.OK:
             for b in devbufs:
                 b.in_flight -= 1
@@ -423,4 +439,4 @@ class TransferEngine:
         return f"TransferEngine({where}, {self.num_gpus} GPU(s))"
 
     def _span(self, obj: Any, arg: str, nbytes: int | None = None) -> Span:
-        return resolve(obj, arg, nbytes, self._classify)
+        return resolve(obj, arg, nbytes, self._classify, self._kind)

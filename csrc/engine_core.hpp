@@ -1,7 +1,9 @@
 // Internal types shared by the scheduler (engine.cpp) and the backends (backend_sim.cpp, backend_cuda.cpp).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -43,7 +45,7 @@ struct Copy {
   std::mutex m;
   std::condition_variable cv;
   bool finished = false;
-  std::atomic<double> expect_done{0};  // predicted landing of the last chunk issued (cuda), 0: unknown
+  std::atomic<bool> landed{false};  // == finished, readable without the lock (polling waiters)
   int status = GE_OK;
 };
 
@@ -57,8 +59,6 @@ struct Chunk {
   uint64_t relay = 0;    // relay staging buffer on the via GPU
   uint64_t relay_bytes = 0;
   double done_t = 0;     // sim: when the link model says the chunk lands (sim seconds)
-  double issue_t = 0;    // cuda: steady-clock seconds at issue
-  double expect_t = 0;   // cuda: predicted landing time from the path's rate estimate (0: unknown)
   void *event = nullptr; // cuda: completion event
   int attempts = 0;
 };
@@ -71,11 +71,6 @@ struct Path {
   bool failed = false;
   std::atomic<bool> inject_fail{false};
   std::atomic<uint64_t> bytes{0}, chunks{0}, cpu_ns{0};
-  // completion prediction (cuda), guarded by group->m: lets waiters sleep until just before a chunk
-  // lands and then poll, instead of paying the driver's blocking-sync wake-up late
-  double rate_est = 0;       // bytes/s measured on large chunks
-  double expected_free = 0;  // when the chunks already issued are predicted to have landed
-  double last_done = 0;
   // recent rate: ring of (clock, bytes) marks, guarded by rate_m
   std::mutex rate_m;
   double mark_t[16] = {0};
@@ -129,6 +124,27 @@ class Backend {
   virtual void link_gbps(int gpu, double *h2d, double *d2h) { (void)gpu; *h2d = 0; *d2h = 0; }
   virtual const char *error_name(int cu) { (void)cu; return nullptr; }
 };
+
+// Polls done() until it holds: yields for the first `spin_s`, then naps of elapsed/`frac` (between
+// 2 us and `max_nap_s`); gives up (returns false) after `give_up_s` so the caller can block instead.
+// Short copies finish inside the spin; long ones cost one wake-up per nap and land at most one nap late,
+// which is far less than the driver's blocking-sync wake-up.
+template <class F>
+bool poll_until(F done, double spin_s, double frac, double max_nap_s, double give_up_s) {
+  using namespace std::chrono;
+  auto t0 = steady_clock::now();
+  for (;;) {
+    if (done()) return true;
+    double el = duration<double>(steady_clock::now() - t0).count();
+    if (el > give_up_s) return false;
+    if (el < spin_s) {
+      std::this_thread::yield();
+    } else {
+      double nap = std::min(std::max(el / frac, 2e-6), max_nap_s);
+      std::this_thread::sleep_for(duration<double>(nap));
+    }
+  }
+}
 
 Backend *make_sim_backend(int n, const double *link_gbps, const double *latency_us, const double *peer_gbps,
                           double nvlink_gbps, double time_scale);

@@ -20,7 +20,7 @@ from engine.transfer import TransferEngine
 
 CHUNKS = (1 * MiB, 2 * MiB, 2_810_000, 4 * MiB, 5_370_000, 8 * MiB, 16 * MiB)
 FALLBACK_SIZES = (1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB, 11_300_000, 16 * MiB, 32 * MiB, 64 * MiB)
-STAGING_THREADS = (2, 4, 8, 12)
+STAGING_THREADS = (4, 8, 12, 16)
 
 
 @dataclass
@@ -84,15 +84,17 @@ def tune(eng: TransferEngine, size: int = 256 * MiB, progress: Callable[[str], N
                 wins.append((n, multi >= single))
             threshold = next((n for i, (n, _w) in enumerate(wins) if all(w for _n, w in wins[i:])), HUGE)
             res.knobs[f"{direction}_fallback_bytes"] = threshold
-        if eng.backend == "cuda":  # how many memcpy threads the staging ring needs
+        if eng.backend == "cuda":  # how many memcpy threads the staging ring needs (both directions)
             best_t = (0.0, saved["staging_threads"])
             for threads in STAGING_THREADS:
                 if progress:
                     progress(f"staging threads {threads}")
                 eng.set(staging_threads=threads)
-                r = _rate(eng, side, lambda: eng.copy(dev, pageable, pageable="stage").wait(), size)
-                res.table.append(("h2d staged threads", str(threads), r))
-                best_t = max(best_t, (r, threads))
+                up = _rate(eng, side, lambda: eng.copy(dev, pageable, pageable="stage").wait(), size)
+                down = _rate(eng, side, lambda: eng.copy(np.empty(size, np.uint8), dev, pageable="stage").wait(), size)
+                res.table.append(("h2d staged threads", str(threads), up))
+                res.table.append(("d2h staged threads", str(threads), down))
+                best_t = max(best_t, (up + down, threads))
             res.knobs["staging_threads"] = best_t[1]
     finally:
         eng.set(**saved)

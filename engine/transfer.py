@@ -103,8 +103,8 @@ class CopyHandle:
     def wait(self, timeout: float | None = None) -> CopyInfo:
         """Block until the copy lands; EngineError if it failed, TimeoutError after `timeout` seconds."""
         waited = 0.0
-        while not self._poll(0.25 if timeout is None else min(0.25, max(timeout - waited, 0.0))):
-            waited += 0.25
+        while not self._poll(1.0 if timeout is None else min(1.0, max(timeout - waited, 0.0))):
+            waited += 1.0
             if timeout is not None and waited >= timeout:
                 raise TimeoutError(f"copy of {self._info['nbytes']} bytes still running after {timeout} s")
         if self._rc != N.OK:

@@ -6,6 +6,7 @@ replays exactly that file. Allocators:
 
 - gpudash pool, native replay: MemoryPool.replay(), the loop runs in C++ (no Python per op).
 - gpudash pool, Python calls: MemoryPool.alloc()/free() per op through ctypes (same loop as the baseline).
+- gpudash pool, banded: the same with policy="banded" (lowest address among blocks up to 4x the request).
 - gpudash pool, shard per tenant: native replay with each tenant in its own shard of capacity/4.
 - baseline: CuPy's MemoryPool (set_limit to the same capacity) when CuPy and a GPU are present;
   otherwise a first-fit free-list allocator in pure Python over one arena (labelled as such).
@@ -166,8 +167,8 @@ def python_replay(trace: Trace, alloc: Callable[[int, int], int | None], free: C
             "mean": float(np.mean(samples)) if samples else float("nan")}
 
 
-def native_row(trace: Trace, shards: dict[str, int], mapping: Trace, sample: int) -> dict:
-    with MemoryPool(sum(shards.values()), shards=shards) as pool:
+def native_row(trace: Trace, shards: dict[str, int], mapping: Trace, sample: int, policy: str = "best") -> dict:
+    with MemoryPool(sum(shards.values()), shards=shards, policy=policy) as pool:
         timed = min((pool.replay(mapping) for _ in range(3)), key=lambda r: r.seconds)
         sampled = pool.replay(mapping, sample_every=sample)
     return {"ops_s": timed.ops_per_s, "fails": timed.failures, "peak": sampled.peak_fragmentation,
@@ -193,6 +194,8 @@ def main() -> None:
 
     rows: list[tuple[str, str, dict]] = []
     rows.append(("gpudash pool (one shard)", "native replay", native_row(trace, {"all": total}, one, args.sample)))
+    rows.append(("gpudash pool (one shard, banded)", "native replay",
+                 native_row(trace, {"all": total}, one, args.sample, "banded")))
     rows.append(("gpudash pool (shard per tenant)", "native replay",
                  native_row(trace, dict(trace.capacity), trace, args.sample)))
     with MemoryPool(total, shards={"all": total}) as pool:
@@ -221,11 +224,11 @@ def main() -> None:
         base.close()
 
     ref = rows[-1][2]
-    print(f"\n{'allocator':34} {'calls':14} {'ops/s':>12} {'pairs/s':>12} {'failed':>7} {'peak frag':>10} "
+    print(f"\n{'allocator':36} {'calls':14} {'ops/s':>12} {'pairs/s':>12} {'failed':>7} {'peak frag':>10} "
           f"{'mean frag':>10} {'ops/s ratio':>12} {'peak frag ratio':>16}")
     for name, calls, r in rows:
         fr = r["peak"] / ref["peak"] if ref["peak"] else float("nan")
-        print(f"{name:34} {calls:14} {r['ops_s']:12,.0f} {r['ops_s'] / 2:12,.0f} {r['fails']:7d} {r['peak']:10.3f} "
+        print(f"{name:36} {calls:14} {r['ops_s']:12,.0f} {r['ops_s'] / 2:12,.0f} {r['fails']:7d} {r['peak']:10.3f} "
               f"{r['mean']:10.3f} {r['ops_s'] / ref['ops_s']:11.1f}x {fr:15.2f}x")
     print("\nratios are against the last row (the baseline); peak frag ratio < 1 means less fragmented than it.")
 

@@ -41,11 +41,17 @@ typedef struct {
   uint64_t samples;
 } gp_replay_result;
 
+/* How a shard picks among free blocks that fit. BEST: the smallest (lowest address on ties).
+ * BANDED: the lowest address among blocks up to 4x the request (at most 64 looked at), else the
+ * smallest; it keeps allocations packed low and the large free space in one piece. */
+enum { GP_POLICY_BEST = 0, GP_POLICY_BANDED = 1 };
+
 /* base: slab start (must be a multiple of granule); granule: power of two, every block is a multiple. */
 int gp_pool_create(uint64_t base, uint64_t size, uint64_t granule, gp_pool **out);
 void gp_pool_destroy(gp_pool *p);
 /* Slab bytes no shard owns. */
 uint64_t gp_pool_unassigned(gp_pool *p);
+int gp_pool_set_policy(gp_pool *p, int policy);
 
 /* A new shard taking `capacity` bytes of unassigned slab; GE_ENOMEM (detail: unassigned bytes) if short. */
 int gp_shard_add(gp_pool *p, uint64_t capacity, int *shard, uint64_t *detail);

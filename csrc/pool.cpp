@@ -13,6 +13,8 @@ namespace gp {
 
 namespace {
 constexpr uint64_t kMaxBytes = 1ull << 62;
+constexpr uint64_t kBand = 4;     // banded policy: blocks up to 4x the request compete on address
+constexpr int kBandScan = 64;     // ... looking at no more than this many of them
 uint64_t round_up(uint64_t v, uint64_t g) { return (v + g - 1) & ~(g - 1); }
 }  // namespace
 
@@ -247,11 +249,19 @@ int Pool::alloc_locked(int shard, uint64_t nbytes, uint64_t align, uint64_t *ptr
   if (align < granule_) align = granule_;
   uint64_t size = round_up(nbytes, granule_);
   Shard &s = shards_[shard];
-  for (auto it = s.by_size.lower_bound({size, 0, -1}); it != s.by_size.end(); ++it) {
+  auto fits = [&](int32_t i) { return round_up(base_ + nodes_[i].off, align) - base_ + size <= nodes_[i].off + nodes_[i].size; };
+  auto it = s.by_size.lower_bound({size, 0, -1});
+  if (policy_ == GP_POLICY_BANDED) {  // lowest address among blocks up to kBand x the request
+    auto pick = s.by_size.end();
+    int k = 0;
+    for (auto j = it; j != s.by_size.end() && std::get<0>(*j) <= size * kBand && k < kBandScan; ++j, ++k)
+      if ((pick == s.by_size.end() || std::get<1>(*j) < std::get<1>(*pick)) && fits(std::get<2>(*j))) pick = j;
+    if (pick != s.by_size.end()) it = pick;
+  }
+  for (; it != s.by_size.end(); ++it) {
     int32_t i = std::get<2>(*it);
-    uint64_t start = round_up(base_ + nodes_[i].off, align) - base_;
-    uint64_t pad = start - nodes_[i].off;
-    if (pad + size > nodes_[i].size) continue;
+    if (!fits(i)) continue;
+    uint64_t pad = round_up(base_ + nodes_[i].off, align) - base_ - nodes_[i].off;
     s.by_size.erase(it);
     if (pad) {  // the gap before an over-aligned block stays free in its own block
       int32_t f = new_node();
@@ -279,6 +289,13 @@ int Pool::alloc_locked(int shard, uint64_t nbytes, uint64_t align, uint64_t *ptr
   ++s.failures;
   *detail = s.by_size.empty() ? 0 : std::get<0>(*s.by_size.rbegin());
   return GE_ENOMEM;
+}
+
+int Pool::set_policy(int policy) {
+  if (policy != GP_POLICY_BEST && policy != GP_POLICY_BANDED) return GE_EINVAL;
+  std::lock_guard<std::mutex> lk(m_);
+  policy_ = policy;
+  return GE_OK;
 }
 
 int Pool::alloc(int shard, uint64_t nbytes, uint64_t align, uint64_t *ptr, uint64_t *detail) {
@@ -493,6 +510,7 @@ int gp_pool_create(uint64_t base, uint64_t size, uint64_t granule, gp_pool **out
 }
 void gp_pool_destroy(gp_pool *p) { delete p; }
 uint64_t gp_pool_unassigned(gp_pool *p) { return p->pool.unassigned(); }
+int gp_pool_set_policy(gp_pool *p, int policy) { return p->pool.set_policy(policy); }
 int gp_shard_add(gp_pool *p, uint64_t capacity, int *shard, uint64_t *detail) {
   return p->pool.shard_add(capacity, shard, detail);
 }

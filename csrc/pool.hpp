@@ -44,6 +44,7 @@ class Pool {
   int lookup(uint64_t ptr, uint64_t *nbytes, int *shard);
   int check(std::string *msg);
   uint64_t unassigned();
+  int set_policy(int policy);
   int replay(uint64_t n, const int32_t *op, const int32_t *shard, const uint64_t *size, const uint64_t *align,
              const uint32_t *slot, uint64_t check_every, uint64_t sample_every, gp_replay_result *out,
              std::string *msg);
@@ -70,6 +71,7 @@ class Pool {
   double fragmentation(const Shard &s) const;
 
   std::mutex m_;
+  int policy_ = GP_POLICY_BEST;
   uint64_t base_, size_, granule_;
   std::vector<Node> nodes_;
   std::vector<int32_t> spare_;                        // recycled node indices

@@ -109,6 +109,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "gp_pool_create": (_I, [_U64, _U64, _U64, ctypes.POINTER(_P)]),
     "gp_pool_destroy": (None, [_P]),
     "gp_pool_unassigned": (_U64, [_P]),
+    "gp_pool_set_policy": (_I, [_P, _I]),
     "gp_shard_add": (_I, [_P, _U64, _PI, _PU64]),
     "gp_shard_remove": (_I, [_P, _I, _PU64]),
     "gp_shard_resize": (_I, [_P, _I, _U64, _PU64]),

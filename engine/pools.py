@@ -29,6 +29,9 @@ from engine.errors import EngineArgumentError, EngineError
 MAX_BYTES = 1 << 62
 MAX_ALIGN = 1 << 30
 DEFAULT_GRANULE = 256  # cuMemAlloc hands out 256-byte aligned memory; every block is a multiple
+# How a shard picks among free blocks that fit (csrc/gpudash_pool.h): "best" = the smallest;
+# "banded" = the lowest address among blocks up to 4x the request, else the smallest.
+POLICIES = {"best": 0, "banded": 1}
 
 
 class PoolError(EngineError):
@@ -124,7 +127,10 @@ class MemoryPool:
     """
 
     def __init__(self, nbytes: int, *, engine: Any = None, gpu: int | None = None, name: str | None = None,
-                 granule: int = DEFAULT_GRANULE, shards: dict[str, int] | None = None):
+                 granule: int = DEFAULT_GRANULE, shards: dict[str, int] | None = None, policy: str = "best"):
+        if policy not in POLICIES:
+            raise EngineArgumentError(f"policy={policy!r} is unknown; use one of {', '.join(POLICIES)}")
+        self.policy = policy
         self.granule = _pow2(granule, "granule")
         nbytes = _int(nbytes, "nbytes", 1, MAX_BYTES)
         self.nbytes = -(-nbytes // self.granule) * self.granule
@@ -154,6 +160,7 @@ class MemoryPool:
         if rc != N.OK:
             self._release_slab()
             N.check(rc, f"creating pool {self.name!r} over {self.nbytes} bytes (granule {self.granule})")
+        N.check(self._lib.gp_pool_set_policy(self._ptr, POLICIES[policy]), f"setting policy {policy!r}")
         self._out = ctypes.c_uint64()
         self._detail = ctypes.c_uint64()
         self._owner = ctypes.c_int()

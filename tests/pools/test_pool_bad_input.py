@@ -102,6 +102,8 @@ def test_bad_pool_arguments() -> None:
         MemoryPool(0)
     with pytest.raises(EngineArgumentError, match="granule=100 must be a power of two"):
         MemoryPool(1 << 20, granule=100)
+    with pytest.raises(EngineArgumentError, match="policy='worst' is unknown; use one of best, banded"):
+        MemoryPool(1 << 20, policy="worst")
     with pytest.raises(EngineArgumentError, match="gpu= needs an engine"):
         MemoryPool(1 << 20, gpu=0)
     with pytest.raises(EngineError, match="cannot add shard 'big' of 2097152 bytes"):

@@ -17,10 +17,10 @@ import pytest
 from engine.pools import MemoryPool, PoolExhaustedError, kv_tenant_trace
 
 
-@pytest.mark.parametrize("seed,aligned", [(1, False), (2, True)])
-def test_native_replay_checks_every_step(seed: int, aligned: bool) -> None:
+@pytest.mark.parametrize("seed,aligned,policy", [(1, False, "best"), (2, True, "best"), (3, True, "banded")])
+def test_native_replay_checks_every_step(seed: int, aligned: bool, policy: str) -> None:
     trace = kv_tenant_trace(200_000, capacity=64 << 20, fill=0.9, aligned=aligned, seed=seed)
-    with MemoryPool(len(trace.shards) * (64 << 20) + (1 << 20), shards=trace.capacity) as pool:
+    with MemoryPool(len(trace.shards) * (64 << 20) + (1 << 20), shards=trace.capacity, policy=policy) as pool:
         res = pool.replay(trace, check_every=1)
         assert res.checks == len(trace)
         assert res.allocs + res.failures == int((trace.op == 0).sum())
@@ -90,3 +90,19 @@ def test_python_api_against_a_model() -> None:
             pool.check()
     pool.check()
     pool.close()
+
+
+def test_banded_policy_prefers_low_addresses() -> None:
+    with MemoryPool(1 << 20, shards={"a": 1 << 20}, policy="banded") as pool:
+        blocks = [pool.alloc("a", 4096) for _ in range(8)]
+        pool.free(blocks[6])  # a 4 KiB hole high up ...
+        pool.free(blocks[1])  # ... and one low down, same size
+        pool.free(blocks[3])
+        pool.free(blocks[4])  # merges with 3: an 8 KiB hole in the middle
+        assert pool.alloc("a", 4096).ptr == blocks[1].ptr
+        assert pool.alloc("a", 4096).ptr == blocks[3].ptr, "the 8 KiB hole is within the band and lower"
+    with MemoryPool(1 << 20, shards={"a": 1 << 20}) as pool:  # best fit takes the exact-size hole
+        blocks = [pool.alloc("a", 4096) for _ in range(8)]
+        for i in (6, 3, 4):
+            pool.free(blocks[i])
+        assert pool.alloc("a", 4096).ptr == blocks[6].ptr

@@ -418,9 +418,11 @@ class Engine {
 
   // Issue a chunk on a path and hand it to the path's worker (group lock held).
   int issue_on(Path &p, Chunk &ch) {
+    ch.issue_t = real_now();
     int rc = be->issue(p, ch);
     if (rc) return rc;
     ch.copy->path_used[p.id] = 1;
+    if (ch.copy->nchunks == 1) ch.copy->sole_path = &p;
     p.q.push_back(&ch);
     p.depth++;
     p.cv.notify_one();
@@ -450,6 +452,59 @@ class Engine {
     return double(p.bytes.load() - p.mark_b[best]) / (dt / time_scale) / 1e9;
   }
 
+  // Waits for a chunk the caller took off the path's queue, then settles it (group lock not held).
+  void run_chunk(Path &p, Chunk *ch, std::unique_lock<std::mutex> &lk) {
+    uint64_t t0 = thread_cpu_ns();
+    int rc = be->complete(p, *ch);
+    p.cpu_ns += thread_cpu_ns() - t0;
+    if (ch->relay) relay_put(p.via, ch->relay_bytes, ch->relay), ch->relay = 0;
+    lk.lock();
+    settle(p, ch, rc, lk);
+  }
+
+  // Book a completed (or failed) chunk: stats, retry on another path, staging drain, copy completion.
+  // Called with the group lock held; returns with it held.
+  void settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk) {
+    Group &g = *p.group;
+    p.depth--;
+    if (rc) {
+      p.failed = true;
+      if (++ch->attempts < kMaxAttempts && !stopping) {
+        if (ch->slot >= 0 && ch->copy->dir == GE_D2H) ch->host = slot_ptr[ch->slot];
+        g.retry.push_back(ch);
+        g.cv.notify_all();
+        return;
+      }
+      g.cv.notify_all();
+      lk.unlock();
+      if (ch->slot >= 0) release_slot(ch->slot);
+      finish_chunk(ch, rc);
+      lk.lock();
+      return;
+    }
+    p.bytes += ch->len;
+    p.chunks += 1;
+    (p.dir == GE_H2D ? link_h2d : link_d2h)[p.via] += ch->len;
+    g.cv.notify_all();
+    lk.unlock();
+    mark_rate(p);
+    if (ch->slot >= 0 && ch->copy->dir == GE_D2H) {
+      submit_staging([this, ch, &p] {
+        uint64_t t1 = thread_cpu_ns();
+        const Copy &c = *ch->copy;
+        populate(c.dst + ch->off, ch->len);
+        std::memcpy(reinterpret_cast<void *>(c.dst + ch->off), reinterpret_cast<const void *>(ch->host), ch->len);
+        p.cpu_ns += thread_cpu_ns() - t1;
+        release_slot(ch->slot);
+        finish_chunk(ch, GE_OK);
+      });
+    } else {
+      if (ch->slot >= 0) release_slot(ch->slot);
+      finish_chunk(ch, GE_OK);
+    }
+    lk.lock();
+  }
+
   void worker_loop(Path &p) {
     be->thread_init(p.via);
     precise_timers();
@@ -461,48 +516,25 @@ class Engine {
       Chunk *ch = p.q.front();
       p.q.pop_front();
       lk.unlock();
-      uint64_t t0 = thread_cpu_ns();
-      int rc = be->complete(p, *ch);
-      p.cpu_ns += thread_cpu_ns() - t0;
-      if (ch->relay) relay_put(p.via, ch->relay_bytes, ch->relay), ch->relay = 0;
-      lk.lock();
-      p.depth--;
-      if (rc) {
-        p.failed = true;
-        if (++ch->attempts < kMaxAttempts && !stopping) {
-          if (ch->slot >= 0 && ch->copy->dir == GE_D2H) ch->host = slot_ptr[ch->slot];
-          g.retry.push_back(ch);
-          g.cv.notify_all();
-          continue;
-        }
-        g.cv.notify_all();
-        lk.unlock();
-        if (ch->slot >= 0) release_slot(ch->slot);
-        finish_chunk(ch, rc);
-        lk.lock();
-        continue;
-      }
-      p.bytes += ch->len;
-      p.chunks += 1;
-      (p.dir == GE_H2D ? link_h2d : link_d2h)[p.via] += ch->len;
-      g.cv.notify_all();
+      run_chunk(p, ch, lk);
+    }
+  }
+
+  // A waiter that finds its copy's only chunk still queued completes it itself: one thread polls the
+  // event instead of a worker polling and then waking the waiter (a futex wake-up costs tens of us).
+  void wait_inline(Copy &c) {
+    Group &g = *groups[c.gpu * 2 + c.dir];
+    std::unique_lock<std::mutex> lk(g.m);
+    Path *p = c.sole_path;
+    if (!p || c.finished) return;
+    for (auto it = p->q.begin(); it != p->q.end(); ++it) {
+      if ((*it)->copy.get() != &c) continue;
+      Chunk *ch = *it;
+      p->q.erase(it);
+      c.sole_path = nullptr;
       lk.unlock();
-      mark_rate(p);
-      if (ch->slot >= 0 && ch->copy->dir == GE_D2H) {
-        submit_staging([this, ch, &p] {
-          uint64_t t1 = thread_cpu_ns();
-          const Copy &c = *ch->copy;
-          populate(c.dst + ch->off, ch->len);
-          std::memcpy(reinterpret_cast<void *>(c.dst + ch->off), reinterpret_cast<const void *>(ch->host), ch->len);
-          p.cpu_ns += thread_cpu_ns() - t1;
-          release_slot(ch->slot);
-          finish_chunk(ch, GE_OK);
-        });
-      } else {
-        if (ch->slot >= 0) release_slot(ch->slot);
-        finish_chunk(ch, GE_OK);
-      }
-      lk.lock();
+      run_chunk(*p, ch, lk);
+      return;
     }
   }
 
@@ -765,9 +797,11 @@ int ge_wait(ge_engine *e, uint64_t handle, double timeout_s) {
   auto c = e->eng.find(handle);
   if (!c) return GE_EINVAL;
   ge::precise_timers();
+  // Unbounded waits on one-chunk copies complete the chunk in this thread (bounded ones must not block).
+  if (timeout_s < 0 && c->nchunks == 1 && !c->landed.load(std::memory_order_acquire)) e->eng.wait_inline(*c);
   // Poll first (the worker's futex wake-up of a blocked waiter costs tens of microseconds), then block.
   double poll_for = timeout_s < 0 ? 0.05 : std::min(timeout_s, 0.05);
-  if (ge::poll_until([&] { return c->landed.load(std::memory_order_acquire); }, 30e-6, 256.0, 20e-6, poll_for)) {
+  if (ge::poll_until([&] { return c->landed.load(std::memory_order_acquire); }, 200e-6, 256.0, 20e-6, poll_for)) {
     std::lock_guard<std::mutex> lk(c->m);
     return c->status;
   }

@@ -46,6 +46,7 @@ struct Copy {
   std::condition_variable cv;
   bool finished = false;
   std::atomic<bool> landed{false};  // == finished, readable without the lock (polling waiters)
+  Path *sole_path = nullptr;        // one-chunk copies: the path holding the chunk (group lock)
   int status = GE_OK;
 };
 
@@ -59,6 +60,7 @@ struct Chunk {
   uint64_t relay = 0;    // relay staging buffer on the via GPU
   uint64_t relay_bytes = 0;
   double done_t = 0;     // sim: when the link model says the chunk lands (sim seconds)
+  double issue_t = 0;    // steady-clock seconds when issued
   void *event = nullptr; // cuda: completion event
   int attempts = 0;
 };
@@ -71,6 +73,7 @@ struct Path {
   bool failed = false;
   std::atomic<bool> inject_fail{false};
   std::atomic<uint64_t> bytes{0}, chunks{0}, cpu_ns{0};
+  std::atomic<double> rate_max{0};  // cuda: best bytes/s seen on a large chunk (to sleep through most of a copy)
   // recent rate: ring of (clock, bytes) marks, guarded by rate_m
   std::mutex rate_m;
   double mark_t[16] = {0};

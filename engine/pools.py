@@ -19,7 +19,7 @@ import operator
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -66,9 +66,9 @@ class ShardStats:
     extents: int
 
 
-@dataclass(frozen=True, slots=True)
-class PoolBlock:
-    """One live allocation: `ptr` is a raw address in the pool's slab (device memory for a GPU pool)."""
+class PoolBlock(NamedTuple):
+    """One live allocation: `ptr` is a raw address in the pool's slab (device memory for a GPU pool).
+    A named tuple, not a dataclass: it is made on every alloc() and tuples are cheapest to build."""
 
     ptr: int
     nbytes: int
@@ -161,9 +161,10 @@ class MemoryPool:
             self._release_slab()
             N.check(rc, f"creating pool {self.name!r} over {self.nbytes} bytes (granule {self.granule})")
         N.check(self._lib.gp_pool_set_policy(self._ptr, POLICIES[policy]), f"setting policy {policy!r}")
-        self._out = ctypes.c_uint64()
-        self._detail = ctypes.c_uint64()
-        self._owner = ctypes.c_int()
+        self._out, self._detail, self._owner = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int()
+        self._out_ref, self._detail_ref = ctypes.byref(self._out), ctypes.byref(self._detail)
+        self._owner_ref = ctypes.byref(self._owner)
+        self._alloc, self._free = self._lib.gp_alloc, self._lib.gp_free
         for shard, cap in (shards or {}).items():
             self.add_shard(shard, cap)
 
@@ -289,12 +290,11 @@ class MemoryPool:
         """Best-fit block of at least `nbytes` in `shard`, aligned to `align` (default: the granule).
         PoolExhaustedError when nothing in that shard fits; other shards are never touched."""
         sid = self._id(shard)
-        n = _int(nbytes, "nbytes", 1, MAX_BYTES)
+        n = nbytes if type(nbytes) is int and 0 < nbytes <= MAX_BYTES else _int(nbytes, "nbytes", 1, MAX_BYTES)
         a = 0 if align is None else _pow2(align, "align")
-        out, detail = self._out, self._detail
-        with self._lock:
-            rc = self._lib.gp_alloc(self._open(), sid, n, a, ctypes.byref(out), ctypes.byref(detail))
-            ptr, largest = out.value, detail.value
+        with self._lock:  # the out-parameters are shared by every call
+            rc = self._alloc(self._open(), sid, n, a, self._out_ref, self._detail_ref)
+            ptr, largest = self._out.value, self._detail.value
         if rc == N.OK:
             return PoolBlock(ptr, n, shard, self.name)
         if rc == N.ENOMEM:
@@ -308,12 +308,14 @@ class MemoryPool:
 
     def free(self, block: PoolBlock | int) -> None:
         """Return a block (or the raw pointer alloc() gave) to its shard."""
-        ptr = block.ptr if isinstance(block, PoolBlock) else block
-        if isinstance(block, PoolBlock) and block.pool != self.name:
-            raise EngineArgumentError(f"block belongs to pool {block.pool!r}, not {self.name!r}; free it there")
-        ptr = _int(ptr, "ptr", 0, (1 << 64) - 1)
+        if isinstance(block, PoolBlock):
+            if block.pool != self.name:
+                raise EngineArgumentError(f"block belongs to pool {block.pool!r}, not {self.name!r}; free it there")
+            ptr = block.ptr
+        else:
+            ptr = _int(block, "ptr", 0, (1 << 64) - 1)
         with self._lock:
-            rc = self._lib.gp_free(self._open(), ptr, ctypes.byref(self._owner))
+            rc = self._free(self._open(), ptr, self._owner_ref)
         if rc == N.ERANGE:
             raise EngineArgumentError(f"ptr={ptr:#x} is not inside pool {self.name!r} (slab {self.base:#x}.."
                                       f"{self.base + self.nbytes:#x}); free it with the allocator that gave it")

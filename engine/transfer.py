@@ -102,11 +102,14 @@ class CopyHandle:
 
     def wait(self, timeout: float | None = None) -> CopyInfo:
         """Block until the copy lands; EngineError if it failed, TimeoutError after `timeout` seconds."""
-        waited = 0.0
-        while not self._poll(1.0 if timeout is None else min(1.0, max(timeout - waited, 0.0))):
-            waited += 1.0
-            if timeout is not None and waited >= timeout:
-                raise TimeoutError(f"copy of {self._info['nbytes']} bytes still running after {timeout} s")
+        if timeout is None:
+            self._poll(-1.0)  # one unbounded C wait (it may complete the copy in this thread)
+        else:
+            waited = 0.0
+            while not self._poll(min(1.0, max(timeout - waited, 0.0))):
+                waited += 1.0
+                if waited >= timeout:
+                    raise TimeoutError(f"copy of {self._info['nbytes']} bytes still running after {timeout} s")
         if self._rc != N.OK:
             name = N.error_name(self._rc)
             raise EngineError(f"{self._info['direction']} copy of {self._info['nbytes']} bytes to/from GPU "

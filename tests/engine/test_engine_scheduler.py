@@ -193,3 +193,17 @@ def test_set_link_changes_the_link_model_and_topology(make_engine: Callable[...,
     assert eng.topology().gpus[0].link_gen == 4
     links = {lk.gpu: lk for lk in eng.stats().links}
     assert links[0].h2d_bytes == 128 * MiB and links[1].h2d_bytes == 0
+
+
+def test_wait_timeout_and_done_polling(make_engine: Callable[..., TransferEngine]) -> None:
+    eng = make_engine("h200", sim_time_scale=200.0)  # 64 MiB takes about 0.25 s of real time
+    src = eng.alloc_host(64 * MiB)
+    src.array()[:] = 4
+    dev = eng.alloc_device(0, 64 * MiB)
+    h = eng.copy(dev, src)
+    assert not h.done()
+    with pytest.raises(TimeoutError, match="still running after 0.01 s"):
+        h.wait(timeout=0.01)
+    info = h.wait()
+    assert h.done() and info.chunks == 1
+    assert (dev.host_view() == 4).all()

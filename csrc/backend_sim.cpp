@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <thread>
 
@@ -157,6 +158,22 @@ class SimBackend : public Backend {
       if (it->first + it->second.size > ptr) return GE_EBUSY;  // overlaps a registration or allocation
     }
     allocs_[ptr] = {n, GE_MEM_PINNED, -1, false};
+    return GE_OK;
+  }
+
+  int track(uint64_t ptr, uint64_t n, int kind, int gpu) override {
+    std::lock_guard<std::mutex> lk(m_);
+    auto it = allocs_.upper_bound(ptr + n - 1);
+    if (it != allocs_.begin() && std::prev(it)->first + std::prev(it)->second.size > ptr) return GE_EBUSY;
+    allocs_[ptr] = {n, kind, gpu, false};
+    return GE_OK;
+  }
+
+  int untrack(uint64_t ptr, int kind) override {
+    std::lock_guard<std::mutex> lk(m_);
+    auto it = allocs_.find(ptr);
+    if (it == allocs_.end() || it->second.owned || it->second.kind != kind) return GE_EFREED;
+    allocs_.erase(it);
     return GE_OK;
   }
 

@@ -765,6 +765,13 @@ int ge_sim_fail_path(ge_engine *e, int gpu, int via, int direction, int fail) {
   return GE_EINVAL;
 }
 
+int ge_sim_track(ge_engine *e, uint64_t ptr, uint64_t n, int kind, int gpu) {
+  if (kind == GE_MEM_DEVICE && (gpu < 0 || gpu >= e->eng.ngpu)) return GE_ENODEV;
+  if (!ptr || !n || (kind != GE_MEM_DEVICE && kind != GE_MEM_PINNED)) return GE_EINVAL;
+  return e->eng.be->track(ptr, n, kind, kind == GE_MEM_DEVICE ? gpu : -1);
+}
+int ge_sim_untrack(ge_engine *e, uint64_t ptr, int kind) { return e->eng.be->untrack(ptr, kind); }
+
 int ge_alloc_device(ge_engine *e, int gpu, uint64_t n, uint64_t *ptr) {
   if (gpu < 0 || gpu >= e->eng.ngpu) return GE_ENODEV;
   if (n == 0) return GE_EINVAL;

@@ -123,6 +123,11 @@ class Backend {
   virtual int host_unregister(uint64_t ptr) = 0;
   virtual int stream_begin(Copy &c) { return c.stream ? GE_ENOTSUP : GE_OK; }
   virtual void stream_end(Copy &c) { (void)c; }
+  virtual int track(uint64_t ptr, uint64_t n, int kind, int gpu) {
+    (void)ptr; (void)n; (void)kind; (void)gpu;
+    return GE_ENOTSUP;
+  }
+  virtual int untrack(uint64_t ptr, int kind) { (void)ptr; (void)kind; return GE_ENOTSUP; }
   virtual int set_link(int gpu, double gbps) { (void)gpu; (void)gbps; return GE_ENOTSUP; }
   virtual void link_gbps(int gpu, double *h2d, double *d2h) { (void)gpu; *h2d = 0; *d2h = 0; }
   virtual const char *error_name(int cu) { (void)cu; return nullptr; }

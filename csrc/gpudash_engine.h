@@ -98,6 +98,10 @@ int ge_stats(ge_engine *e, ge_path_stats *paths, int path_cap, ge_link_stats *li
 /* sim only */
 int ge_sim_set_link(ge_engine *e, int gpu, double gbps);
 int ge_sim_fail_path(ge_engine *e, int gpu, int via, int direction, int fail);
+/* sim: Python-owned memory standing in for device (GE_MEM_DEVICE, gpu) or pinned (GE_MEM_PINNED) memory;
+ * the caller keeps it alive until ge_sim_untrack, so views of it never dangle. */
+int ge_sim_track(ge_engine *e, uint64_t ptr, uint64_t nbytes, int kind, int gpu);
+int ge_sim_untrack(ge_engine *e, uint64_t ptr, int kind);
 
 int ge_alloc_device(ge_engine *e, int gpu, uint64_t nbytes, uint64_t *ptr);
 int ge_free_device(ge_engine *e, uint64_t ptr);

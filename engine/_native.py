@@ -94,6 +94,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ge_stats": (_I, [_P, ctypes.POINTER(PathStatsC), _I, ctypes.POINTER(LinkStatsC), _I]),
     "ge_sim_set_link": (_I, [_P, _I, _D]),
     "ge_sim_fail_path": (_I, [_P, _I, _I, _I, _I]),
+    "ge_sim_track": (_I, [_P, _U64, _U64, _I, _I]),
+    "ge_sim_untrack": (_I, [_P, _U64, _I]),
     "ge_alloc_device": (_I, [_P, _I, _U64, _PU64]),
     "ge_free_device": (_I, [_P, _U64]),
     "ge_alloc_host": (_I, [_P, _U64, _PU64]),

@@ -73,7 +73,7 @@ def tune(eng: TransferEngine, size: int = 256 * MiB, progress: Callable[[str], N
                                  f"and chunk size tuned for the staging ring (pageable copies)")
                 continue
             wins = []
-            for n in FALLBACK_SIZES:
+            for n in (n for n in FALLBACK_SIZES if n <= size):
                 if progress:
                     progress(f"{direction} fallback {n}")
                 eng.set(**{f"{direction}_fallback_bytes": 0})

@@ -30,26 +30,26 @@ class Span(NamedTuple):
 
 
 class DeviceBuffer:
-    """Device memory the engine allocated (host memory standing in for a GPU on the sim backend)."""
+    """Device memory the engine allocated. On the sim backend it is a numpy array standing in for the
+    GPU's memory (`storage`), so views of it stay valid after free() or close()."""
 
-    def __init__(self, free_fn: Callable[[int], None], ptr: int, nbytes: int, gpu: int, sim: bool):
+    def __init__(self, free_fn: Callable[[int], None], ptr: int, nbytes: int, gpu: int,
+                 storage: np.ndarray | None = None):
         self._free_fn = free_fn
         self.ptr = ptr
         self.nbytes = nbytes
         self.gpu = gpu
-        self._sim = sim
+        self._storage = storage
         self.freed = False
         self.in_flight = 0
 
     def host_view(self) -> np.ndarray:
-        """sim backend only: a uint8 numpy view of the bytes (valid until free())."""
-        if not self._sim:
+        """sim backend only: the bytes as a uint8 numpy array (it keeps the memory alive)."""
+        if self._storage is None and not self.freed:
             raise EngineArgumentError("host_view() exists only on the sim backend; copy to host with d2h()")
         if self.freed:
             raise EngineArgumentError("this DeviceBuffer was freed; allocate a new one with alloc_device()")
-        import ctypes
-
-        return np.ctypeslib.as_array((ctypes.c_uint8 * self.nbytes).from_address(self.ptr))
+        return self._storage[:]
 
     def free(self) -> None:
         if self.freed:
@@ -58,10 +58,11 @@ class DeviceBuffer:
             raise EngineArgumentError("this DeviceBuffer is used by a copy in flight; wait() for it before free()")
         self.freed = True
         self._free_fn(self.ptr)
+        self._storage = None
 
     def __repr__(self) -> str:
         state = "freed" if self.freed else f"{self.nbytes} bytes"
-        return f"DeviceBuffer(gpu={self.gpu}, {state})"
+        return f"{type(self).__name__}(gpu={self.gpu}, {state})"
 
 
 class HostBuffer(DeviceBuffer):
@@ -70,9 +71,19 @@ class HostBuffer(DeviceBuffer):
     def array(self) -> np.ndarray:
         if self.freed:
             raise EngineArgumentError("this HostBuffer was freed; allocate a new one with alloc_host()")
-        import ctypes
+        if self._storage is None:
+            import ctypes
 
-        return np.ctypeslib.as_array((ctypes.c_uint8 * self.nbytes).from_address(self.ptr))
+            arr = np.ctypeslib.as_array((ctypes.c_uint8 * self.nbytes).from_address(self.ptr))
+            return arr
+        return self._storage[:]
+
+
+def page_aligned(nbytes: int) -> np.ndarray:
+    """A page-aligned uint8 numpy array of `nbytes` (sim stand-in for device or pinned memory)."""
+    raw = np.empty(nbytes + 4096, dtype=np.uint8)
+    off = (-raw.__array_interface__["data"][0]) % 4096
+    return raw[off:off + nbytes]
 
 
 def _owner_of(arr: np.ndarray) -> tuple[Any, int, int]:

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine import _native as N
-from engine.buffers import DeviceBuffer, HostBuffer, Span, resolve
+from engine.buffers import DeviceBuffer, HostBuffer, Span, page_aligned, resolve
 from engine.config import KNOBS, SIM_REAL_GBPS, EngineConfig, validate_knobs
 from engine.errors import EngineArgumentError, EngineError
 from engine.profiles import get_profile, pcie_payload_gbps
@@ -220,18 +220,38 @@ class TransferEngine:
         self._check_open()
         self._check_gpu(gpu)
         nbytes = _positive(nbytes)
+        if self.backend == "sim":
+            arr = page_aligned(nbytes)
+            ptr_sim = arr.__array_interface__["data"][0]
+            N.check(N.call("ge_sim_track", self._ptr, ptr_sim, nbytes, N.MEM_DEVICE, gpu),
+                    f"allocating {nbytes} bytes on GPU {gpu}")
+            return DeviceBuffer(self._untrack_device, ptr_sim, nbytes, gpu, arr)
         ptr = ctypes.c_uint64()
         N.check(N.call("ge_alloc_device", self._ptr, gpu, nbytes, ctypes.byref(ptr)),
                 f"allocating {nbytes} bytes on GPU {gpu}")
-        return DeviceBuffer(self._free_device, ptr.value, nbytes, gpu, self.backend == "sim")
+        return DeviceBuffer(self._free_device, ptr.value, nbytes, gpu)
 
     def alloc_host(self, nbytes: int) -> HostBuffer:
         """Pinned host memory (page-locked on cuda)."""
         self._check_open()
         nbytes = _positive(nbytes)
+        if self.backend == "sim":
+            arr = page_aligned(nbytes)
+            ptr_sim = arr.__array_interface__["data"][0]
+            N.check(N.call("ge_sim_track", self._ptr, ptr_sim, nbytes, N.MEM_PINNED, -1),
+                    f"allocating {nbytes} pinned bytes")
+            return HostBuffer(self._untrack_host, ptr_sim, nbytes, -1, arr)
         ptr = ctypes.c_uint64()
         N.check(N.call("ge_alloc_host", self._ptr, nbytes, ctypes.byref(ptr)), f"allocating {nbytes} pinned bytes")
-        return HostBuffer(self._free_host, ptr.value, nbytes, -1, self.backend == "sim")
+        return HostBuffer(self._free_host, ptr.value, nbytes, -1)
+
+    def _untrack_device(self, ptr: int) -> None:
+        if not self._closed:
+            N.check(N.call("ge_sim_untrack", self._ptr, ptr, N.MEM_DEVICE), "freeing a sim device buffer")
+
+    def _untrack_host(self, ptr: int) -> None:
+        if not self._closed:
+            N.check(N.call("ge_sim_untrack", self._ptr, ptr, N.MEM_PINNED), "freeing a sim pinned buffer")
 
     def _free_device(self, ptr: int) -> None:
         if not self._closed:

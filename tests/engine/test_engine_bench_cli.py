@@ -1,0 +1,65 @@
+"""The bench/autotune code paths on the sim backend: the CLI table (labelled SIM, recorded in the store),
+autotune finding knobs on a multipath rig, and the [engine] config write."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from engine import EngineConfig, TransferEngine
+from engine.autotune import tune
+from gpudash.cli import main
+from gpudash.commands.bench_engine import write_engine_knobs
+from gpudash.config import ConfigError
+
+
+def test_bench_cli_prints_a_sim_labelled_table_and_records_it(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    res = CliRunner().invoke(main, ["bench", "engine", "--backend", "sim", "--profile", "h200", "--sizes", "64KiB",
+                                    "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    assert "SIM rig h200" in res.output and "sim single-path" in res.output
+    assert res.output.count("64 KiB") == 6  # h2d/d2h x pinned, one-shot, reused
+    assert "link model allows" in res.output and "recorded as session" in res.output
+    from gpudash.store import Store
+
+    store = Store.open(db)
+    sid = store.resolve_session("latest")
+    events = list(store.rows(sid, "events"))
+    store.close()
+    assert len(events) == 6 and all(e["kind"] == "bench.engine" for e in events)
+
+
+def test_bench_cli_json_and_bad_sizes(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["bench", "engine", "--backend", "sim", "--sizes", "4KiB", "--json", "--no-store"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["sim"] is True and len(out["rows"]) == 6 and out["relay_8xh20_sim"]["percent"] > 0
+    bad = CliRunner().invoke(main, ["bench", "engine", "--backend", "sim", "--sizes", "lots"])
+    assert bad.exit_code == 2 and "--sizes" in bad.output
+
+
+def test_autotune_on_a_multipath_rig() -> None:
+    with TransferEngine(EngineConfig(backend="sim", profile="8xh20", sim_time_scale=30.0)) as eng:
+        before = eng.knobs()
+        res = tune(eng, size=16 * 2**20)
+        assert eng.knobs() == before  # tune restores the knobs it swept
+    assert set(res.knobs) == {"h2d_chunk_bytes", "d2h_chunk_bytes", "h2d_fallback_bytes", "d2h_fallback_bytes"}
+    assert res.knobs["h2d_chunk_bytes"] in {r for _w, r, _g in []} or res.knobs["h2d_chunk_bytes"] >= 2**20
+    assert any(what == "h2d multipath/single" for what, _v, _r in res.table)
+
+
+def test_write_engine_knobs_merges_and_validates(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[sampling]\ninterval_s = 2.0\n\n[engine]\noutstanding = 3\n')
+    write_engine_knobs(cfg, {"h2d_chunk_bytes": 4 * 2**20, "staging_threads": 12})
+    data = tomllib.loads(cfg.read_text())
+    assert data["sampling"]["interval_s"] == 2.0
+    assert data["engine"] == {"outstanding": 3, "h2d_chunk_bytes": 4 * 2**20, "staging_threads": 12}
+    with pytest.raises(ConfigError):
+        write_engine_knobs(cfg, {"staging_threads": 999})
+    assert tomllib.loads(cfg.read_text())["engine"]["staging_threads"] == 12  # bad result never written

@@ -24,7 +24,7 @@ class Option:
     field: str
     spellings: tuple[str, ...]
     value: str | None = None
-    optional: bool = False  # left out silently when the binary lacks it (a nicety, not something asked for)
+    optional: bool = False  # used only when the binary's help lists it (a nicety, not something asked for)
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,8 @@ def llama_options(spec: ServerSpec, port: int) -> list[Option]:
         opts.append(Option("cache_type_v", ("-ctv", "--cache-type-v"), spec.cache_type_v))
     if spec.draft_model is not None:
         opts.append(Option("draft_model", ("-md", "--model-draft", "--spec-draft-model"), spec.draft_model))
+        # Builds with --spec-type only speculate when told which kind; older ones do whenever -md is given.
+        opts.append(Option("draft_model", ("--spec-type",), "draft-simple", optional=True))
     if spec.draft_max is not None:
         opts.append(Option("draft_max", ("--draft-max", "--spec-draft-n-max"), str(spec.draft_max)))
     if spec.draft_min is not None:
@@ -121,10 +123,15 @@ def options_for(spec: ServerSpec, port: int, peers: Sequence[ServerSpec] = ()) -
 
 
 def render(options: Sequence[Option], supported: Collection[str] | None = None) -> list[str]:
-    """Options as argv words; with `supported`, each uses the first spelling the binary has (else MissingFlag)."""
+    """Options as argv words; with `supported`, each uses the first spelling the binary has (else MissingFlag).
+
+    Without `supported` (nothing known about the binary) optional options are left out.
+    """
     words: list[str] = []
     for opt in options:
         spelling = opt.spellings[0]
+        if supported is None and opt.optional:
+            continue
         if supported is not None:
             have = [s for s in opt.spellings if s in supported]
             if not have:

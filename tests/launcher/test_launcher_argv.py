@@ -57,8 +57,7 @@ def test_llama_argv(spec: ServerSpec, tail: list[str] | None) -> None:
 ])
 def test_vllm_argv(spec: ServerSpec, peers: list[ServerSpec] | None, tail: list[str]) -> None:
     cmd = build_command(spec, "/usr/bin/vllm", 8000, peers or [spec])
-    head = ["/usr/bin/vllm", "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "8000",
-            "--enable-prompt-tokens-details"]
+    head = ["/usr/bin/vllm", "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "8000"]
     assert list(cmd.argv) == head + tail
 
 
@@ -83,9 +82,16 @@ def test_missing_flag_names_the_field() -> None:
     assert err.value.option.spellings == ("-sm", "--split-mode")
 
 
-def test_optional_flag_dropped_when_unsupported() -> None:
-    flags = {"--host", "--port"}
-    assert "--enable-prompt-tokens-details" not in build_command(vllm(), "vllm", 1, supported=flags).argv
+def test_optional_flags_only_when_the_binary_has_them() -> None:
+    assert "--enable-prompt-tokens-details" not in build_command(vllm(), "vllm", 1, supported={"--host", "--port"}).argv
+    argv = build_command(vllm(), "vllm", 1, supported={"--host", "--port", "--enable-prompt-tokens-details"}).argv
+    assert argv[-1] == "--enable-prompt-tokens-details"
+    # a draft model needs --spec-type on builds that have it (they do not speculate otherwise)
+    spec = llama(draft_model="/m/d.gguf")
+    new = {"-m", "--host", "--port", "--metrics", "-md", "--spec-type"}
+    assert build_command(spec, "llama-server", 9, supported=new).argv[-4:] == ("-md", "/m/d.gguf", "--spec-type",
+                                                                               "draft-simple")
+    assert build_command(spec, "llama-server", 9, supported=new - {"--spec-type"}).argv[-2:] == ("-md", "/m/d.gguf")
 
 
 def test_shared_count_treats_empty_gpus_as_all() -> None:

@@ -86,3 +86,27 @@ def test_probe_runner_pushes_requests(prefill_server, events) -> None:
     assert len(got) >= 6
     assert all(r.server == "p" and r.ok and r.ttft_s > 0 for r in got)
     assert any(r.cached_tokens for r in got)
+
+
+def test_draft_model_acceptance_from_metrics_and_log(make_supervisor, tiny_model, llama_server) -> None:
+    # The model drafts for itself: with greedy sampling nearly every drafted token is accepted. This build's
+    # help says --draft-max was renamed; the launcher must pass what the binary understands.
+    import httpx
+
+    sup = make_supervisor([ServerSpec(name="d", model=str(tiny_model), binary=llama_server, ctx_size=1024,
+                                      parallel=1, draft_model=str(tiny_model), draft_max=4, draft_min=1)])
+    sup.start_all()
+    body = {"messages": [{"role": "user", "content": "count with me"}], "max_tokens": 48, "temperature": 0}
+    for _ in range(2):
+        assert httpx.post(f"{sup.base_url('d')}/v1/chat/completions", json=body, timeout=60,
+                          trust_env=False).status_code == 200
+    source = ServerSource(sup)
+    try:
+        (st,) = source.poll()["servers"]
+    finally:
+        source.close()
+    assert st.draft_acceptance is not None and st.draft_acceptance > 0.5
+    logged = sup.states()[0].draft_acceptance
+    assert logged is not None and logged > 0.5
+    header = sup.log_path("d").read_text().splitlines()[0]
+    assert "-md" in header and ("--draft-max 4" in header or "--spec-draft-n-max 4" in header)

@@ -16,8 +16,10 @@ pytestmark = pytest.mark.llama
 
 @pytest.fixture
 def prefill_server(make_supervisor, prefill_model, llama_server):
+    # One compute thread: on a busy 2-core box, multi-thread barriers make every decode wait on the
+    # scheduler, which hides the prefill cost the hit/miss comparison is about.
     sup = make_supervisor([ServerSpec(name="p", model=str(prefill_model), binary=llama_server, ctx_size=4096,
-                                      parallel=2)])
+                                      parallel=2, extra_args=["-t", "1"])])
     sup.start_all()
     return sup
 

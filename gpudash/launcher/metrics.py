@@ -9,6 +9,7 @@ previous scrape of the same server process.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from gpudash.launcher.supervisor import Supervisor
 
 SCRAPE_TIMEOUT_S = 0.3
+SCRAPE_WORKERS = 8
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -100,16 +102,20 @@ class ServerSource:
         self._sup = supervisor
         self._client = httpx.Client(timeout=timeout_s, trust_env=False)
         self._prev: dict[str, _Prev] = {}
+        # Servers are scraped in parallel, so one slow server does not push the others past the tick.
+        self._pool = ThreadPoolExecutor(max_workers=SCRAPE_WORKERS, thread_name_prefix="gpudash-scrape")
 
     def poll(self) -> dict[str, tuple]:
+        states = self._sup.states()
+        scrapes = {st.server: self._pool.submit(self._scrape, st) for st in states if st.state == "ready"}
         out = []
         errors = []
-        for st in self._sup.states():
-            if st.state != "ready":
+        for st in states:
+            if st.server not in scrapes:
                 out.append(st)
                 continue
             try:
-                out.append(self._scrape(st))
+                out.append(scrapes[st.server].result())
             except (httpx.HTTPError, ValueError) as err:
                 errors.append(f"{st.server}: /metrics scrape failed: {err}")
                 out.append(st)
@@ -135,4 +141,5 @@ class ServerSource:
         return replace(st, ts=now, **merged)
 
     def close(self) -> None:
+        self._pool.shutdown(wait=True)
         self._client.close()

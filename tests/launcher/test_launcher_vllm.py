@@ -86,3 +86,20 @@ def test_vllm_restart_with_new_share(fake_vllm, make_supervisor, events) -> None
     assert sup.states()[0].port == port and sup.states()[0].state == "ready"
     restart = [e for e in events.drain() if e.kind == "server.restart"][-1]
     assert (restart.old["share"], restart.new["share"]) == (0.3, 0.5)
+
+
+def test_double_completions_endpoint(fake_vllm, make_supervisor) -> None:
+    sup = make_supervisor([vspec(extra_args=["--load-delay", "0"])])
+    sup.start_all()
+    base = sup.base_url("v")
+    with httpx.Client(trust_env=False, timeout=10) as c:
+        r = c.post(f"{base}/v1/completions", json={"model": "Qwen/Qwen3-0.6B", "prompt": "a b c", "max_tokens": 2})
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 3
+        assert r.json()["choices"][0]["text"]
+        lines = []
+        with c.stream("POST", f"{base}/v1/completions", json={"model": "Qwen/Qwen3-0.6B", "prompt": "a b c",
+                                                              "max_tokens": 2, "stream": True}) as s:
+            lines = [ln for ln in s.iter_lines() if ln.startswith("data:")]
+        assert lines[-1] == "data: [DONE]" and len(lines) == 3  # two tokens, no usage chunk unless asked
+        wrong = c.post(f"{base}/v1/chat/completions", json={"model": "other", "messages": []})
+        assert wrong.status_code == 404 and "does not exist" in wrong.json()["message"]

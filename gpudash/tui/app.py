@@ -74,9 +74,10 @@ def _bindings() -> list[Binding]:
 
 
 class GpudashApp(App[None]):
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "gpudash"
     ENABLE_COMMAND_PALETTE = True
+    AUTO_FOCUS = None  # a focused widget inside a tab would switch the view when a modal closes
     BINDINGS = _bindings()
 
     def __init__(self, feed: Feed, *, replay: bool = False, speed: float = 1.0, keys: dict[str, str] | None = None,
@@ -99,8 +100,8 @@ class GpudashApp(App[None]):
         self.session_cursor = 0
         self.first_frame_at: float | None = None
         self._log_chain = False
-        self._closed = False
-        self._close_lock = threading.Lock()
+        self._feed_closed = False
+        self._feed_close_lock = threading.Lock()
 
     # ---- layout --------------------------------------------------------------------------------------
 
@@ -530,10 +531,10 @@ class GpudashApp(App[None]):
         self._worker(self.close_feed, "feed.close", "close")
 
     def close_feed(self) -> None:
-        with self._close_lock:
-            if self._closed:
+        with self._feed_close_lock:
+            if self._feed_closed:
                 return
-            self._closed = True
+            self._feed_closed = True
         self.feed.close()
         self.post_message(msg.FeedClosed())
 

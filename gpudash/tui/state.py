@@ -14,7 +14,7 @@ from engine.profiles import pcie_payload_gbps
 from gpudash.config import ServerSpec
 from gpudash.records import Event, GpuSample, RequestSample, Snapshot
 
-HISTORY_TICKS = 60  # points kept for the live PCIe plots
+HISTORY_TICKS = 120  # points kept for the live PCIe plots
 REQUESTS_KEPT = 2000  # probe requests kept for the latency view
 EVENTS_KEPT = 5000
 # A link below its max generation/width is only worth a warning when it carries traffic or the GPU works:
@@ -111,7 +111,8 @@ class ViewState:
 
     def __init__(self) -> None:
         self.latest: Snapshot | None = None
-        self.pcie: dict[int, tuple[deque[float], deque[float]]] = {}
+        # per GPU: (TX, RX) history as a fraction of what the link could carry at that tick
+        self.link_history: dict[int, tuple[deque[float], deque[float]]] = {}
         self.requests: deque[RequestSample] = deque(maxlen=REQUESTS_KEPT)
         self.events: deque[Event] = deque(maxlen=EVENTS_KEPT)
         self.specs: dict[str, ServerSpec] = {}
@@ -123,9 +124,11 @@ class ViewState:
         self.latest = snap
         self.ticks += 1
         for g in snap.gpus:
-            tx, rx = self.pcie.setdefault(g.index, (deque(maxlen=HISTORY_TICKS), deque(maxlen=HISTORY_TICKS)))
-            tx.append((g.pcie_tx_bps or 0.0) / 1e9)
-            rx.append((g.pcie_rx_bps or 0.0) / 1e9)
+            tx, rx = self.link_history.setdefault(g.index, (deque(maxlen=HISTORY_TICKS),
+                                                            deque(maxlen=HISTORY_TICKS)))
+            link = link_status(g)
+            tx.append(link.tx_fraction or 0.0)
+            rx.append(link.rx_fraction or 0.0)
         self.requests.extend(snap.requests)
         self.events.extend(snap.events)
 

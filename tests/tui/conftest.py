@@ -29,9 +29,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def live_config(model: Path, db: Path, profile: str = "8xh20") -> Config:
-    """A sim rig sampled at 10 Hz; llama-server `big` split over GPUs 0 and 1, `side` on GPU 1; no probe."""
+    """A sim rig sampled at 4 Hz; llama-server `big` split over GPUs 0 and 1, `side` on GPU 1; no probe."""
     return Config.model_validate({
-        "sampling": {"interval_s": 0.1},
+        "sampling": {"interval_s": 0.25},
         "store": {"path": str(db), "flush_interval_s": 0.2},
         "sim": {"profile": profile, "load": "off"},
         "probe": {"enabled": False},

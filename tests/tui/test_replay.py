@@ -59,7 +59,7 @@ async def test_replay_pause_step_seek_and_speed(tmp_path: Path) -> None:
         assert app.player.index == 20 and app.state.latest.tick == 20
         assert any(e.kind == "server.ready" for e in app.state.events)  # tick 1's event
         assert not split_seen(app)  # tick 25's change has not happened yet
-        assert len(app.state.pcie[0][0]) == 21  # plots rebuilt from the ticks before the seek point
+        assert len(app.state.link_history[0][0]) == 21  # plots rebuilt from the ticks before the seek point
         await pilot.press("right_square_bracket")
         assert app.player.index == 30 and split_seen(app)
         await pilot.press("left_square_bracket")

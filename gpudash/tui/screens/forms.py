@@ -65,6 +65,7 @@ class FormScreen(ModalScreen[Command | None]):
     """A form: Enter applies when every field is valid, Escape cancels."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="form.cancel")]
+    AUTO_FOCUS = "Input"
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self._show_errors()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from gpudash.records import GpuSample
 from gpudash.tui.state import ViewState, link_status
@@ -27,7 +27,23 @@ def _pair(used: int | None, total: int | None) -> str:
     return f"{u:.1f}/{t:.0f} GiB" if u < 10 else f"{u:.0f}/{t:.0f} GiB"
 
 
-def card_text(g: GpuSample, sim: bool) -> Text:
+_LEVELS = " ▁▂▃▄▅▆▇█"
+PLOT_ROWS = 3
+
+
+def plot_rows(values: list[float], width: int, rows: int = PLOT_ROWS) -> list[str]:
+    """A multi-row bar plot of 0..1 values (newest on the right), as text lines: cheap to redraw each tick."""
+    vals = [max(0.0, min(1.0, v)) for v in values[-width:]]
+    vals = [0.0] * (width - len(vals)) + vals
+    lines = []
+    for r in range(rows):
+        base = (rows - 1 - r) * 8
+        lines.append("".join(_LEVELS[max(0, min(8, round(v * rows * 8) - base))] for v in vals))
+    return lines
+
+
+def card_text(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list[float] = (),
+              width: int = 26) -> Text:
     """The card's text lines: name, util, memory, power/temperature, link, PCIe TX/RX."""
     link = link_status(g)
     t = Text()
@@ -45,37 +61,29 @@ def card_text(g: GpuSample, sim: bool) -> Text:
     if link.warn:
         t.append("DOWNGRADED while busy\n", style="bold white on red")
     t.append(f"TX {fmt.rate(g.pcie_tx_bps):>10} {fmt.pct(link.tx_fraction):>4} of link\n", style="green")
-    t.append(f"RX {fmt.rate(g.pcie_rx_bps):>10} {fmt.pct(link.rx_fraction):>4} of link", style="cyan")
+    for line in plot_rows(list(tx_hist), width):
+        t.append(line + "\n", style="green")
+    t.append(f"RX {fmt.rate(g.pcie_rx_bps):>10} {fmt.pct(link.rx_fraction):>4} of link\n", style="cyan")
+    t.append("\n".join(plot_rows(list(rx_hist), width)), style="cyan")
     return t
 
 
-class GpuCard(Vertical):
-    """One GPU: text block plus TX and RX sparklines (the live PCIe plot, GB/s over the last minute)."""
+class GpuCard(Static):
+    """One GPU: its numbers, and TX / RX plots as a share of what the link can carry (last minute)."""
 
     def __init__(self, index: int) -> None:
         super().__init__(id=f"gpu-{index}", classes="gpu-card")
         self.index = index
-        self._ready = False
-        self._waiting: tuple | None = None  # the latest update that arrived before the card was mounted
+        self._last: tuple | None = None
 
-    def on_mount(self) -> None:
-        self._ready = True
-        if self._waiting is not None:
-            self.update_card(*self._waiting)
-
-    def compose(self) -> ComposeResult:
-        yield Static(id=f"gpu-{self.index}-text", classes="gpu-text")
-        yield Sparkline([], id=f"gpu-{self.index}-tx", classes="spark-tx", summary_function=max)
-        yield Sparkline([], id=f"gpu-{self.index}-rx", classes="spark-rx", summary_function=max)
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.update_card(*self._last)  # the plots take the card's new width
 
     def update_card(self, g: GpuSample, state: ViewState, sim: bool, selected: bool) -> None:
-        if not self._ready:
-            self._waiting = (g, state, sim, selected)
-            return
-        self.query_one(".gpu-text", Static).update(card_text(g, sim))
-        tx, rx = state.pcie.get(g.index, ((), ()))
-        self.query_one(".spark-tx", Sparkline).data = list(tx)
-        self.query_one(".spark-rx", Sparkline).data = list(rx)
+        self._last = (g, state, sim, selected)
+        tx, rx = state.link_history.get(g.index, ((), ()))
+        self.update(card_text(g, sim, list(tx), list(rx), max(8, self.content_size.width or 26)))
         self.set_class(selected, "selected")
         self.set_class(link_status(g).warn, "downgraded")
 

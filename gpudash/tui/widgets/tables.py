@@ -36,9 +36,12 @@ class TableView(Vertical):
         return self.query_one(DataTable)
 
     def fill(self, rows: Sequence[Sequence[Any]], cursor: int | None = None) -> None:
+        """Refill the table, but only when the rows changed (refilling is the costly part of a tick)."""
         t = self.table
-        t.clear()
-        t.add_rows(rows)
+        if list(rows) != getattr(self, "_rows", None):
+            self._rows = list(rows)
+            t.clear()
+            t.add_rows(rows)
         self.query_one(".empty", Static).display = not rows
         if cursor is not None and rows:
             t.move_cursor(row=max(0, min(cursor, len(rows) - 1)), animate=False)
@@ -68,6 +71,10 @@ class ServersView(Vertical):
 
     COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s", "restarts", "running", "KV use")
 
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._rows: list[tuple[Any, ...]] = []
+
     def compose(self) -> ComposeResult:
         yield Static("Servers (s: select, S/x/R: start/stop/restart, t: split, m: memory share)",
                      classes="view-title")
@@ -77,25 +84,31 @@ class ServersView(Vertical):
         table.add_columns(*self.COLUMNS)
         yield table
         yield Static("log: no server selected", id="log-title", classes="view-title")
-        yield Log(id="server-log", max_lines=200)
+        log = Log(id="server-log", max_lines=200)
+        log.can_focus = False
+        yield log
 
     def update_view(self, state: ViewState, selected_server: str | None) -> None:
         snap = state.latest
         servers = snap.servers if snap is not None else ()
         names = [s.server for s in servers] or list(state.specs)
         table = self.query_one(DataTable)
-        table.clear()
         by_name = {s.server: s for s in servers}
+        rows: list[tuple[Any, ...]] = []
         for name in names:
             s = by_name.get(name)
             if s is None:
                 spec = state.specs[name]
-                table.add_row(name, spec.kind, "not started", spec.port or "—", "—", "—", 0, "—", "—")
+                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", 0, "—", "—"))
                 continue
             style = {"ready": "green", "crashed": "bold red", "backoff": "yellow"}.get(s.state, "")
-            table.add_row(name, s.kind, Text(s.state, style=style), s.port or "—", fmt.duration(s.uptime_s),
-                          fmt.num(s.tokens_per_s, ".1f"), s.restarts, fmt.num(s.requests_running, ".0f"),
-                          fmt.pct(s.kv_cache_usage))
+            rows.append((name, s.kind, Text(s.state, style=style), s.port or "—", fmt.duration(s.uptime_s),
+                         fmt.num(s.tokens_per_s, ".1f"), s.restarts, fmt.num(s.requests_running, ".0f"),
+                         fmt.pct(s.kv_cache_usage)))
+        if rows != self._rows:
+            self._rows = rows
+            table.clear()
+            table.add_rows(rows)
         self.query_one(".empty", Static).display = not names
         if selected_server in names:
             table.move_cursor(row=names.index(selected_server), animate=False)
@@ -111,6 +124,11 @@ class EngineView(Vertical):
     """Transfer-engine paths (bytes, GB/s, queue depth, chunks) and the live knobs."""
 
     COLUMNS = ("path", "dir", "GPU", "via", "bytes", "GB/s", "queue", "chunks", "CPU s")
+    SHOWN = 24  # rows that fit at 120x40; an 8-GPU rig has 128 path/direction pairs
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._rows: list[tuple[Any, ...]] = []
 
     def compose(self) -> ComposeResult:
         yield Static("Engine paths (k: edit knobs)", classes="view-title")
@@ -124,20 +142,31 @@ class EngineView(Vertical):
     def update_view(self, state: ViewState) -> None:
         snap = state.latest
         paths = snap.engine_paths if snap is not None else ()
+        busy = sorted((p for p in paths if p.bytes_total or p.queue_depth),
+                      key=lambda p: (-p.gbps, -p.bytes_total, p.path))
+        rows = [(p.path, p.direction, p.gpu, "—" if p.via is None else p.via, fmt.size(p.bytes_total),
+                 f"{p.gbps:.2f}", p.queue_depth, p.chunks_total, f"{p.cpu_s:.2f}") for p in busy[: self.SHOWN]]
         table = self.query_one(DataTable)
-        table.clear()
-        for p in paths:
-            table.add_row(p.path, p.direction, p.gpu, "—" if p.via is None else p.via, fmt.size(p.bytes_total),
-                          f"{p.gbps:.2f}", p.queue_depth, p.chunks_total, f"{p.cpu_s:.2f}")
-        self.query_one(".empty", Static).display = not paths
+        if rows != self._rows:  # refilling a DataTable is the costly part of a tick: only when it changed
+            self._rows = rows
+            table.clear()
+            table.add_rows(rows)
+        empty = self.query_one(".empty", Static)
+        empty.display = not rows
+        if not rows:
+            empty.update(f"{len(paths)} engine paths, none has moved bytes yet" if paths
+                         else "no engine paths reported yet")
+        total = sum(p.gbps for p in paths)
         knobs = "  ".join(f"{k}={_knob(v)}" for k, v in state.knobs.items()) or "—"
-        self.query_one("#knobs", Static).update(f"knobs: {knobs}")
+        self.query_one("#knobs", Static).update(
+            f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all\nknobs: {knobs}")
 
 
 def _knob(v: Any) -> str:
+    """Sizes as the config writes them: 4MiB when a whole number of MiB, else 2.81MB."""
     if isinstance(v, bool) or not isinstance(v, int) or v < 4096:
         return str(v)
-    return f"{v / 1e6:g}MB"
+    return f"{v >> 20}MiB" if v % 2**20 == 0 else f"{v / 1e6:g}MB"
 
 
 class PoolsView(TableView):

@@ -70,7 +70,8 @@ def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float, poll_s: flo
             except httpx.TransportError as err:
                 last = type(err).__name__
             if time.monotonic() >= deadline:
-                raise NotHealthy(f"did not answer 200 on /health within {timeout_s:g} s (last: {last})")
+                raise NotHealthy(f"did not answer 200 on /health within {timeout_s:g} s (last: {last}); "
+                                 "raise its `health_timeout_s` if it needs longer")
             time.sleep(poll_s)
 
 

@@ -302,6 +302,8 @@ class Supervisor:
         rc = proc.wait()
         if srv.cancel.is_set() or proc in self._stopping:
             return
+        self._stopping.add(proc)
+        _killpg(proc.pid, signal.SIGKILL)  # its group's stragglers, now, while the group id is surely its own
         with self._lock:
             if srv.proc is not proc:
                 return
@@ -324,7 +326,6 @@ class Supervisor:
             with srv.lock:
                 if srv.cancel.is_set() or srv.proc is not dead:
                     return
-                self._terminate(srv)  # reap what the dead leader left in its group
                 try:
                     self._launch(srv, srv.spec, actor_kind="server.restart", old="crashed")
                 except LaunchError:
@@ -338,9 +339,12 @@ class Supervisor:
                 return
 
     def _terminate(self, srv: _Server) -> None:
-        """SIGTERM the server's process group, SIGKILL after the timeout, then kill any straggler in it."""
+        """SIGTERM the server's process group, SIGKILL after the timeout, then kill any straggler in it.
+
+        Each process is signalled only once: a group id is never signalled after its group may be gone.
+        """
         proc = srv.proc
-        if proc is None:
+        if proc is None or proc in self._stopping:
             return
         pgid = proc.pid  # start_new_session: the leader's pid is the group id
         self._stopping.add(proc)

@@ -242,3 +242,28 @@ def test_restart_of_a_stopped_server_with_a_failing_spec_stays_stopped(make_supe
         sup.restart("a", bad)
     assert "previous settings" not in str(err.value)
     assert sup.pids() == {} and sup.states()[0].state == "crashed"
+
+
+def test_crash_loop_backs_off(make_supervisor, events: Events, tmp_path, tiny_model) -> None:
+    # Healthy for 0.3 s, then exit 3: every restart crashes again; the waits follow backoff_s.
+    exe = tmp_path / "flaky"
+    exe.write_text(f"#!{sys.executable}\nimport http.server, sys, threading, os, time\n"
+                   "if '--help' in sys.argv: print('-m  m\\n--host  h\\n--port  p\\n--metrics  x'); sys.exit(0)\n"
+                   "class H(http.server.BaseHTTPRequestHandler):\n"
+                   "    def do_GET(self): self.send_response(200); self.end_headers()\n"
+                   "    def log_message(self, *a): pass\n"
+                   "port = int(sys.argv[sys.argv.index('--port') + 1])\n"
+                   "threading.Timer(0.3, lambda: os._exit(3)).start()\n"
+                   "http.server.ThreadingHTTPServer(('127.0.0.1', port), H).serve_forever()\n")
+    exe.chmod(0o755)
+    sup = make_supervisor([ServerSpec(name="f", model=str(tiny_model), binary=str(exe))], backoff_s=(0.2, 1.0))
+    sup.start_all()
+    deadline = time.monotonic() + 20
+    while events.kinds().count("server.crash") < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen = [e for e in events.seen if e.kind in ("server.crash", "server.restart")]
+    crashes = [e for e in seen if e.kind == "server.crash"]
+    assert len(crashes) >= 3 and all("code 3" in e.reason for e in crashes)
+    waits = [nxt.ts - e.ts for e, nxt in zip(seen, seen[1:]) if e.kind == "server.crash" and nxt.kind == "server.restart"]
+    assert waits[0] == pytest.approx(0.2, abs=0.15) and waits[1] == pytest.approx(1.0, abs=0.3)
+    assert sup.states()[0].restarts >= 2

@@ -20,7 +20,7 @@ def sim_engine(profile: str, config: Config) -> Any:
 
 
 def build_sources(source_label: str, config: Config, *, inbox: Inbox | None = None, engine: Any = None,
-                  pids: Callable[[], dict[int, str]] | None = None) -> list[Source]:
+                  pids: Callable[[], dict[int, str]] | None = None, pools: Callable[[], Any] | None = None) -> list[Source]:
     """Sources for `nvml` or `sim:<profile>`. A sim rig without an `engine` gets its own sim engine,
     which it closes on close(); with one, the caller keeps owning it."""
     sources: list[Source] = []
@@ -49,6 +49,10 @@ def build_sources(source_label: str, config: Config, *, inbox: Inbox | None = No
         from gpudash.telemetry.engine import EngineSource
 
         sources.append(EngineSource(engine))
+    if pools is not None:  # () -> the engine's MemoryPools; their shards become pool_shards samples
+        from gpudash.telemetry.pools import PoolSource
+
+        sources.append(PoolSource(pools))
     if inbox is not None:
         sources.append(inbox)
     return sources

@@ -72,3 +72,18 @@ def test_pool_source_through_the_sampler(eng: TransferEngine) -> None:
     pool.close()
     assert sampler.poll_once().pool_shards == ()
     sampler.stop()
+
+
+def test_factory_adds_the_pool_source(eng: TransferEngine) -> None:
+    from gpudash.config import Config
+    from gpudash.telemetry.factory import build_sources
+
+    pool = MemoryPool(1 << 20, engine=eng, gpu=0, shards={"kv": 1 << 20})
+    sources = build_sources("sim:rtx5080+rtx3090", Config(), engine=eng, pools=lambda: [pool])
+    try:
+        snap = Sampler(sources, interval_s=1.0, source_label="sim:rtx5080+rtx3090").poll_once()
+        assert [(s.pool, s.shard, s.capacity) for s in snap.pool_shards] == [("sim-gpu0", "kv", 1 << 20)]
+    finally:
+        for s in sources:
+            s.close()
+        pool.close()

@@ -347,13 +347,13 @@ class MemoryPool:
     def replay(self, trace: "Trace", *, check_every: int = 0, sample_every: int = 0) -> ReplayResult:
         """Run `trace` inside the native library (no Python per op); its shard names must exist here.
         check_every=k runs check() every k ops (1: after every op); sample_every=k samples fragmentation."""
+        op, size, slot, align = _trace_arrays(trace)
         ids = np.array([self._id(s) for s in trace.shards], dtype=np.int32)
         shard = np.ascontiguousarray(ids[trace.shard])
         out, msg = N.PoolReplayC(), ctypes.create_string_buffer(256)
-        align = None if trace.align is None else trace.align.ctypes.data
         with self._lock:
-            rc = self._lib.gp_replay(self._open(), len(trace), trace.op.ctypes.data, shard.ctypes.data,
-                                     trace.size.ctypes.data, align, trace.slot.ctypes.data,
+            rc = self._lib.gp_replay(self._open(), len(op), op.ctypes.data, shard.ctypes.data, size.ctypes.data,
+                                     None if align is None else align.ctypes.data, slot.ctypes.data,
                                      _int(check_every, "check_every", 0, 1 << 62),
                                      _int(sample_every, "sample_every", 0, 1 << 62), ctypes.byref(out), msg, len(msg))
         if rc != N.OK:
@@ -366,6 +366,28 @@ class MemoryPool:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self.nbytes} bytes, {len(self._ids)} shard(s)"
         return f"MemoryPool({self.name!r}, {self.label} {self.kind}, {state})"
+
+
+def _trace_arrays(trace: "Trace") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The trace's columns as the C types replay reads, after checking lengths and values (a bad
+    trace file must give an error, not a read past an array)."""
+    n = len(trace.op)
+    cols = {"op": trace.op, "shard": trace.shard, "size": trace.size, "slot": trace.slot}
+    if trace.align is not None:
+        cols["align"] = trace.align
+    for name, col in cols.items():
+        if np.ndim(col) != 1 or len(col) != n:
+            raise EngineArgumentError(f"trace column {name!r} has shape {np.shape(col)}; every column must be "
+                                      f"1-D with {n} entries (one per op)")
+    if n and not np.isin(trace.op, (0, 1)).all():
+        raise EngineArgumentError("trace column 'op' must hold only 0 (alloc) and 1 (free)")
+    if n and (trace.shard.min() < 0 or trace.shard.max() >= len(trace.shards)):
+        raise EngineArgumentError(f"trace column 'shard' must index its {len(trace.shards)} shard names")
+    if n and (trace.slot.min() < 0 or trace.slot.max() >= 1 << 31):
+        raise EngineArgumentError("trace column 'slot' must hold slot numbers in [0, 2**31)")
+    as_c = {"op": np.int32, "size": np.uint64, "slot": np.uint32, "align": np.uint64}
+    out = [np.ascontiguousarray(cols[k], dtype=as_c[k]) if k in cols else None for k in ("op", "size", "slot", "align")]
+    return out[0], out[1], out[2], out[3]
 
 
 def engine_pools(engine: Any, *, host_bytes: int, device_bytes: int,

@@ -133,3 +133,22 @@ def test_bad_trace_slot_reuse(pool: MemoryPool) -> None:
     bad = Trace(t.op, t.shard, t.size, t.slot, ("zz",), {"zz": 1})
     with pytest.raises(EngineArgumentError, match="shard='zz' does not exist"):
         pool.replay(bad)
+
+
+@pytest.mark.parametrize("column,value,match", [
+    ("op", [0, 2], "must hold only 0 .alloc. and 1 .free."),
+    ("shard", [0, 5], "must index its 1 shard names"),
+    ("slot", [0, -1], r"slot numbers in \[0, 2\*\*31\)"),
+    ("size", [64], "column 'size' has shape .1,.; every column must be 1-D with 2 entries"),
+])
+def test_bad_trace_columns(pool: MemoryPool, column: str, value: list, match: str) -> None:
+    import numpy as np
+
+    from engine.pools import Trace
+
+    cols = {"op": [0, 1], "shard": [0, 0], "size": [64, 0], "slot": [0, 0]}
+    cols[column] = value
+    t = Trace(*(np.array(cols[k]) for k in ("op", "shard", "size", "slot")), ("a",), {"a": 1 << 18})
+    with pytest.raises(EngineArgumentError, match=match):
+        pool.replay(t)
+    pool.check()

@@ -382,12 +382,6 @@ class CudaBackend : public Backend {
     c.stream_flag = false;
   }
 
-  const char *error_name(int r) override {
-    const char *s = nullptr;
-    if (api.loaded && api.cuGetErrorName(r, &s) == 0) return s;
-    return nullptr;
-  }
-
  private:
   std::vector<CUdevice> devs_;
   std::vector<CUcontext> ctx_;

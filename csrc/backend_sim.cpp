@@ -39,7 +39,6 @@ class SimBackend : public Backend {
   SimBackend(int n, const double *link, const double *lat, const double *peer, double nvlink, double scale)
       : n_(n), scale_(scale), nvlink_(nvlink) {
     for (int i = 0; i < n; ++i) {
-      link_max_.push_back(link[i]);
       lat_.push_back(lat[i] * 1e-6);
       h2d_.push_back({link[i], 0});
       d2h_.push_back({link[i], 0});
@@ -206,7 +205,7 @@ class SimBackend : public Backend {
  private:
   int n_;
   double scale_, nvlink_;
-  std::vector<double> link_max_, lat_, peer_;
+  std::vector<double> lat_, peer_;
   std::vector<Resource> h2d_, d2h_, pair_;
   std::map<uint64_t, Alloc> allocs_;
   std::mutex m_;

@@ -130,7 +130,6 @@ class Backend {
   virtual int untrack(uint64_t ptr, int kind) { (void)ptr; (void)kind; return GE_ENOTSUP; }
   virtual int set_link(int gpu, double gbps) { (void)gpu; (void)gbps; return GE_ENOTSUP; }
   virtual void link_gbps(int gpu, double *h2d, double *d2h) { (void)gpu; *h2d = 0; *d2h = 0; }
-  virtual const char *error_name(int cu) { (void)cu; return nullptr; }
 };
 
 // Polls done() until it holds: yields for the first `spin_s`, then naps of elapsed/`frac` (between

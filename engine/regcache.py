@@ -40,8 +40,6 @@ class RegistrationCache:
         self._seen: OrderedDict[tuple[int, int], None] = OrderedDict()
         self._refused: set[tuple[int, int]] = set()  # ranges the backend would not register (already pinned)
         self.bytes = 0
-        self.hits = 0
-        self.misses = 0
 
     def set_cap(self, cap_bytes: int) -> None:
         with self._lock:
@@ -60,9 +58,7 @@ class RegistrationCache:
             if e is not None and e.nbytes == span.owner_nbytes:
                 e.in_use += 1
                 self._entries.move_to_end(span.owner_ptr)
-                self.hits += 1
                 return span.owner_ptr
-            self.misses += 1
             if key in self._refused:
                 return None
             if key not in self._seen and not now:  # one-shot so far

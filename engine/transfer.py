@@ -6,11 +6,14 @@ from __future__ import annotations
 import ctypes
 import operator
 import threading
+import weakref
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from engine import _native as N
-from engine.buffers import DeviceBuffer, HostBuffer, Span, page_aligned, resolve
+from engine.buffers import DeviceBuffer, HostBuffer, page_aligned, resolve
 from engine.config import KNOBS, SIM_REAL_GBPS, EngineConfig, validate_knobs
 from engine.errors import EngineArgumentError, EngineError
 from engine.profiles import get_profile, pcie_payload_gbps
@@ -221,10 +224,7 @@ class TransferEngine:
         self._check_gpu(gpu)
         nbytes = _positive(nbytes)
         if self.backend == "sim":
-            arr = page_aligned(nbytes)
-            ptr_sim = arr.__array_interface__["data"][0]
-            N.check(N.call("ge_sim_track", self._ptr, ptr_sim, nbytes, N.MEM_DEVICE, gpu),
-                    f"allocating {nbytes} bytes on GPU {gpu}")
+            arr, ptr_sim = self._sim_storage(nbytes, N.MEM_DEVICE, gpu)
             return DeviceBuffer(self._untrack_device, ptr_sim, nbytes, gpu, arr)
         ptr = ctypes.c_uint64()
         N.check(N.call("ge_alloc_device", self._ptr, gpu, nbytes, ctypes.byref(ptr)),
@@ -236,22 +236,33 @@ class TransferEngine:
         self._check_open()
         nbytes = _positive(nbytes)
         if self.backend == "sim":
-            arr = page_aligned(nbytes)
-            ptr_sim = arr.__array_interface__["data"][0]
-            N.check(N.call("ge_sim_track", self._ptr, ptr_sim, nbytes, N.MEM_PINNED, -1),
-                    f"allocating {nbytes} pinned bytes")
+            arr, ptr_sim = self._sim_storage(nbytes, N.MEM_PINNED, -1)
             return HostBuffer(self._untrack_host, ptr_sim, nbytes, -1, arr)
         ptr = ctypes.c_uint64()
         N.check(N.call("ge_alloc_host", self._ptr, nbytes, ctypes.byref(ptr)), f"allocating {nbytes} pinned bytes")
         return HostBuffer(self._free_host, ptr.value, nbytes, -1)
 
-    def _untrack_device(self, ptr: int) -> None:
+    def _sim_storage(self, nbytes: int, kind: int, gpu: int) -> tuple[np.ndarray, int]:
+        """sim: numpy memory standing in for device/pinned memory, tracked by the sim until freed or,
+        if the buffer is dropped without free(), until numpy frees the memory (so a later allocation
+        at the same address is never mistaken for it)."""
+        arr = page_aligned(nbytes)
+        ptr = arr.__array_interface__["data"][0]
+        what = f"allocating {nbytes} bytes on GPU {gpu}" if kind == N.MEM_DEVICE else f"allocating {nbytes} pinned bytes"
+        N.check(N.call("ge_sim_track", self._ptr, ptr, nbytes, kind, gpu), what)
+        fin = weakref.finalize(arr.base, self._sim_untrack, ptr, kind)
+        fin.atexit = False
+        return arr, ptr
+
+    def _sim_untrack(self, ptr: int, kind: int) -> None:
         if not self._closed:
-            N.check(N.call("ge_sim_untrack", self._ptr, ptr, N.MEM_DEVICE), "freeing a sim device buffer")
+            N.call("ge_sim_untrack", self._ptr, ptr, kind)  # already untracked by free(): nothing to do
+
+    def _untrack_device(self, ptr: int) -> None:
+        self._sim_untrack(ptr, N.MEM_DEVICE)
 
     def _untrack_host(self, ptr: int) -> None:
-        if not self._closed:
-            N.check(N.call("ge_sim_untrack", self._ptr, ptr, N.MEM_PINNED), "freeing a sim pinned buffer")
+        self._sim_untrack(ptr, N.MEM_PINNED)
 
     def _free_device(self, ptr: int) -> None:
         if not self._closed:
@@ -460,6 +471,3 @@ class TransferEngine:
     def __repr__(self) -> str:
         where = f"sim:{self.profile}" if self.backend == "sim" else "cuda"
         return f"TransferEngine({where}, {self.num_gpus} GPU(s))"
-
-    def _span(self, obj: Any, arg: str, nbytes: int | None = None) -> Span:
-        return resolve(obj, arg, nbytes, self._classify, self._kind)

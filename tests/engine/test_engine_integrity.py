@@ -135,3 +135,16 @@ def test_buffer_protocol_and_dlpack_inputs(fast_engine: TransferEngine) -> None:
     back = np.zeros(250, dtype=np.float32)
     eng.d2h(back, dev).wait()
     assert np.array_equal(back, arr)
+
+
+def test_sim_buffers_dropped_without_free_and_views_after_close(make_engine) -> None:  # type: ignore[no-untyped-def]
+    eng = make_engine("rtx5080+rtx3090", sim_time_scale=1.0)
+    for _ in range(50):  # numpy reuses the addresses: stale sim records must not block new buffers
+        eng.alloc_device(0, 8 * MiB)
+        eng.alloc_host(8 * MiB)
+    dev = eng.alloc_device(1, 1 * MiB)
+    eng.copy(dev, np.full(1 * MiB, 6, dtype=np.uint8)).wait()
+    view = dev.host_view()
+    dev.free()
+    eng.close()
+    assert int(view.sum()) == 6 * MiB  # the view keeps the memory alive: no dangling pointer

@@ -1,0 +1,614 @@
+// The scheduler shared by both backends: per-(GPU, direction) micro-task queues, chunking, passive
+// load balancing over paths (shortest queue, direct first), the pinned staging ring for pageable
+// memory, the relay buffer pool and stats. engine.cpp wraps it in the C ABI.
+#pragma once
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+
+#include "engine_core.hpp"
+
+namespace ge {
+
+static constexpr int kSlots = 32;
+static constexpr uint64_t kSlotBytes = 4ull << 20;
+static constexpr int kMaxAttempts = 8;
+
+static uint64_t thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+static double real_now() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+int validate_knobs(const ge_knobs &k) {
+  auto chunk_ok = [](uint64_t v) { return v >= 4096 && v <= (1ull << 30); };
+  if (!chunk_ok(k.h2d_chunk_bytes) || !chunk_ok(k.d2h_chunk_bytes)) return GE_EINVAL;
+  if (k.outstanding < 1 || k.outstanding > 64) return GE_EINVAL;
+  if (k.staging_threads < 1 || k.staging_threads > 64) return GE_EINVAL;
+  if (k.h2d_fallback_bytes > (1ull << 50) || k.d2h_fallback_bytes > (1ull << 50)) return GE_EINVAL;
+  return GE_OK;
+}
+
+// Waiters poll in short naps (poll_until); a 1 us timer slack keeps
+// those naps short (the default slack is 50 us).
+static void precise_timers() {
+  thread_local bool done = false;
+  if (!done) {
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    done = true;
+  }
+}
+
+class Engine {
+ public:
+  std::unique_ptr<Backend> be;
+  double time_scale = 1.0;  // real seconds per backend second
+  std::mutex knob_m;
+  ge_knobs knobs{};
+  std::vector<std::unique_ptr<Group>> groups;  // index gpu * 2 + dir
+  std::vector<std::unique_ptr<Path>> paths;
+  std::atomic<bool> stopping{false};
+  int ngpu = 0;
+  std::unique_ptr<std::atomic<uint64_t>[]> link_h2d, link_d2h;
+
+  std::mutex copies_m;
+  std::unordered_map<uint64_t, std::shared_ptr<Copy>> copies;
+  uint64_t next_id = 1;
+
+  // staging threads: memcpy between pageable user memory and pinned slots
+  std::mutex st_m;
+  std::condition_variable st_cv;
+  std::deque<std::function<void()>> st_tasks;
+  std::vector<std::thread> st_threads;
+  int st_target = 0, st_alive = 0;
+  bool st_stop = false;
+
+  std::mutex slot_m;
+  std::vector<uint64_t> slot_ptr;
+  std::vector<int> free_slots;
+
+  std::mutex pool_m;
+  std::map<std::pair<int, uint64_t>, std::vector<uint64_t>> pool;
+
+  int init(Backend *b, const ge_knobs &k, double scale) {
+    be.reset(b);
+    time_scale = scale;
+    int rc = be->init(*this);
+    if (rc) return rc;
+    knobs = k;
+    ngpu = be->num_gpus();
+    link_h2d.reset(new std::atomic<uint64_t>[ngpu]);
+    link_d2h.reset(new std::atomic<uint64_t>[ngpu]);
+    for (int i = 0; i < ngpu; ++i) link_h2d[i] = 0, link_d2h[i] = 0;
+    for (int g = 0; g < ngpu; ++g)
+      for (int dir = 0; dir < 2; ++dir) {
+        auto grp = std::make_unique<Group>();
+        grp->gpu = g;
+        grp->dir = dir;
+        add_path(*grp, g);
+        for (int p = 0; p < ngpu; ++p) {
+          if (p == g) continue;
+          double bw = dir == GE_H2D ? be->peer_gbps(p, g) : be->peer_gbps(g, p);
+          if (bw != 0) add_path(*grp, p);
+        }
+        groups.push_back(std::move(grp));
+      }
+    for (auto &p : paths)
+      if ((rc = be->prepare_path(*p))) return rc;
+    for (auto &g : groups) g->dispatcher = std::thread([this, gp = g.get()] { dispatch_loop(*gp); });
+    for (auto &p : paths) p->worker = std::thread([this, pp = p.get()] { worker_loop(*pp); });
+    resize_staging(k.staging_threads);
+    return GE_OK;
+  }
+
+  void add_path(Group &g, int via) {
+    auto p = std::make_unique<Path>();
+    p->id = int(paths.size());
+    p->gpu = g.gpu;
+    p->via = via;
+    p->dir = g.dir;
+    p->group = &g;
+    g.paths.push_back(p.get());
+    paths.push_back(std::move(p));
+  }
+
+  ~Engine() {
+    stopping = true;
+    for (auto &g : groups) {
+      { std::lock_guard<std::mutex> lk(g->m); }
+      g->cv.notify_all();
+      for (auto *p : g->paths) p->cv.notify_all();
+    }
+    for (auto &g : groups)
+      if (g->dispatcher.joinable()) g->dispatcher.join();
+    for (auto &p : paths)
+      if (p->worker.joinable()) p->worker.join();
+    {
+      std::lock_guard<std::mutex> lk(st_m);
+      st_stop = true;
+    }
+    st_cv.notify_all();
+    for (auto &t : st_threads) t.join();
+    for (auto &g : groups) {  // staged chunks filled after their dispatcher left
+      for (Chunk *c : g->ready) finish_chunk(c, GE_ECLOSED);
+      g->ready.clear();
+    }
+    if (be) {
+      for (auto &p : paths) be->release_path(*p);
+      for (auto &kv : pool)
+        for (uint64_t ptr : kv.second) be->free_device(ptr);
+      for (uint64_t s : slot_ptr) be->free_host(s);
+    }
+  }
+
+  // ---- staging threads -------------------------------------------------------------------
+  void resize_staging(int n) {
+    std::lock_guard<std::mutex> lk(st_m);
+    st_target = n;
+    while (st_alive < st_target) {
+      ++st_alive;
+      st_threads.emplace_back([this] { staging_loop(); });
+    }
+    st_cv.notify_all();
+  }
+
+  void staging_loop() {
+    std::unique_lock<std::mutex> lk(st_m);
+    for (;;) {
+      st_cv.wait(lk, [&] { return st_stop || !st_tasks.empty() || st_alive > st_target; });
+      if (st_alive > st_target) { --st_alive; return; }
+      if (st_tasks.empty()) return;  // st_stop
+      auto task = std::move(st_tasks.front());
+      st_tasks.pop_front();
+      lk.unlock();
+      task();
+      lk.lock();
+    }
+  }
+
+  void submit_staging(std::function<void()> f) {
+    {
+      std::lock_guard<std::mutex> lk(st_m);
+      st_tasks.push_back(std::move(f));
+    }
+    st_cv.notify_one();
+  }
+
+  int try_slot() {
+    std::lock_guard<std::mutex> lk(slot_m);
+    if (slot_ptr.empty()) {
+      for (int i = 0; i < kSlots; ++i) {
+        uint64_t p = 0;
+        if (be->alloc_host(kSlotBytes, &p)) break;
+        slot_ptr.push_back(p);
+        free_slots.push_back(i);
+      }
+    }
+    if (free_slots.empty()) return -1;
+    int s = free_slots.back();
+    free_slots.pop_back();
+    return s;
+  }
+
+  void release_slot(int s) {
+    {
+      std::lock_guard<std::mutex> lk(slot_m);
+      free_slots.push_back(s);
+    }
+    for (auto &g : groups) g->cv.notify_all();
+  }
+
+  // A one-shot destination is often fresh memory: fault its pages in with one call per chunk (and ask
+  // for huge pages) rather than one page fault per 4 KiB inside memcpy. Advice only; errors are ignored.
+  static void populate(uint64_t addr, uint64_t len) {
+    const uint64_t page = 4096, huge = 2ull << 20;
+    uint64_t lo = (addr + page - 1) & ~(page - 1), hi = (addr + len) & ~(page - 1);
+    if (hi <= lo) return;
+    uint64_t hlo = (addr + huge - 1) & ~(huge - 1), hhi = (addr + len) & ~(huge - 1);
+    if (hhi > hlo) madvise(reinterpret_cast<void *>(hlo), hhi - hlo, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+    madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_POPULATE_WRITE);
+#endif
+  }
+
+  // ---- relay buffer pool (device memory on the via GPU) -----------------------------------
+  int relay_get(int gpu, uint64_t n, uint64_t *ptr, uint64_t *cls) {
+    *cls = (n + (1ull << 20) - 1) & ~((1ull << 20) - 1);
+    {
+      std::lock_guard<std::mutex> lk(pool_m);
+      auto &v = pool[{gpu, *cls}];
+      if (!v.empty()) {
+        *ptr = v.back();
+        v.pop_back();
+        return GE_OK;
+      }
+    }
+    return be->alloc_device(gpu, *cls, ptr);
+  }
+  void relay_put(int gpu, uint64_t cls, uint64_t ptr) {
+    std::lock_guard<std::mutex> lk(pool_m);
+    pool[{gpu, cls}].push_back(ptr);
+  }
+
+  // ---- copies ------------------------------------------------------------------------------
+  void finish_chunk(Chunk *ch, int rc) {
+    auto c = ch->copy;
+    delete ch;
+    if (rc) {
+      std::lock_guard<std::mutex> lk(c->m);
+      if (c->status == GE_OK) c->status = rc;
+    }
+    c->chunks_done.fetch_add(1);
+    if (c->remaining.fetch_sub(1) == 1) finish_copy(*c);
+  }
+
+  void finish_copy(Copy &c) {
+    be->stream_end(c);
+    std::lock_guard<std::mutex> lk(c.m);
+    c.finished = true;
+    c.landed.store(true, std::memory_order_release);
+    c.cv.notify_all();
+  }
+
+  Path *pick_path(Group &g, const Copy &c, bool *all_failed) {
+    Path *best = nullptr;
+    *all_failed = true;
+    Path *direct = g.paths[0];
+    int limit = c.knobs.outstanding;
+    if (!direct->failed) {
+      *all_failed = false;
+      if (direct->depth < limit && (c.single_path || c.knobs.direct_first)) return direct;
+      if (c.single_path) return nullptr;  // below the fallback threshold: wait for the direct path
+    }
+    for (Path *p : g.paths) {
+      if (p->failed) continue;
+      *all_failed = false;
+      if (p->depth >= limit) continue;
+      if (!best || p->depth < best->depth) best = p;
+    }
+    return best;
+  }
+
+  Chunk *make_chunk(const std::shared_ptr<Copy> &c, uint64_t idx) {
+    auto *ch = new Chunk;
+    ch->copy = c;
+    ch->off = idx * c->chunk;
+    ch->len = std::min(c->chunk, c->nbytes - ch->off);
+    if (c->dir == GE_H2D) {
+      ch->host = c->src + ch->off;
+      ch->dev = c->dst + ch->off;
+    } else {
+      ch->host = c->dst + ch->off;
+      ch->dev = c->src + ch->off;
+    }
+    return ch;
+  }
+
+  void dispatch_loop(Group &g) {
+    be->thread_init(g.gpu);
+    std::unique_lock<std::mutex> lk(g.m);
+    for (;;) {
+      if (stopping) break;
+      Chunk *ch = nullptr;
+      std::deque<Chunk *> *from = nullptr;
+      std::shared_ptr<Copy> c;
+      if (!g.retry.empty()) from = &g.retry;
+      else if (!g.ready.empty()) from = &g.ready;
+      if (from) {
+        ch = from->front();
+        c = ch->copy;
+      } else if (!g.copies.empty()) {
+        c = g.copies.front();
+        if (c->next_chunk >= c->nchunks) {
+          g.copies.pop_front();
+          continue;
+        }
+        if (c->host_mode == GE_HOST_STAGED && c->dir == GE_H2D) {  // fill a slot first
+          int s = try_slot();
+          if (s < 0) {
+            g.cv.wait_for(lk, std::chrono::milliseconds(2));
+            continue;
+          }
+          Chunk *nc = make_chunk(c, c->next_chunk++);
+          nc->slot = s;
+          uint64_t slot = slot_ptr[s];
+          Path *direct = g.paths[0];
+          submit_staging([this, nc, slot, &g, direct] {
+            uint64_t t0 = thread_cpu_ns();
+            std::memcpy(reinterpret_cast<void *>(slot), reinterpret_cast<const void *>(nc->host), nc->len);
+            nc->host = slot;
+            direct->cpu_ns += thread_cpu_ns() - t0;
+            {
+              std::lock_guard<std::mutex> l2(g.m);
+              g.ready.push_back(nc);
+            }
+            g.cv.notify_all();
+          });
+          continue;
+        }
+      } else {
+        g.cv.wait(lk, [&] { return stopping || !g.copies.empty() || !g.ready.empty() || !g.retry.empty(); });
+        continue;
+      }
+      bool all_failed = false;
+      Path *p = pick_path(g, *c, &all_failed);
+      if (all_failed) {
+        if (!ch) ch = make_chunk(c, c->next_chunk++);
+        else from->pop_front();
+        if (ch->slot >= 0) release_slot(ch->slot);
+        lk.unlock();
+        finish_chunk(ch, GE_EPATH);
+        lk.lock();
+        continue;
+      }
+      if (!p) {
+        g.cv.wait_for(lk, std::chrono::milliseconds(2));
+        continue;
+      }
+      if (!ch) {  // a new chunk of the front copy
+        int s = -1;
+        if (c->host_mode == GE_HOST_STAGED) {  // D2H: the path writes into a slot
+          s = try_slot();
+          if (s < 0) {
+            g.cv.wait_for(lk, std::chrono::milliseconds(2));
+            continue;
+          }
+        }
+        ch = make_chunk(c, c->next_chunk++);
+        ch->slot = s;
+      } else {
+        from->pop_front();
+      }
+      if (ch->slot >= 0 && c->dir == GE_D2H) ch->host = slot_ptr[ch->slot];
+      uint64_t t0 = thread_cpu_ns();
+      if (p->via != p->gpu) {
+        uint64_t cls = 0;
+        if (relay_get(p->via, ch->len, &ch->relay, &cls)) {
+          p->failed = true;  // no staging memory on the relay GPU: stop using it
+          g.retry.push_front(ch);
+          continue;
+        }
+        ch->relay_bytes = cls;
+      }
+      int rc = issue_on(*p, *ch);
+      p->cpu_ns += thread_cpu_ns() - t0;
+      if (rc) {
+        if (ch->relay) relay_put(p->via, ch->relay_bytes, ch->relay), ch->relay = 0;
+        p->failed = true;
+        g.retry.push_front(ch);
+        continue;
+      }
+    }
+    // closing: fail what was never issued
+    auto fail_all = [&](std::deque<Chunk *> &dq) {
+      while (!dq.empty()) {
+        Chunk *x = dq.front();
+        dq.pop_front();
+        if (x->slot >= 0) release_slot(x->slot);
+        lk.unlock();
+        finish_chunk(x, GE_ECLOSED);
+        lk.lock();
+      }
+    };
+    fail_all(g.retry);
+    while (!g.copies.empty()) {
+      auto c = g.copies.front();
+      g.copies.pop_front();
+      uint64_t left = c->nchunks - c->next_chunk;
+      c->next_chunk = c->nchunks;
+      for (uint64_t i = 0; i < left; ++i) {
+        Chunk *x = new Chunk;
+        x->copy = c;
+        lk.unlock();
+        finish_chunk(x, GE_ECLOSED);
+        lk.lock();
+      }
+    }
+  }
+
+  // Issue a chunk on a path and hand it to the path's worker (group lock held).
+  int issue_on(Path &p, Chunk &ch) {
+    ch.issue_t = real_now();
+    int rc = be->issue(p, ch);
+    if (rc) return rc;
+    ch.copy->path_used[p.id] = 1;
+    if (ch.copy->nchunks == 1) ch.copy->sole_path = &p;
+    p.q.push_back(&ch);
+    p.depth++;
+    p.cv.notify_one();
+    return GE_OK;
+  }
+
+  void mark_rate(Path &p) {
+    double now = real_now();
+    std::lock_guard<std::mutex> lk(p.rate_m);
+    int last = (p.mark_i + 15) % 16;
+    if (p.mark_n && now - p.mark_t[last] < 1.0 / 16) return;
+    p.mark_t[p.mark_i] = now;
+    p.mark_b[p.mark_i] = p.bytes.load();
+    p.mark_i = (p.mark_i + 1) % 16;
+    p.mark_n = std::min(p.mark_n + 1, 16);
+  }
+
+  double rate(Path &p) {
+    double now = real_now();
+    std::lock_guard<std::mutex> lk(p.rate_m);
+    int best = -1;
+    for (int i = 0; i < p.mark_n; ++i)
+      if (p.mark_t[i] >= now - 1.0 && (best < 0 || p.mark_t[i] < p.mark_t[best])) best = i;
+    if (best < 0) return 0.0;
+    double dt = now - p.mark_t[best];
+    if (dt < 1e-3) return 0.0;
+    return double(p.bytes.load() - p.mark_b[best]) / (dt / time_scale) / 1e9;
+  }
+
+  // Waits for a chunk the caller took off the path's queue, then settles it (group lock not held).
+  void run_chunk(Path &p, Chunk *ch, std::unique_lock<std::mutex> &lk) {
+    uint64_t t0 = thread_cpu_ns();
+    int rc = be->complete(p, *ch);
+    p.cpu_ns += thread_cpu_ns() - t0;
+    if (ch->relay) relay_put(p.via, ch->relay_bytes, ch->relay), ch->relay = 0;
+    lk.lock();
+    settle(p, ch, rc, lk);
+  }
+
+  // Book a completed (or failed) chunk: stats, retry on another path, staging drain, copy completion.
+  // Called with the group lock held; returns with it held.
+  void settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk) {
+    Group &g = *p.group;
+    p.depth--;
+    if (rc) {
+      p.failed = true;
+      if (++ch->attempts < kMaxAttempts && !stopping) {
+        if (ch->slot >= 0 && ch->copy->dir == GE_D2H) ch->host = slot_ptr[ch->slot];
+        g.retry.push_back(ch);
+        g.cv.notify_all();
+        return;
+      }
+      g.cv.notify_all();
+      lk.unlock();
+      if (ch->slot >= 0) release_slot(ch->slot);
+      finish_chunk(ch, rc);
+      lk.lock();
+      return;
+    }
+    p.bytes += ch->len;
+    p.chunks += 1;
+    (p.dir == GE_H2D ? link_h2d : link_d2h)[p.via] += ch->len;
+    g.cv.notify_all();
+    lk.unlock();
+    mark_rate(p);
+    if (ch->slot >= 0 && ch->copy->dir == GE_D2H) {
+      submit_staging([this, ch, &p] {
+        uint64_t t1 = thread_cpu_ns();
+        const Copy &c = *ch->copy;
+        populate(c.dst + ch->off, ch->len);
+        std::memcpy(reinterpret_cast<void *>(c.dst + ch->off), reinterpret_cast<const void *>(ch->host), ch->len);
+        p.cpu_ns += thread_cpu_ns() - t1;
+        release_slot(ch->slot);
+        finish_chunk(ch, GE_OK);
+      });
+    } else {
+      if (ch->slot >= 0) release_slot(ch->slot);
+      finish_chunk(ch, GE_OK);
+    }
+    lk.lock();
+  }
+
+  void worker_loop(Path &p) {
+    be->thread_init(p.via);
+    precise_timers();
+    Group &g = *p.group;
+    std::unique_lock<std::mutex> lk(g.m);
+    for (;;) {
+      p.cv.wait(lk, [&] { return !p.q.empty() || stopping; });
+      if (p.q.empty()) return;
+      Chunk *ch = p.q.front();
+      p.q.pop_front();
+      lk.unlock();
+      run_chunk(p, ch, lk);
+    }
+  }
+
+  // A waiter that finds its copy's only chunk still queued completes it itself: one thread polls the
+  // event instead of a worker polling and then waking the waiter (a futex wake-up costs tens of us).
+  void wait_inline(Copy &c) {
+    Group &g = *groups[c.gpu * 2 + c.dir];
+    std::unique_lock<std::mutex> lk(g.m);
+    Path *p = c.sole_path;
+    if (!p || c.finished) return;
+    for (auto it = p->q.begin(); it != p->q.end(); ++it) {
+      if ((*it)->copy.get() != &c) continue;
+      Chunk *ch = *it;
+      p->q.erase(it);
+      c.sole_path = nullptr;
+      lk.unlock();
+      run_chunk(*p, ch, lk);
+      return;
+    }
+  }
+
+  int start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
+                 uint64_t *handle) {
+    if (stopping) return GE_ECLOSED;
+    if (dir != GE_H2D && dir != GE_D2H) return GE_EINVAL;
+    bool direct_only = (host_mode & GE_COPY_DIRECT_ONLY) != 0;
+    host_mode &= ~GE_COPY_DIRECT_ONLY;
+    if (host_mode != GE_HOST_DIRECT && host_mode != GE_HOST_STAGED) return GE_EINVAL;
+    if (gpu < 0 || gpu >= ngpu) return GE_ENODEV;
+    if (!dst || !src) return GE_EINVAL;
+    auto c = std::make_shared<Copy>();
+    {
+      std::lock_guard<std::mutex> lk(knob_m);
+      c->knobs = knobs;
+    }
+    c->dir = dir;
+    c->gpu = gpu;
+    c->dst = dst;
+    c->src = src;
+    c->nbytes = n;
+    c->host_mode = host_mode;
+    c->stream = stream;
+    Group &g = *groups[gpu * 2 + dir];
+    uint64_t fallback = dir == GE_H2D ? c->knobs.h2d_fallback_bytes : c->knobs.d2h_fallback_bytes;
+    c->chunk = dir == GE_H2D ? c->knobs.h2d_chunk_bytes : c->knobs.d2h_chunk_bytes;
+    c->single_path = direct_only || n < fallback || g.paths.size() == 1;
+    if (host_mode == GE_HOST_STAGED) c->chunk = std::min(c->chunk, kSlotBytes);
+    else if (c->single_path) c->chunk = std::max<uint64_t>(n, 1);
+    c->nchunks = n ? (n + c->chunk - 1) / c->chunk : 0;
+    c->remaining = c->nchunks;
+    c->path_waited.assign(paths.size(), 0);
+    c->path_used.assign(paths.size(), 0);
+    int rc = be->stream_begin(*c);
+    if (rc) return rc;
+    {
+      std::lock_guard<std::mutex> lk(copies_m);
+      c->id = next_id++;
+      copies[c->id] = c;
+    }
+    *handle = c->id;
+    if (c->nchunks == 0) {
+      finish_copy(*c);
+      return GE_OK;
+    }
+    {
+      std::lock_guard<std::mutex> lk(g.m);
+      Path *direct = g.paths[0];
+      // Fast path: a one-chunk copy on an idle group is issued from the caller's thread (no dispatcher
+      // hop); order is kept because nothing of this group is queued ahead of it.
+      if (c->single_path && c->nchunks == 1 && host_mode == GE_HOST_DIRECT && g.copies.empty() &&
+          g.ready.empty() && g.retry.empty() && !direct->failed && direct->depth < c->knobs.outstanding) {
+        Chunk *ch = make_chunk(c, c->next_chunk++);
+        uint64_t t0 = thread_cpu_ns();
+        int rc2 = issue_on(*direct, *ch);
+        direct->cpu_ns += thread_cpu_ns() - t0;
+        if (rc2 == GE_OK) return GE_OK;
+        c->next_chunk = 0;  // let the dispatcher retry it (and fail over) the normal way
+        delete ch;
+      }
+      g.copies.push_back(c);
+    }
+    g.cv.notify_all();
+    return GE_OK;
+  }
+
+  std::shared_ptr<Copy> find(uint64_t h) {
+    std::lock_guard<std::mutex> lk(copies_m);
+    auto it = copies.find(h);
+    return it == copies.end() ? nullptr : it->second;
+  }
+};
+
+}  // namespace ge
+

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,19 @@ def measure(sup: Any, name: str, requests: int, concurrency: int, prompt_words: 
     wall = time.perf_counter() - t0
     tokens = sum(s.completion_tokens or 0 for s in samples if s.ok)
     return (tokens / wall if tokens else None), summarize(samples)
+
+
+def warn_low_free(nvml: Any, sup: Any, spec: ServerSpec) -> None:
+    """Say on stderr when the GPUs lack the free memory the share asks for (the run goes on)."""
+    from gpudash.records import Snapshot
+    from gpudash.shares import start_warnings
+
+    tick = nvml.poll()
+    pids = sup.pids()
+    procs = tuple(p if p.pid not in pids else replace(p, server=pids[p.pid]) for p in tick.get("gpu_processes", ()))
+    snap = Snapshot(ts=time.time(), tick=0, source="nvml", gpus=tuple(tick.get("gpus", ())), gpu_processes=procs)
+    for w in start_warnings(snap, spec):
+        click.echo(f"gpudash: warning: {w.message}", err=True)
 
 
 def render(server: str, where: str, rows: list[ShareRow]) -> str:
@@ -159,6 +172,8 @@ def bench_share(cfg: Config, server: str, shares_text: str, requests: int, concu
         try:
             for i, (share, (new, flags, budget)) in enumerate(zip(shares, plans)):
                 mib = None if budget is None else budget / 2**20
+                if nvml is not None:
+                    warn_low_free(nvml, sup, new)
                 try:
                     sup.start(server) if i == 0 else sup.restart(server, new)
                 except LaunchError as err:

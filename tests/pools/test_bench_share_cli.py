@@ -74,3 +74,18 @@ def test_cpu_loop_relaunches_and_probes(config: Path) -> None:
         assert row["error"] is None and row["failed"] == 0 and row["requests"] == 4
         assert row["tokens_per_s"] > 0 and row["ttft_median_ms"] > 0
         assert row["flags"].startswith("-ngl 0")
+
+
+def test_spec_at_carries_the_share(config: Path) -> None:
+    from gpudash.commands.bench_share import spec_at
+    from gpudash.config import ServerSpec
+
+    llama = ServerSpec(name="small", model=str(config / "m.gguf"), ctx_size=2048)
+    new, flags, budget = spec_at(llama, 0.3, {0: 16 << 30, 1: 8 << 30})
+    assert budget == int(0.3 * (16 << 30) + 0.3 * (8 << 30))
+    assert flags == "-ngl 3 -c 2048" and (new.n_gpu_layers, new.ctx_size, new.share) == (3, 2048, 0.3)
+    vllm = ServerSpec(name="v", kind="vllm", model="m", gpus=[1], gpu_memory_utilization=0.9)
+    new, flags, budget = spec_at(vllm, 0.5, {0: 16 << 30, 1: 8 << 30})
+    assert flags == "--gpu-memory-utilization 0.5" and new.gpu_memory_utilization == 0.5 and budget == 4 << 30
+    cpu, flags, budget = spec_at(llama, 0.5, {})
+    assert budget is None and cpu.n_gpu_layers == 0 and cpu.env["CUDA_VISIBLE_DEVICES"] == ""

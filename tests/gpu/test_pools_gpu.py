@@ -42,7 +42,8 @@ def test_device_pool_blocks_are_device_memory_and_isolated(eng: TransferEngine) 
     try:
         assert (pool.label, pool.name, pool.kind) == ("cuda", "gpu0", "device")
         attrs = cp.cuda.runtime.pointerGetAttributes(pool.base)
-        assert attrs.type == cp.cuda.runtime.memoryTypeDevice and attrs.device == 0
+        kind = getattr(attrs, "type", getattr(attrs, "memoryType", None))  # renamed across CuPy versions
+        assert kind == cp.cuda.runtime.memoryTypeDevice and attrs.device == 0
         rng = np.random.default_rng(0)
         blocks = []
         for i in range(200):

@@ -1,6 +1,12 @@
 """gpudash's multipath host<->GPU transfer engine (MMA design); a library that stands alone.
 
     from engine import TransferEngine, EngineConfig, EngineError
+
+Backends: "cuda" (the driver API, loaded at run time; shares the primary context with CuPy/PyTorch)
+and "sim" (a rig from engine.profiles whose links really move bytes between host buffers). The sim
+runs `sim_time_scale` times slower than real time so the host's memcpy keeps up with the modelled
+links; every time and rate it reports (EngineStats.time_s, PathStats.gbps, TransferEngine.now())
+is in simulated seconds, and must be labelled sim wherever it is shown.
 """
 
 from engine.buffers import DeviceBuffer, HostBuffer

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from engine import EngineConfig, TransferEngine
-from engine.autotune import tune
+from engine.autotune import CHUNKS, tune
 from gpudash.cli import main
 from gpudash.commands.bench_engine import write_engine_knobs
 from gpudash.config import ConfigError
@@ -49,7 +49,8 @@ def test_autotune_on_a_multipath_rig() -> None:
         res = tune(eng, size=16 * 2**20)
         assert eng.knobs() == before  # tune restores the knobs it swept
     assert set(res.knobs) == {"h2d_chunk_bytes", "d2h_chunk_bytes", "h2d_fallback_bytes", "d2h_fallback_bytes"}
-    assert res.knobs["h2d_chunk_bytes"] in {r for _w, r, _g in []} or res.knobs["h2d_chunk_bytes"] >= 2**20
+    assert res.knobs["h2d_chunk_bytes"] in CHUNKS and res.knobs["d2h_chunk_bytes"] in CHUNKS
+    assert 0 < res.knobs["h2d_fallback_bytes"] <= 16 * 2**20 or res.knobs["h2d_fallback_bytes"] == 2**50
     assert any(what == "h2d multipath/single" for what, _v, _r in res.table)
 
 

@@ -160,7 +160,7 @@ def test_failing_direct_path_small_copy_moves_to_a_relay(make_engine: Callable[.
     dev = eng.alloc_device(2, 1 * MiB)
     eng.inject_fault(2, direction="h2d")
     data = np.arange(1 * MiB, dtype=np.uint8)
-    info = eng.copy(dev, eng_pinned(eng, data)).wait()
+    info = eng.copy(dev, _pinned(eng, data)).wait()
     assert info.chunks == 1 and np.array_equal(dev.host_view(), data)
     paths = [p for p in eng.stats().paths if p.gpu == 2 and p.direction == "h2d"]
     assert sum(p.chunks for p in paths if p.via is not None) == 1  # landed on one relay
@@ -168,7 +168,7 @@ def test_failing_direct_path_small_copy_moves_to_a_relay(make_engine: Callable[.
     assert sum(p.chunks for p in paths if p.via is None) == 0
 
 
-def eng_pinned(eng: TransferEngine, data: np.ndarray) -> object:
+def _pinned(eng: TransferEngine, data: np.ndarray) -> object:
     buf = eng.alloc_host(data.nbytes)
     buf.array()[:] = data
     return buf

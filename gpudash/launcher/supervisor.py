@@ -268,7 +268,7 @@ class Supervisor:
         srv.reader.start()
         url = f"http://{url_host(spec.host)}:{port}/health"
         try:
-            wait_healthy(proc, url, spec.health_timeout_s)
+            ready_ts = wait_healthy(proc, url, spec.health_timeout_s)
         except NotHealthy as err:
             self._terminate(srv)
             last = next((ln for ln in reversed(srv.tail) if ln.strip() and not ln.startswith("===")), "")
@@ -279,10 +279,10 @@ class Supervisor:
             self._event("server.fail", name, new=_spec_dict(spec), ok=False, reason=cause)
             raise LaunchError(name, cause) from None
         with self._lock:
-            srv.state, srv.started = "ready", time.time()
+            srv.state, srv.started = "ready", ready_ts
         address = f"{url_host(spec.host)}:{port}"
         build = build_info(f"http://{address}") if spec.kind == "llama.cpp" else None
-        self._event("server.ready", name, new=address if build is None else f"{address} ({build})")
+        self._event("server.ready", name, new=address if build is None else f"{address} ({build})", ts=ready_ts)
         threading.Thread(target=self._wait_exit, args=(srv, proc), daemon=True, name=f"gpudash-wait-{name}").start()
 
     def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO) -> None:
@@ -360,8 +360,8 @@ class Supervisor:
             srv.reader.join(timeout=2.0)
 
     def _event(self, kind: str, target: str, old: Any = None, new: Any = None, ok: bool = True,
-               reason: str | None = None) -> None:
-        self._inbox.push(Event(ts=time.time(), actor="supervisor", kind=kind, target=target, old=old, new=new,
+               reason: str | None = None, ts: float | None = None) -> None:
+        self._inbox.push(Event(ts=time.time() if ts is None else ts, actor="supervisor", kind=kind, target=target, old=old, new=new,
                                ok=ok, reason=reason))
 
 

@@ -139,3 +139,54 @@ def test_stats_and_close(pool: MemoryPool) -> None:
     assert pool.label == "heap" and "heap host" in repr(pool)
     pool.close()
     assert pool.stats() == () and pool.closed
+
+
+def test_resize_while_other_threads_allocate() -> None:
+    """Four threads allocate and free in 'a' and 'b' while the main thread grows and shrinks both."""
+    import threading
+
+    import numpy as np
+
+    pool = MemoryPool(8 << 20, shards={"a": 2 << 20, "b": 2 << 20})
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def churn(shard: str, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        live: list = []
+        try:
+            while not stop.is_set():
+                if live and rng.random() < 0.5:
+                    pool.free(live.pop(int(rng.integers(len(live)))))
+                else:
+                    try:
+                        live.append(pool.alloc(shard, int(rng.integers(1, 64 * KiB))))
+                    except PoolExhaustedError:
+                        pass
+            for b in live:
+                pool.free(b)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=churn, args=(s, i)) for i, s in enumerate("abab")]
+    for t in threads:
+        t.start()
+    done = 0
+    rng = np.random.default_rng(9)
+    for _ in range(400):
+        shard = "ab"[int(rng.integers(2))]
+        try:
+            pool.resize(shard, int(rng.integers(1, 4)) << 20)
+            done += 1
+        except PoolError:  # a shrink over live blocks, or a grow beyond the slab: nothing changed
+            pass
+        pool.check()
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert done > 0
+    for s in pool.stats():
+        assert s.used == 0 and s.free == s.capacity and s.free_blocks >= 1
+    pool.check()
+    pool.close()

@@ -146,7 +146,7 @@ def run_probe(base_url: str, requests: int, concurrency: int = 1, shared_prefix:
 
     Raises httpx.HTTPError / ValueError when the server cannot be reached or lists no model.
     """
-    base_url = base_url.rstrip("/")
+    base_url = base_url.rstrip("/").removesuffix("/v1")  # "http://host:8000/v1" is how OpenAI clients say it
     name = server or base_url.split("://", 1)[-1]
     maker = PromptMaker(prompt_words, shared_prefix, seed)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)

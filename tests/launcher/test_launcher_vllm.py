@@ -34,7 +34,7 @@ def test_vllm_start_scrape_probe(fake_vllm, make_supervisor, events) -> None:
     assert "--gpu-memory-utilization 0.3" in log and "--enable-prefix-caching" in log
     assert "gpu_memory_utilization=0.3" in log  # the double parsed what the launcher passed
 
-    results = run_probe(sup.base_url("v"), requests=8, shared_prefix=1.0, prompt_words=64, max_tokens=3, server="v")
+    results = run_probe(sup.base_url("v") + "/v1/", requests=8, shared_prefix=1.0, prompt_words=64, max_tokens=3, server="v")
     assert all(r.ok for r in results), [r.error for r in results]
     assert results[0].cached_tokens == 0 and all(r.cached_tokens >= 48 for r in results[1:])
     assert all(r.prompt_tokens == 64 and r.completion_tokens == 3 for r in results)  # one token per word

@@ -180,13 +180,24 @@ def error_name(code: int) -> str:
     return lib().ge_strerror(code).decode()
 
 
+_MEANING = {
+    EINVAL: "an argument is out of range", ENOMEM: "out of memory", ENODEV: "no such GPU",
+    EFREED: "not a live allocation", ERANGE: "buffer smaller than the copy",
+    EPATH: "every path that could carry the copy failed", ENOTSUP: "not supported by this backend",
+    ECLOSED: "the engine is closed", EBUSY: "in use or overlapping an existing allocation",
+    ENOCUDA: "the NVIDIA driver (libcuda.so.1) could not be loaded or initialised; use backend 'sim' "
+             "on a machine without a GPU",
+}
+
+
 def check(rc: int, what: str) -> None:
     """Raise the exception matching a non-zero code; `what` says which call and on what."""
     if rc == OK:
         return
     name = error_name(rc)
     cls = EngineArgumentError if rc in (EINVAL, ENODEV, EFREED, ERANGE) else EngineError
-    raise cls(f"{what} failed: {name}", rc, name)
+    meaning = _MEANING.get(rc, "CUDA driver error" if rc >= CUDA_BASE else "")
+    raise cls(f"{what} failed: {name} ({meaning})" if meaning else f"{what} failed: {name}", rc, name)
 
 
 def call(name: str, *args: object) -> int:

@@ -15,6 +15,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -25,6 +26,7 @@ from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary
 from gpudash.launcher.errors import LaunchError
+from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.logparse import LogFacts, parse_line
 from gpudash.records import Event, ServerSample
@@ -76,6 +78,7 @@ class Supervisor:
         self._backoff_s = backoff_s
         self._lock = threading.Lock()  # guards the dict and the fields the waiter threads change
         self._stopping: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # exits that are no crash
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudash-spawn")
         self._servers: dict[str, _Server] = {
             s.name: _Server(s, self._log_dir / f"{s.name}.log") for s in specs
         }
@@ -251,9 +254,11 @@ class Supervisor:
         log.write(f"=== gpudash {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd.argv)}\n")
         log.flush()
         try:
-            proc = subprocess.Popen(cmd.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env={**os.environ, **cmd.env},
-                                    start_new_session=True, text=True, errors="replace", bufsize=1)
+            # Spawned from the one long-lived spawner thread: the death signal (guard.py) follows that thread.
+            proc = self._spawner.submit(
+                subprocess.Popen, guarded(cmd.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, env={**os.environ, **cmd.env}, start_new_session=True, text=True,
+                errors="replace", bufsize=1).result()
         except OSError as err:
             log.close()
             cause = f"could not execute '{cmd.argv[0]}': {err.strerror}"

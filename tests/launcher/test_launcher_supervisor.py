@@ -267,3 +267,36 @@ def test_crash_loop_backs_off(make_supervisor, events: Events, tmp_path, tiny_mo
     waits = [nxt.ts - e.ts for e, nxt in zip(seen, seen[1:]) if e.kind == "server.crash" and nxt.kind == "server.restart"]
     assert waits[0] == pytest.approx(0.2, abs=0.15) and waits[1] == pytest.approx(1.0, abs=0.3)
     assert sup.states()[0].restarts >= 2
+
+
+OWNER = """
+import sys, threading
+from pathlib import Path
+from gpudash.config import ServerSpec
+from gpudash.launcher.supervisor import Supervisor
+from gpudash.telemetry.inbox import Inbox
+sup = Supervisor([ServerSpec(name="o", model=sys.argv[1], binary=sys.argv[2], ctx_size=256)], Inbox(), Path(sys.argv[3]))
+t = threading.Thread(target=sup.start_all)  # a short-lived thread starts it: the server must outlive it
+t.start(); t.join()
+print(list(sup.pids())[0], flush=True)
+threading.Event().wait()
+"""
+
+
+def test_servers_die_with_a_killed_owner(tmp_path, tiny_model, llama_server) -> None:
+    import subprocess
+
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tiny_model), llama_server, str(tmp_path / "logs")],
+                             stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    try:
+        pid = int(owner.stdout.readline())
+        time.sleep(0.3)
+        assert psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        assert psutil.Process(pid).name().startswith("llama-server")
+        owner.kill()  # no cleanup runs in the owner
+        owner.wait()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+    assert_gone([pid])

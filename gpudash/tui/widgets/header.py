@@ -3,9 +3,19 @@ missed), the DB path, whether recording is on, and the replay position when repl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
+
+
+def _short_path(path: str, keep: int = 36) -> str:
+    """The DB path, shortened from the left so the header stays on one line (the file name survives)."""
+    home = str(Path.home())
+    if path.startswith(home):
+        path = "~" + path[len(home):]
+    return path if len(path) <= keep else "…" + path[-(keep - 1):]
 
 
 class SourceHeader(Static):
@@ -25,9 +35,10 @@ class SourceHeader(Static):
             t.append(" real GPUs (NVML) ", style="bold white on dark_green")
         else:
             t.append(f" {self.source} ", style="bold white on blue")
-        t.append(f"  DB {self.db_path}  ")
+        t.append("  ")
         t.append(" REC ● on " if self.recording else " REC off ",
                  style="bold white on red" if self.recording else "dim")
+        t.append(f"  DB {_short_path(self.db_path)}")
         if self.position:
             t.append(f"  {self.position}", style="bold")
         if self.pending:

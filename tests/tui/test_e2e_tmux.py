@@ -1,0 +1,88 @@
+"""End to end: the real `gpudash launch --sim 8xh20` in a real terminal (tmux), driven with send-keys and
+read with capture-pane; then the DB it recorded is checked, and nothing it started is left running."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+GPUDASH = Path(sys.executable).with_name("gpudash")
+CONFIG = """\
+[sampling]
+interval_s = 0.5
+
+[sim]
+load = "light"
+
+[probe]
+enabled = false
+"""
+
+
+SOCKET = f"gpudash-e2e-{uuid.uuid4().hex[:8]}"  # a private tmux server: the window size is ours alone
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", "-L", SOCKET, "-f", "/dev/null", *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def wait_screen(session: str, *needles: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = tmux("capture-pane", "-p", "-t", session)
+        if all(n in screen for n in needles):
+            return screen
+        time.sleep(0.2)
+    raise AssertionError(f"screen never showed {needles}; last screen:\n{screen}")
+
+
+def test_launch_in_tmux_records_and_quits_cleanly(tmp_path: Path) -> None:
+    assert shutil.which("tmux"), "tmux is needed for this test (.ci/run installs it)"
+    assert GPUDASH.exists(), f"{GPUDASH} missing: install the package (pip install -e .)"
+    cfg, db = tmp_path / "config.toml", tmp_path / "gpudash.db"
+    cfg.write_text(CONFIG)
+    session = "e2e"
+    # COLUMNS/LINES from the test's environment would override the terminal's real size.
+    cmd = f"env -u COLUMNS -u LINES {GPUDASH} --config {cfg} launch --sim 8xh20 --db {db}; echo GPUDASH-EXIT=$?; sleep 30"
+    tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", cmd)
+    tmux("resize-window", "-t", session, "-x", "120", "-y", "40")
+    try:
+        screen = wait_screen(session, "SIM 8xh20", "REC ● on", "GPU7", db.name)
+        assert all(f"GPU{i} H20 SIM" in screen for i in range(8))  # 8 cards fit at 120x40
+        tmux("send-keys", "-t", session, "3")
+        wait_screen(session, "demo", "ready", "log: demo")
+        tmux("send-keys", "-t", session, "k")
+        wait_screen(session, "sizes take 4MiB")
+        for keys in (["C-a"], ["C-k"], ["8MiB"], ["Enter"]):  # typed like a person, not as one burst
+            tmux("send-keys", "-t", session, *keys)
+            time.sleep(0.3)
+        tmux("send-keys", "-t", session, "5")
+        wait_screen(session, "Engine paths", "h2d_chunk_bytes=8MiB")
+        tmux("send-keys", "-t", session, "8")
+        wait_screen(session, "engine.knobs", "server.ready")
+        tmux("send-keys", "-t", session, "q")
+        wait_screen(session, "GPUDASH-EXIT=0", timeout=30)
+    finally:
+        subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
+    con = sqlite3.connect(db)
+    [(source, ended)] = con.execute("SELECT source, ended FROM sessions").fetchall()
+    assert source == "sim:8xh20" and ended is not None  # the session was closed cleanly
+    gpus = con.execute("SELECT count(DISTINCT [index]), count(*) FROM gpu_samples").fetchone()
+    assert gpus[0] == 8 and gpus[1] >= 8 * 3
+    kinds = [r[0] for r in con.execute("SELECT kind FROM events ORDER BY ts")]
+    assert "engine.knobs" in kinds and kinds[-1] == "server.stop"
+    new = con.execute("SELECT new FROM events WHERE kind = 'engine.knobs'").fetchone()[0]
+    assert str(8 * 2**20) in new
+    pids = {r[0] for r in con.execute("SELECT DISTINCT pid FROM server_samples WHERE pid IS NOT NULL")}
+    assert pids, "the demo server's process never showed in the samples"
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"llama-server processes gpudash started are still running: {alive}"

@@ -2,8 +2,9 @@
 
 Servers start one after another, each only once the previous one is healthy (concurrent vLLM starts race
 for GPU memory). Every server runs in its own process group so stopping it (SIGTERM, then SIGKILL) takes
-its workers along, and gets SIGTERM should gpudash die without stopping it (guard.py). A waiter thread per process notices a crash the moment the process exits and restarts
-it with backoff; every start, ready, crash, restart and stop is pushed to the inbox as an Event.
+its workers along, and gets SIGTERM should gpudash die without stopping it (guard.py). A waiter thread
+per process notices a crash the moment the process exits and restarts it with backoff; every start,
+ready, crash, restart and stop is pushed to the inbox as an Event.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ ends the command with one sentence and exit code 2, after stopping the ones alre
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from collections import deque
@@ -53,6 +54,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     from gpudash.telemetry.factory import build_sources
     from gpudash.telemetry.inbox import Inbox
     from gpudash.telemetry.sampler import Sampler
+    from gpudash.telemetry.topology import gpu_memory_totals
 
     if config_file is not None:
         ctx.find_root().obj["config_path"] = config_file
@@ -65,7 +67,8 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
         usage_error(str(err))
     inbox = Inbox()
     try:
-        stack = LaunchStack(cfg, inbox, default_log_dir())
+        stack = LaunchStack(cfg, inbox, default_log_dir(),
+                            gpu_memory=functools.partial(gpu_memory_totals, source))
     except OSError as err:
         store.close()
         usage_error(f"cannot write the demo model ({err}); check the user cache directory is writable")

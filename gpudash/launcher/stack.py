@@ -7,6 +7,7 @@ The configured servers (or the embedded demo when none are configured), their su
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import platformdirs
 
@@ -25,10 +26,11 @@ def default_log_dir() -> Path:
 class LaunchStack:
     """Supervisor + ServerSource + ProbeRunner for one config; `start()` launches, `close()` stops all."""
 
-    def __init__(self, config: Config, inbox: Pushable, log_dir: Path | None = None):
+    def __init__(self, config: Config, inbox: Pushable, log_dir: Path | None = None,
+                 gpu_memory: Callable[[], dict[int, int]] | None = None):
         self.demo = not config.servers
         self.specs = list(config.servers) if config.servers else default_servers(config)
-        self.supervisor = Supervisor(self.specs, inbox, log_dir or default_log_dir())
+        self.supervisor = Supervisor(self.specs, inbox, log_dir or default_log_dir(), gpu_memory=gpu_memory)
         self.source = ServerSource(self.supervisor)
         self.probe = ProbeRunner(self.supervisor, config.probe, inbox) if config.probe.enabled else None
 

@@ -19,7 +19,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Callable, Protocol, TextIO
 
 import psutil
 
@@ -31,6 +31,7 @@ from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.logparse import LogFacts, parse_line
 from gpudash.records import Event, ServerSample
+from gpudash.shares import budget_spec, model_shape
 
 TAIL_LINES = 2000
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
@@ -69,7 +70,10 @@ class Supervisor:
     """Owns the server processes; thread-safe; the TUI's control layer and `gpudash serve` drive it."""
 
     def __init__(self, specs: list[ServerSpec], inbox: Pushable, log_dir: Path,
-                 stop_timeout_s: float = 10.0, backoff_s: tuple[float, ...] = BACKOFF_S):
+                 stop_timeout_s: float = 10.0, backoff_s: tuple[float, ...] = BACKOFF_S,
+                 gpu_memory: Callable[[], dict[int, int]] | None = None):
+        """`gpu_memory` returns {gpu index: total bytes} of the real GPUs; with it, a llama.cpp server
+        with a `share` gets the -ngl/-c that keep it inside that share (llama.cpp has no share flag)."""
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"server names must be unique, got {names}")
@@ -77,6 +81,7 @@ class Supervisor:
         self._log_dir = Path(log_dir)
         self._stop_timeout_s = stop_timeout_s
         self._backoff_s = backoff_s
+        self._gpu_memory = gpu_memory
         self._lock = threading.Lock()  # guards the dict and the fields the waiter threads change
         self._stopping: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # exits that are no crash
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudash-spawn")
@@ -234,6 +239,7 @@ class Supervisor:
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as err:
             raise LaunchError(spec.name, f"could not read the flags of '{binary}' from its --help ({err}); "
                                          "check that it is a working llama-server or vllm") from None
+        spec = self._within_share(spec)
         try:
             cmd = argv_mod.build_command(spec, binary, port, self._peers(spec), supported)
         except argv_mod.MissingFlag as err:
@@ -241,6 +247,19 @@ class Supervisor:
             raise LaunchError(spec.name, f"'{binary}' has no {' / '.join(opt.spellings)} flag, which `{opt.field}` "
                                          "needs; update the server binary or remove that setting") from None
         return cmd, port
+
+    def _within_share(self, spec: ServerSpec) -> ServerSpec:
+        """The spec to run: for llama.cpp with a share on real GPUs, -ngl/-c chosen to fit the share."""
+        totals = self._gpu_memory() if self._gpu_memory is not None else {}
+        if not totals or spec.kind != "llama.cpp" or spec.share is None:
+            return spec
+        try:
+            fitted, budget = budget_spec(spec, totals, model_shape(spec.model))
+        except ValueError as err:
+            raise LaunchError(spec.name, str(err)) from None
+        if budget is not None:
+            self._event("server.budget", spec.name, new=budget.argv(), reason=budget.note)
+        return fitted
 
     def _launch(self, srv: _Server, spec: ServerSpec, actor_kind: str, old: Any = None) -> None:
         """Start `spec` for `srv` and wait for health; on any failure nothing of it is left running."""

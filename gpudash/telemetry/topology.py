@@ -110,3 +110,11 @@ def _from_profile(profile: str, sim: SimRigSource | None) -> TopologyFacts:
 def sim_uuid(profile: str, index: int) -> str:
     """A stable, obviously simulated UUID for GPU `index` of a sim rig."""
     return f"GPU-sim-{profile}-{index}"
+
+
+def gpu_memory_totals(source_label: str) -> dict[int, int]:
+    """{index: total bytes} of the real GPUs behind `source_label`; empty for a sim rig, whose servers
+    run on the CPU (so no llama.cpp memory budget applies to them)."""
+    if source_label != "nvml":
+        return {}
+    return {g.index: g.memory_total for g in read_topology(source_label).gpus if g.memory_total}

@@ -1,7 +1,7 @@
 // CUDA backend through the driver API, loaded at run time (dlopen libcuda.so.1 + cuGetProcAddress), so
 // the build needs no toolkit and the engine shares each device's primary context with CuPy / PyTorch.
 // Every path owns one non-blocking stream on the GPU whose host link it uses; a chunk is one or two
-// async copies plus an event that the path's worker waits on (blocking-sync events: no spinning).
+// async copies plus an event that the path's worker (or a synchronous caller) polls.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -259,16 +259,15 @@ class CudaBackend : public Backend {
     return cu(api.cuEventRecord(ev, st));
   }
 
-  // Sleep through most of the chunk (predicted from the best rate this path has shown), then poll the
-  // event: spin, then naps growing with the wait; after 50 ms block in the driver. The driver's blocking
-  // sync alone, and timer naps on a VM, wake up late enough to cost several percent.
+  // Sleep through the first half of the chunk's predicted time (from the best rate this path has
+  // shown), then poll the event: spin, then naps growing with the wait; after 50 ms block in the driver.
+  // Waking at half time leaves room for a rate estimate that is too low and for a late wake-up on a VM
+  // (the driver's blocking sync, and sleeping to near the end, both cost several percent).
   int complete(Path &p, Chunk &c) override {
     double best = p.rate_max.load();
-    double start = now();
     if (best > 0) {
-      double predicted = c.issue_t + double(c.len) / best;
-      double wake = c.issue_t + 0.85 * (predicted - c.issue_t) - 50e-6;
-      if (wake - start > 100e-6) std::this_thread::sleep_for(std::chrono::duration<double>(wake - start));
+      double nap = c.issue_t + 0.5 * double(c.len) / best - now();
+      if (nap > 200e-6) std::this_thread::sleep_for(std::chrono::duration<double>(nap));
     }
     CUresult q = 0;
     bool ok = poll_until([&] { return (q = api.cuEventQuery(c.event)) != 600 /* NOT_READY */; },

@@ -190,36 +190,37 @@ int ge_host_unregister(ge_engine *e, uint64_t ptr) { return e->eng.be->host_unre
 
 int ge_copy(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, uint64_t nbytes, int host_mode,
             uint64_t stream, uint64_t *handle) {
-  return e->eng.start_copy(direction, gpu, dst, src, nbytes, host_mode, stream, handle);
+  std::shared_ptr<ge::Copy> c;
+  int rc = e->eng.start_copy(direction, gpu, dst, src, nbytes, host_mode, stream, false, &c, nullptr);
+  if (rc == GE_OK) *handle = e->eng.add_handle(c);
+  return rc;
+}
+
+int ge_copy_sync(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, uint64_t nbytes, int host_mode,
+                 uint64_t stream, uint64_t *chunks, int *paths_used) {
+  return e->eng.copy_sync(direction, gpu, dst, src, nbytes, host_mode, stream, chunks, paths_used);
 }
 
 int ge_wait(ge_engine *e, uint64_t handle, double timeout_s) {
   auto c = e->eng.find(handle);
-  if (!c) return GE_EINVAL;
-  ge::precise_timers();
-  // Unbounded waits on one-chunk copies complete the chunk in this thread (bounded ones must not block).
-  if (timeout_s < 0 && c->nchunks == 1 && !c->landed.load(std::memory_order_acquire)) e->eng.wait_inline(*c);
-  // Poll first (the worker's futex wake-up of a blocked waiter costs tens of microseconds), then block.
-  double poll_for = timeout_s < 0 ? 0.05 : std::min(timeout_s, 0.05);
-  if (ge::poll_until([&] { return c->landed.load(std::memory_order_acquire); }, 200e-6, 256.0, 20e-6, poll_for)) {
-    std::lock_guard<std::mutex> lk(c->m);
-    return c->status;
-  }
-  std::unique_lock<std::mutex> lk(c->m);
-  if (timeout_s < 0) c->cv.wait(lk, [&] { return c->finished; });
-  else if (!c->cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, timeout_s - poll_for)),
-                           [&] { return c->finished; }))
-    return GE_ETIMEOUT;
-  return c->status;
+  return c ? e->eng.wait(*c, timeout_s) : GE_EINVAL;
 }
 
 int ge_copy_chunks(ge_engine *e, uint64_t handle, uint64_t *chunks, int *paths_used) {
   auto c = e->eng.find(handle);
   if (!c) return GE_EINVAL;
-  *chunks = c->chunks_done.load();
-  std::lock_guard<std::mutex> lk(e->eng.groups[c->gpu * 2 + c->dir]->m);
-  *paths_used = int(std::count(c->path_used.begin(), c->path_used.end(), 1));
+  e->eng.progress(*c, chunks, paths_used);
   return GE_OK;
+}
+
+int ge_finish(ge_engine *e, uint64_t handle, double timeout_s, uint64_t *chunks, int *paths_used) {
+  auto c = e->eng.find(handle);
+  if (!c) return GE_EINVAL;
+  int rc = e->eng.wait(*c, timeout_s);
+  if (rc == GE_ETIMEOUT) return rc;
+  e->eng.progress(*c, chunks, paths_used);
+  ge_release(e, handle);
+  return rc;
 }
 
 int ge_release(ge_engine *e, uint64_t handle) {

@@ -209,17 +209,23 @@ class Engine {
     for (auto &g : groups) g->cv.notify_all();
   }
 
-  // A one-shot destination is often fresh memory: fault its pages in with one call per chunk (and ask
-  // for huge pages) rather than one page fault per 4 KiB inside memcpy. Advice only; errors are ignored.
+  // A one-shot destination is often fresh memory: fault its pages in with one call per chunk rather
+  // than one page fault per 4 KiB inside memcpy. Advice only; errors are ignored.
   static void populate(uint64_t addr, uint64_t len) {
-    const uint64_t page = 4096, huge = 2ull << 20;
+    const uint64_t page = 4096;
     uint64_t lo = (addr + page - 1) & ~(page - 1), hi = (addr + len) & ~(page - 1);
     if (hi <= lo) return;
-    uint64_t hlo = (addr + huge - 1) & ~(huge - 1), hhi = (addr + len) & ~(huge - 1);
-    if (hhi > hlo) madvise(reinterpret_cast<void *>(hlo), hhi - hlo, MADV_HUGEPAGE);
 #ifdef MADV_POPULATE_WRITE
     madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_POPULATE_WRITE);
 #endif
+  }
+
+  // A staged D2H destination is usually fresh memory: ask for huge pages over all of it at once, so
+  // the per-chunk populate() faults 2 MiB pages whatever the chunk size. Advice only.
+  static void advise_huge(uint64_t addr, uint64_t len) {
+    const uint64_t huge = 2ull << 20;
+    uint64_t lo = (addr + huge - 1) & ~(huge - 1), hi = (addr + len) & ~(huge - 1);
+    if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_HUGEPAGE);
   }
 
   // ---- relay buffer pool (device memory on the via GPU) -----------------------------------
@@ -265,7 +271,9 @@ class Engine {
     Path *best = nullptr;
     *all_failed = true;
     Path *direct = g.paths[0];
-    int limit = c.knobs.outstanding;
+    // A copy that only the direct path takes keeps that path's stream fed with every chunk it has
+    // (staged copies are bounded by the ring's slots), so the copy engine never idles between chunks.
+    int limit = c.single_path ? INT32_MAX : c.knobs.outstanding;
     if (!direct->failed) {
       *all_failed = false;
       if (direct->depth < limit && (c.single_path || c.knobs.direct_first)) return direct;
@@ -417,15 +425,17 @@ class Engine {
     }
   }
 
-  // Issue a chunk on a path and hand it to the path's worker (group lock held).
-  int issue_on(Path &p, Chunk &ch) {
+  // Issue a chunk on a path (group lock held) and hand it to the path's worker, or with `enqueue`
+  // false leave it to the caller, who completes it with run_chunk.
+  int issue_on(Path &p, Chunk &ch, bool enqueue = true) {
     ch.issue_t = real_now();
     int rc = be->issue(p, ch);
     if (rc) return rc;
     ch.copy->path_used[p.id] = 1;
+    p.depth++;
+    if (!enqueue) return GE_OK;
     if (ch.copy->nchunks == 1) ch.copy->sole_path = &p;
     p.q.push_back(&ch);
-    p.depth++;
     p.cv.notify_one();
     return GE_OK;
   }
@@ -539,8 +549,11 @@ class Engine {
     }
   }
 
+  // Starts a copy. With `sync` the caller is about to wait for it: a one-chunk copy on an idle group
+  // is then issued on the caller's thread and handed back in *mine for the caller to complete (no
+  // worker, no futex wake-up); other copies are queued for the dispatcher.
   int start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
-                 uint64_t *handle) {
+                 bool sync, std::shared_ptr<Copy> *out, Chunk **mine) {
     if (stopping) return GE_ECLOSED;
     if (dir != GE_H2D && dir != GE_D2H) return GE_EINVAL;
     bool direct_only = (host_mode & GE_COPY_DIRECT_ONLY) != 0;
@@ -572,28 +585,27 @@ class Engine {
     c->path_used.assign(paths.size(), 0);
     int rc = be->stream_begin(*c);
     if (rc) return rc;
-    {
-      std::lock_guard<std::mutex> lk(copies_m);
-      c->id = next_id++;
-      copies[c->id] = c;
-    }
-    *handle = c->id;
+    *out = c;
     if (c->nchunks == 0) {
       finish_copy(*c);
       return GE_OK;
     }
+    if (host_mode == GE_HOST_STAGED && dir == GE_D2H) advise_huge(dst, n);
     {
       std::lock_guard<std::mutex> lk(g.m);
       Path *direct = g.paths[0];
       // Fast path: a one-chunk copy on an idle group is issued from the caller's thread (no dispatcher
       // hop); order is kept because nothing of this group is queued ahead of it.
       if (c->single_path && c->nchunks == 1 && host_mode == GE_HOST_DIRECT && g.copies.empty() &&
-          g.ready.empty() && g.retry.empty() && !direct->failed && direct->depth < c->knobs.outstanding) {
+          g.ready.empty() && g.retry.empty() && !direct->failed) {
         Chunk *ch = make_chunk(c, c->next_chunk++);
         uint64_t t0 = thread_cpu_ns();
-        int rc2 = issue_on(*direct, *ch);
+        int rc2 = issue_on(*direct, *ch, !sync);
         direct->cpu_ns += thread_cpu_ns() - t0;
-        if (rc2 == GE_OK) return GE_OK;
+        if (rc2 == GE_OK) {
+          if (sync) *mine = ch;
+          return GE_OK;
+        }
         c->next_chunk = 0;  // let the dispatcher retry it (and fail over) the normal way
         delete ch;
       }
@@ -601,6 +613,58 @@ class Engine {
     }
     g.cv.notify_all();
     return GE_OK;
+  }
+
+  // Registers a started copy under a new handle (ge_copy); synchronous copies never need one.
+  uint64_t add_handle(const std::shared_ptr<Copy> &c) {
+    std::lock_guard<std::mutex> lk(copies_m);
+    c->id = next_id++;
+    copies[c->id] = c;
+    return c->id;
+  }
+
+  // GE_OK when the copy is done, GE_ETIMEOUT while it runs (timeout_s < 0: wait forever), else its error.
+  int wait(Copy &c, double timeout_s) {
+    precise_timers();
+    // Unbounded waits on one-chunk copies complete the chunk in this thread (bounded ones must not block).
+    if (timeout_s < 0 && c.nchunks == 1 && !c.landed.load(std::memory_order_acquire)) wait_inline(c);
+    // Poll first (the worker's futex wake-up of a blocked waiter costs tens of microseconds), then block.
+    double poll_for = timeout_s < 0 ? 0.05 : std::min(timeout_s, 0.05);
+    if (poll_until([&] { return c.landed.load(std::memory_order_acquire); }, 200e-6, 256.0, 20e-6, poll_for)) {
+      std::lock_guard<std::mutex> lk(c.m);
+      return c.status;
+    }
+    std::unique_lock<std::mutex> lk(c.m);
+    if (timeout_s < 0) c.cv.wait(lk, [&] { return c.finished; });
+    else if (!c.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, timeout_s - poll_for)),
+                            [&] { return c.finished; }))
+      return GE_ETIMEOUT;
+    return c.status;
+  }
+
+  // Chunks completed and paths used by a copy.
+  void progress(Copy &c, uint64_t *chunks, int *paths_used) {
+    *chunks = c.chunks_done.load();
+    std::lock_guard<std::mutex> lk(groups[c.gpu * 2 + c.dir]->m);
+    *paths_used = int(std::count(c.path_used.begin(), c.path_used.end(), 1));
+  }
+
+  // A whole copy on the caller's thread: start, then complete the chunk inline or wait.
+  int copy_sync(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
+                uint64_t *chunks, int *paths_used) {
+    std::shared_ptr<Copy> c;
+    Chunk *mine = nullptr;
+    int rc = start_copy(dir, gpu, dst, src, n, host_mode, stream, true, &c, &mine);
+    if (rc) return rc;
+    if (mine) {
+      precise_timers();
+      Path &direct = *groups[gpu * 2 + dir]->paths[0];
+      std::unique_lock<std::mutex> lk(direct.group->m, std::defer_lock);
+      run_chunk(direct, mine, lk);
+    }
+    rc = wait(*c, -1.0);
+    progress(*c, chunks, paths_used);
+    return rc;
   }
 
   std::shared_ptr<Copy> find(uint64_t h) {

@@ -111,7 +111,7 @@ class _SimSide:
         return self.eng.alloc_host(n).array()
 
     def native(self, dst: Any, src: Any, n: int, h2d: bool) -> None:
-        self.eng.copy(dst, src, n, pageable="register", paths="direct").wait()
+        self.eng.copy(dst, src, n, pageable="register", paths="direct", sync=True)
 
     def clock(self) -> float:
         return self.eng.now()
@@ -194,8 +194,8 @@ def run_bench(eng: TransferEngine, sizes: tuple[int, ...] | None = None,
                 def native() -> None:
                     side.native(dev, host(), n, True) if h2d else side.native(host(), dev, n, False)
 
-                def engine() -> Any:
-                    return (eng.copy(dev, host()) if h2d else eng.copy(host(), dev)).wait()
+                def engine() -> Any:  # synchronous, like the native baseline (copy + synchronize)
+                    return (eng.copy(dev, host(), sync=True) if h2d else eng.copy(host(), dev, sync=True)).wait()
 
                 nat, en, mode = _measure(side, n, reps, native, engine, setup)
                 ng, ncpu = _gbps(n, nat)
@@ -251,7 +251,8 @@ def render(eng: TransferEngine, knobs: dict[str, Any], baseline: str, rows: list
     head = (f"{'dir':<4} {'memory':<18} {'size':>9} {'engine GB/s':>12} {'native GB/s':>12} {'ratio':>7} "
             f"{'x pinned-nat':>12} {'eng core-s/GB':>13} {'nat core-s/GB':>13} {'engine path':<11} {'reps':>4}")
     lines = [f"gpudash bench engine: {where}", f"knobs: {knobs}",
-             f"baseline: {baseline}; medians; ratio = engine / native on the same buffers", head, "-" * len(head)]
+             f"baseline: {baseline}; engine: copy(sync=True); medians; ratio = engine / native on the same buffers",
+             head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r.direction:<4} {r.memory:<18} {_size(r.size):>9} {r.engine_gbps:>12.2f} {r.native_gbps:>12.2f} "
                      f"{r.ratio:>6.2f}x {r.vs_pinned_native:>11.2f}x {r.engine_core_s_per_gb:>13.4f} "

@@ -5,6 +5,7 @@ engine's own DeviceBuffer / HostBuffer, and raw integer pointers with an explici
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -192,3 +193,47 @@ def resolve(obj: Any, arg: str, nbytes: int | None, classify: Callable[[int], tu
     if mv.readonly:
         arr.flags.writeable = False
     return _from_numpy(arr, arg, obj, kind_of)
+
+
+class SpanCache:
+    """resolve() with a per-object memo: a numpy or CuPy/torch array keeps its pointer, size and memory
+    kind while it lives, so copying the same array again skips the pointer look-up (a C call) and the
+    interface parsing. Entries hold weak references only and go when their array does. Not memoized:
+    raw pointers and engine buffers (already cheap), other buffer objects (new views each time), and
+    numpy-owned memory that is pinned (it may be a registration that the cache later drops)."""
+
+    MAX = 4096
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[Any, ...]] = {}
+
+    def resolve(self, obj: Any, arg: str, nbytes: int | None, classify: Callable[[int], tuple[int, int | None, int]],
+                kind_of: Callable[[int], tuple[int, int | None, int]]) -> Span:
+        hit = self._memo.get(id(obj))
+        if hit is not None and hit[0]() is obj:
+            _ref, ptr, n, kind, gpu, readonly, owner_ref, optr, onb = hit
+            if readonly is None:  # numpy: the writeable flag can change
+                readonly = not obj.flags.writeable
+            return Span(ptr, n, kind, gpu, readonly, obj, owner_ref() if owner_ref else None, optr, onb)
+        span = resolve(obj, arg, nbytes, classify, kind_of)
+        is_np = isinstance(obj, np.ndarray)
+        if not (is_np or hasattr(obj, "__cuda_array_interface__")):
+            return span
+        if span.kind == N.MEM_PINNED and span.owner is not None:
+            return span
+        try:
+            key = id(obj)
+            ref = weakref.ref(obj, lambda r, k=key: self._drop(k, r))
+            owner_ref = weakref.ref(span.owner) if span.owner is not None else None
+        except TypeError:  # not weak-referenceable
+            return span
+        if len(self._memo) >= self.MAX:
+            self._memo.clear()
+        self._memo[key] = (ref, span.ptr, span.nbytes, span.kind, span.gpu, None if is_np else span.readonly,
+                           owner_ref, span.owner_ptr, span.owner_nbytes)
+        return span
+
+    def _drop(self, key: int, ref: Any) -> None:
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is ref:
+            del self._memo[key]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from engine import _native as N
-from engine.buffers import DeviceBuffer, HostBuffer, page_aligned, resolve
+from engine.buffers import DeviceBuffer, HostBuffer, SpanCache, page_aligned
 from engine.config import KNOBS, SIM_REAL_GBPS, EngineConfig, validate_knobs
 from engine.errors import EngineArgumentError, EngineError
 from engine.profiles import get_profile, pcie_payload_gbps
@@ -61,13 +61,16 @@ def _positive(nbytes: Any) -> int:
 
 
 class CopyHandle:
-    """A copy in flight: `wait()` blocks (and raises if it failed), `done()` polls."""
+    """A copy in flight: `wait()` blocks (and raises if it failed), `done()` polls. A synchronous copy's
+    handle is born finished."""
 
-    def __init__(self, eng: "TransferEngine", handle: int, info: dict[str, Any], keep: tuple[Any, ...],
+    __slots__ = ("_eng", "_h", "_info", "_keep", "_reg_key", "_devbufs", "_lock", "_rc", "_result")
+
+    def __init__(self, eng: "TransferEngine", handle: int, info: tuple[str, int, int, str], keep: tuple[Any, ...],
                  reg_key: int | None, devbufs: tuple[DeviceBuffer, ...]):
         self._eng = eng
-        self._h = handle
-        self._info = info
+        self._h = handle  # 0: synchronous copy, nothing to wait for
+        self._info = info  # direction, gpu, nbytes, host mode
         self._keep = keep  # the buffers stay alive while the copy runs
         self._reg_key = reg_key
         self._devbufs = devbufs
@@ -75,28 +78,26 @@ class CopyHandle:
         self._rc: int | None = None
         self._result: CopyInfo | None = None
 
-    def _finish(self, rc: int) -> None:
-        chunks = ctypes.c_uint64()
-        used = ctypes.c_int()
-        N.call("ge_copy_chunks", self._eng._ptr, self._h, ctypes.byref(chunks), ctypes.byref(used))
-        N.call("ge_release", self._eng._ptr, self._h)
-        self._result = CopyInfo(chunks=chunks.value, paths_used=used.value, **self._info)
+    def _finish(self, rc: int, chunks: int, paths_used: int) -> None:
+        self._result = CopyInfo(*self._info, chunks, paths_used)
         if self._reg_key is not None:
             self._eng._regcache.release(self._reg_key)
         for b in self._devbufs:
             b.in_flight -= 1
         self._keep = ()
         self._rc = rc
-        self._eng._forget(self)
+        if self._h:
+            self._eng._forget(self)
 
     def _poll(self, timeout_s: float) -> bool:
         with self._lock:
             if self._rc is not None:
                 return True
-            rc = self._eng._c_wait(self._eng._ptr, self._h, timeout_s)
+            chunks, used = ctypes.c_uint64(), ctypes.c_int()
+            rc = self._eng._c_finish(self._eng._ptr, self._h, timeout_s, ctypes.byref(chunks), ctypes.byref(used))
             if rc == N.ETIMEOUT:
                 return False
-            self._finish(rc)
+            self._finish(rc, chunks.value, used.value)
             return True
 
     def done(self) -> bool:
@@ -105,18 +106,19 @@ class CopyHandle:
 
     def wait(self, timeout: float | None = None) -> CopyInfo:
         """Block until the copy lands; EngineError if it failed, TimeoutError after `timeout` seconds."""
-        if timeout is None:
-            self._poll(-1.0)  # one unbounded C wait (it may complete the copy in this thread)
-        else:
-            waited = 0.0
-            while not self._poll(min(1.0, max(timeout - waited, 0.0))):
-                waited += 1.0
-                if waited >= timeout:
-                    raise TimeoutError(f"copy of {self._info['nbytes']} bytes still running after {timeout} s")
+        if self._rc is None:
+            if timeout is None:
+                self._poll(-1.0)  # one unbounded C wait (it may complete the copy in this thread)
+            else:
+                waited = 0.0
+                while not self._poll(min(1.0, max(timeout - waited, 0.0))):
+                    waited += 1.0
+                    if waited >= timeout:
+                        raise TimeoutError(f"copy of {self._info[2]} bytes still running after {timeout} s")
         if self._rc != N.OK:
             name = N.error_name(self._rc)
-            raise EngineError(f"{self._info['direction']} copy of {self._info['nbytes']} bytes to/from GPU "
-                              f"{self._info['gpu']} failed: {name}", self._rc, name)
+            raise EngineError(f"{self._info[0]} copy of {self._info[2]} bytes to/from GPU {self._info[1]} "
+                              f"failed: {name}", self._rc, name)
         assert self._result is not None
         return self._result
 
@@ -156,7 +158,8 @@ class TransferEngine:
         self.num_gpus = N.call("ge_num_gpus", self._ptr)
         lib = N.lib()  # hot calls, bound once
         self._c_classify, self._c_kind = lib.ge_classify, lib.ge_kind
-        self._c_copy, self._c_wait = lib.ge_copy, lib.ge_wait
+        self._c_copy, self._c_copy_sync, self._c_finish = lib.ge_copy, lib.ge_copy_sync, lib.ge_finish
+        self._spans = SpanCache()
         self._regcache = RegistrationCache(self._register, self._unregister, self._knobs["registration_cache_bytes"])
         self._path_meta = [(p.gpu, p.via, p.direction) for p in self._raw_stats()[0]]
 
@@ -274,9 +277,11 @@ class TransferEngine:
 
     # ---- copies -------------------------------------------------------------------------------
     def copy(self, dst: Any, src: Any, nbytes: int | None = None, stream: Any = None,
-             pageable: str = "auto", paths: str = "auto") -> CopyHandle:
+             pageable: str = "auto", paths: str = "auto", sync: bool = False) -> CopyHandle:
         """Copy host->GPU or GPU->host (decided from the buffers). `nbytes` defaults to all of src.
         With `stream` (cuda), the copy starts after work queued there and later work there waits for it.
+        `sync=True` returns only once the copy has landed (raising if it failed), in one C call that
+        issues and completes a single-path copy on this thread; the handle it returns is finished.
         `pageable` overrides the policy for pageable host memory: "auto" (stage one-shot buffers, register
         reused ones), "stage" (always the staging ring) or "register" (pin through the cache now).
         `paths="direct"` keeps the copy on the single direct path with no chunking (the baseline)."""
@@ -294,8 +299,8 @@ class TransferEngine:
                                        hasattr(src, "__cuda_array_interface__")):
             raise EngineArgumentError("CuPy arrays and torch CUDA tensors need backend='cuda'; on the sim backend "
                                       "use alloc_device() buffers")
-        d = resolve(dst, "dst", nbytes, self._classify, self._kind)
-        s = resolve(src, "src", nbytes, self._classify, self._kind)
+        d = self._spans.resolve(dst, "dst", nbytes, self._classify, self._kind)
+        s = self._spans.resolve(src, "src", nbytes, self._classify, self._kind)
         n = s.nbytes if nbytes is None else nbytes
         for span, arg in ((d, "dst"), (s, "src")):
             if span.nbytes < n:
@@ -314,7 +319,8 @@ class TransferEngine:
         else:
             raise EngineArgumentError("dst and src are both host memory; one of them must be GPU memory "
                                       "(a DeviceBuffer, CuPy array or torch CUDA tensor)")
-        gpu = self._check_gpu(gpu, "the GPU of " + ("dst" if direction == N.H2D else "src"))
+        if type(gpu) is not int or not 0 <= gpu < self.num_gpus:
+            gpu = self._check_gpu(gpu, "the GPU of " + ("dst" if direction == N.H2D else "src"))
         sptr = 0
         if stream is not None:
             if self.backend != "cuda":
@@ -331,8 +337,19 @@ class TransferEngine:
         devbufs = tuple(b for b in (dst, src) if isinstance(b, DeviceBuffer))
         for b in devbufs:
             b.in_flight += 1
-        handle = ctypes.c_uint64()
         flags = mode | (N.COPY_DIRECT_ONLY if paths == "direct" else 0)
+        info = (_DIR_NAME[direction], gpu, n, mode_name)
+        keep = (dst, src, d.keep, s.keep)
+        if sync:
+            chunks, used = ctypes.c_uint64(), ctypes.c_int()
+            rc = self._c_copy_sync(self._ptr, direction, gpu, d.ptr, s.ptr, n, flags, sptr, ctypes.byref(chunks),
+                                   ctypes.byref(used))
+            h = CopyHandle(self, 0, info, keep, reg_key, devbufs)
+            h._finish(rc, chunks.value, used.value)
+            if rc != N.OK:
+                h.wait()  # raises the copy's error
+            return h
+        handle = ctypes.c_uint64()
         rc = self._c_copy(self._ptr, direction, gpu, d.ptr, s.ptr, n, flags, sptr, ctypes.byref(handle))
         if rc != N.OK:
             for b in devbufs:
@@ -340,23 +357,24 @@ class TransferEngine:
             if reg_key is not None:
                 self._regcache.release(reg_key)
             N.check(rc, f"starting a {_DIR_NAME[direction]} copy of {n} bytes")
-        info = {"direction": _DIR_NAME[direction], "gpu": gpu, "nbytes": n, "host_mode": mode_name}
-        h = CopyHandle(self, handle.value, info, (dst, src, d.keep, s.keep), reg_key, devbufs)
+        h = CopyHandle(self, handle.value, info, keep, reg_key, devbufs)
         with self._lock:
             self._inflight.add(h)
         return h
 
-    def h2d(self, dst_dev: Any, src_host: Any, nbytes: int | None = None, stream: Any = None) -> CopyHandle:
+    def h2d(self, dst_dev: Any, src_host: Any, nbytes: int | None = None, stream: Any = None,
+            sync: bool = False) -> CopyHandle:
         """copy() that insists on host -> GPU."""
         if self._is_device(src_host):
             raise EngineArgumentError("h2d(): src_host is GPU memory; use d2h() or copy()")
-        return self.copy(dst_dev, src_host, nbytes, stream)
+        return self.copy(dst_dev, src_host, nbytes, stream, sync=sync)
 
-    def d2h(self, dst_host: Any, src_dev: Any, nbytes: int | None = None, stream: Any = None) -> CopyHandle:
+    def d2h(self, dst_host: Any, src_dev: Any, nbytes: int | None = None, stream: Any = None,
+            sync: bool = False) -> CopyHandle:
         """copy() that insists on GPU -> host."""
         if self._is_device(dst_host):
             raise EngineArgumentError("d2h(): dst_host is GPU memory; use h2d() or copy()")
-        return self.copy(dst_host, src_dev, nbytes, stream)
+        return self.copy(dst_host, src_dev, nbytes, stream, sync=sync)
 
     @staticmethod
     def _is_device(obj: Any) -> bool:

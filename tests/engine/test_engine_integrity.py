@@ -4,12 +4,15 @@ multipath and single-path, chunk sizes changed between batches. Guard bytes catc
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import numpy as np
 import pytest
 
-from engine import TransferEngine
+from engine import EngineArgumentError, TransferEngine
+from engine._native import MEM_PAGEABLE
+from engine.buffers import SpanCache
 
 MiB = 2**20
 GUARD = 64
@@ -31,14 +34,15 @@ def _round_trip(eng: TransferEngine, rng: np.random.Generator, host: np.ndarray,
     view = dev.host_view()
     before_lo, before_hi = view[do - GUARD:do].copy(), view[do + size:do + size + GUARD].copy()
     src = host[so:so + size]
-    eng.copy(dev.ptr + do, src, nbytes=size).wait()
+    sync = bool(rng.integers(2))  # copy(sync=True) issues and completes single-path copies on this thread
+    eng.copy(dev.ptr + do, src, nbytes=size, sync=sync).wait()
     assert np.array_equal(view[do:do + size], src), f"h2d of {size} B at +{so} -> gpu{dev.gpu}+{do} differs"
     assert np.array_equal(view[do - GUARD:do], before_lo) and np.array_equal(view[do + size:do + size + GUARD],
                                                                               before_hi), "h2d wrote outside its range"
     oo = int(rng.integers(0, out.size - size - 2 * GUARD + 1)) | 1
     oo = min(oo, out.size - size - GUARD)
     out[oo - GUARD:oo + size + GUARD] = 0xA5
-    eng.copy(out[oo:oo + size], dev.ptr + do, nbytes=size).wait()
+    eng.copy(out[oo:oo + size], dev.ptr + do, nbytes=size, sync=sync).wait()
     assert np.array_equal(out[oo:oo + size], src), f"d2h of {size} B from gpu{dev.gpu}+{do} differs"
     assert (out[oo - GUARD:oo] == 0xA5).all() and (out[oo + size:oo + size + GUARD] == 0xA5).all(), \
         "d2h wrote outside its range"
@@ -148,3 +152,37 @@ def test_sim_buffers_dropped_without_free_and_views_after_close(make_engine) -> 
     dev.free()
     eng.close()
     assert int(view.sum()) == 6 * MiB  # the view keeps the memory alive: no dangling pointer
+
+
+def test_sync_copy_returns_a_finished_handle(fast_engine: TransferEngine) -> None:
+    eng = fast_engine
+    dev = eng.alloc_device(0, 3 * MiB)
+    data = np.arange(3 * MiB, dtype=np.uint8)
+    h = eng.copy(dev, data, sync=True)  # first sight of a pageable buffer: staged
+    assert h.done() and h.wait().host_mode == "staged"
+    out = np.zeros(3 * MiB, dtype=np.uint8)
+    info = eng.d2h(out, dev, sync=True).wait()
+    assert np.array_equal(out, data) and (info.chunks, info.paths_used) == (1, 1)
+
+
+def test_memoized_arrays_are_still_checked_and_forgotten_when_they_die(fast_engine: TransferEngine) -> None:
+    eng = fast_engine
+    dev = eng.alloc_device(0, MiB)
+    out = np.zeros(MiB, dtype=np.uint8)
+    eng.copy(out, dev, sync=True)
+    out.flags.writeable = False  # a memoized array's writeable flag is read again on every copy
+    with pytest.raises(EngineArgumentError, match="dst is read-only"):
+        eng.copy(out, dev)
+    calls: list[int] = []
+
+    def kind(ptr: int) -> tuple[int, None, int]:
+        calls.append(ptr)
+        return MEM_PAGEABLE, None, 0
+
+    memo = SpanCache()
+    a = np.ones(4096, dtype=np.uint8)
+    assert memo.resolve(a, "src", None, kind, kind).ptr == memo.resolve(a, "src", None, kind, kind).ptr
+    assert len(calls) == 1
+    del a
+    gc.collect()
+    assert not memo._memo

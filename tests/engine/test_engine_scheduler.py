@@ -155,12 +155,14 @@ def test_failing_direct_path_with_no_relay_fails_cleanly(make_engine: Callable[.
     assert (dev.host_view() == 9).all()
 
 
-def test_failing_direct_path_small_copy_moves_to_a_relay(make_engine: Callable[..., TransferEngine]) -> None:
+@pytest.mark.parametrize("sync", [False, True])
+def test_failing_direct_path_small_copy_moves_to_a_relay(make_engine: Callable[..., TransferEngine],
+                                                         sync: bool) -> None:
     eng = make_engine("8xh20", sim_time_scale=1.0)
     dev = eng.alloc_device(2, 1 * MiB)
     eng.inject_fault(2, direction="h2d")
     data = np.arange(1 * MiB, dtype=np.uint8)
-    info = eng.copy(dev, _pinned(eng, data)).wait()
+    info = eng.copy(dev, _pinned(eng, data), sync=sync).wait()
     assert info.chunks == 1 and np.array_equal(dev.host_view(), data)
     paths = [p for p in eng.stats().paths if p.gpu == 2 and p.direction == "h2d"]
     assert sum(p.chunks for p in paths if p.via is not None) == 1  # landed on one relay
@@ -208,3 +210,19 @@ def test_wait_timeout_and_done_polling(make_engine: Callable[..., TransferEngine
     info = h.wait()
     assert h.done() and info.chunks == 1
     assert (dev.host_view() == 4).all()
+
+
+def test_single_path_staged_copy_keeps_more_than_outstanding_chunks_in_flight(
+        make_engine: Callable[..., TransferEngine]) -> None:
+    eng = make_engine("h200", sim_time_scale=200.0)  # one path: nothing else would take the chunks
+    eng.set(d2h_chunk_bytes=1 * MiB, outstanding=1)
+    dev = eng.alloc_device(0, 32 * MiB)
+    dev.host_view()[:] = np.arange(32 * MiB, dtype=np.uint8)
+    out = np.empty(32 * MiB, dtype=np.uint8)
+    h = eng.copy(out, dev)
+    depth = 0
+    while not h.done():
+        depth = max(depth, next(p.queue_depth for p in eng.stats().paths if p.direction == "d2h"))
+    info = h.wait()
+    assert info.host_mode == "staged" and info.chunks == 32 and depth > 1
+    assert np.array_equal(out, dev.host_view())

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gpudash.advisor.checks import VLLM_DEFAULT_UTIL
 from gpudash.config import ServerSpec
 from gpudash.records import Snapshot
 
@@ -35,17 +34,26 @@ MIN_CTX = 4096
 KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
                  "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
 WarningKind = Literal["oversubscribed", "low_free_at_start", "over_share"]
+# vLLM's own default for --gpu-memory-utilization when neither it nor `share` is set.
+VLLM_DEFAULT_UTIL = 0.9
 
 
 # ---- accounting -------------------------------------------------------------------------------
-def effective_share(spec: ServerSpec) -> float | None:
-    """The fraction of each GPU the server may hold: gpu_memory_utilization, else share, else vLLM's
-    default (vLLM always reserves it); None for llama.cpp without a share (no budget)."""
+def share_and_origin(spec: ServerSpec) -> tuple[float | None, str]:
+    """The fraction of each GPU the server may hold and where it comes from: gpu_memory_utilization,
+    else share, else vLLM's default (vLLM always reserves it); (None, "") for llama.cpp without a share."""
     if spec.gpu_memory_utilization is not None:
-        return spec.gpu_memory_utilization
+        return spec.gpu_memory_utilization, "gpu_memory_utilization"
     if spec.share is not None:
-        return spec.share
-    return VLLM_DEFAULT_UTIL if spec.kind == "vllm" else None
+        return spec.share, "share"
+    if spec.kind == "vllm":
+        return VLLM_DEFAULT_UTIL, "vLLM default"
+    return None, ""
+
+
+def effective_share(spec: ServerSpec) -> float | None:
+    """The fraction of each GPU the server may hold (see share_and_origin)."""
+    return share_and_origin(spec)[0]
 
 
 def server_gpus(spec: ServerSpec, gpu_indices: Iterable[int]) -> list[int]:
@@ -105,21 +113,26 @@ def share_usage(snapshot: Snapshot, specs: Sequence[ServerSpec]) -> tuple[ShareU
     return tuple(out)
 
 
-def oversubscription_warnings(specs: Sequence[ServerSpec], gpu_indices: Iterable[int]) -> list[ShareWarning]:
-    """GPUs whose servers' shares add up to more than 1 (the last one to start cannot get its share)."""
+def shares_per_gpu(specs: Sequence[ServerSpec], gpu_indices: Iterable[int]) -> dict[int, list[tuple[ServerSpec, float]]]:
+    """Each GPU's servers that declare a share, with that share."""
     gpus = list(gpu_indices)
-    per_gpu: dict[int, list[tuple[str, float]]] = {}
+    per_gpu: dict[int, list[tuple[ServerSpec, float]]] = {}
     for spec in specs:
         share = effective_share(spec)
         if share is not None:
             for gpu in server_gpus(spec, gpus):
-                per_gpu.setdefault(gpu, []).append((spec.name, share))
+                per_gpu.setdefault(gpu, []).append((spec, share))
+    return per_gpu
+
+
+def oversubscription_warnings(specs: Sequence[ServerSpec], gpu_indices: Iterable[int]) -> list[ShareWarning]:
+    """GPUs whose servers' shares add up to more than 1 (the last one to start cannot get its share)."""
     out = []
-    for gpu in sorted(per_gpu):
-        total = sum(s for _, s in per_gpu[gpu])
+    for gpu, held in sorted(shares_per_gpu(specs, gpu_indices).items()):
+        total = sum(share for _, share in held)
         if total > 1 + 1e-9:
-            parts = " + ".join(f"{n} {s:g}" for n, s in per_gpu[gpu])
-            out.append(ShareWarning("oversubscribed", gpu, tuple(n for n, _ in per_gpu[gpu]),
+            parts = " + ".join(f"{spec.name} {share:g}" for spec, share in held)
+            out.append(ShareWarning("oversubscribed", gpu, tuple(spec.name for spec, _ in held),
                                     f"GPU {gpu}: shares add up to {total:.2f} ({parts}); lower them to 1 or less "
                                     f"or the last server to start cannot get its share"))
     return out

@@ -15,6 +15,7 @@ from engine.profiles import pcie_payload_gbps
 from gpudash.advisor.facts import DoctorFacts
 from gpudash.config import ServerSpec
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts
+from gpudash.shares import server_gpus, share_and_origin, shares_per_gpu
 
 Status = Literal["pass", "warn", "fail", "skip"]
 
@@ -24,8 +25,6 @@ REBAR_MIN_FRACTION = 0.5
 UPI_GPU_CEILING = 6
 # vLLM servers on one GPU from which each needs --enforce-eager (CUDA graphs reserve memory per server).
 EAGER_SERVERS = 3
-# vLLM's own default for --gpu-memory-utilization when neither it nor `share` is set.
-VLLM_DEFAULT_UTIL = 0.9
 
 P2P_MEANING = {"OK": "peer copies work", "NS": "not supported", "GNS": "GPU not supported",
                "CNS": "chipset not supported", "TNS": "topology not supported", "U": "unknown"}
@@ -184,34 +183,18 @@ def check_numa_ceiling(f: DoctorFacts) -> CheckResult:
 
 
 def _server_gpus(s: ServerSpec, topo: TopologyFacts) -> list[int]:
-    return list(s.gpus) if s.gpus else [g.index for g in topo.gpus]
-
-
-def _share(s: ServerSpec) -> tuple[float | None, str]:
-    if s.gpu_memory_utilization is not None:
-        return s.gpu_memory_utilization, "gpu_memory_utilization"
-    if s.share is not None:
-        return s.share, "share"
-    if s.kind == "vllm":
-        return VLLM_DEFAULT_UTIL, "vLLM default"
-    return None, ""
+    return server_gpus(s, (g.index for g in topo.gpus))
 
 
 def check_shares(f: DoctorFacts) -> CheckResult:
     """Memory shares of the servers on one GPU adding up to more than the whole GPU."""
     title = "Memory shares per GPU add up to at most 1"
-    per_gpu: dict[int, list[str]] = {}
-    totals: dict[int, float] = {}
-    for s in f.servers:
-        share, why = _share(s)
-        if share is None:
-            continue
-        for i in _server_gpus(s, f.topology):
-            per_gpu.setdefault(i, []).append(f"{s.name} {share:g} ({why})")
-            totals[i] = totals.get(i, 0.0) + share
-    if not totals:
+    per_gpu = shares_per_gpu(f.servers, (g.index for g in f.topology.gpus))
+    if not per_gpu:
         return _result("shares", title, "pass", "no server declares a memory share")
-    evidence = [f"GPU {i}: {' + '.join(per_gpu[i])} = {totals[i]:.2f}" for i in sorted(totals)]
+    totals = {i: sum(share for _, share in held) for i, held in per_gpu.items()}
+    evidence = [f"GPU {i}: " + " + ".join(f"{s.name} {share:g} ({share_and_origin(s)[1]})" for s, share in per_gpu[i])
+                + f" = {totals[i]:.2f}" for i in sorted(per_gpu)]
     over = [i for i in sorted(totals) if totals[i] > 1.0 + 1e-9]
     if over:
         return _result("shares", title, "fail", evidence,

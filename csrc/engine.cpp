@@ -197,8 +197,11 @@ int ge_copy(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, ui
 }
 
 int ge_copy_sync(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, uint64_t nbytes, int host_mode,
-                 uint64_t stream, uint64_t *chunks, int *paths_used) {
-  return e->eng.copy_sync(direction, gpu, dst, src, nbytes, host_mode, stream, chunks, paths_used);
+                 uint64_t stream, uint64_t out[2]) {
+  int paths_used = 0;
+  int rc = e->eng.copy_sync(direction, gpu, dst, src, nbytes, host_mode, stream, &out[0], &paths_used);
+  out[1] = uint64_t(paths_used);
+  return rc;
 }
 
 int ge_wait(ge_engine *e, uint64_t handle, double timeout_s) {

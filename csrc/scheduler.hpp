@@ -655,6 +655,8 @@ class Engine {
                 uint64_t *chunks, int *paths_used) {
     std::shared_ptr<Copy> c;
     Chunk *mine = nullptr;
+    *chunks = 0;
+    *paths_used = 0;
     uint64_t t0 = thread_cpu_ns();
     int rc = start_copy(dir, gpu, dst, src, n, host_mode, stream, true, &c, &mine);
     if (rc) return rc;

@@ -108,7 +108,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ge_wait": (_I, [_P, _U64, _D]),
     "ge_copy_chunks": (_I, [_P, _U64, _PU64, _PI]),
     "ge_finish": (_I, [_P, _U64, _D, _PU64, _PI]),
-    "ge_copy_sync": (_I, [_P, _I, _I, _U64, _U64, _U64, _I, _U64, _PU64, _PI]),
+    "ge_copy_sync": (_I, [_P, _I, _I, _U64, _U64, _U64, _I, _U64, _PU64]),
     "ge_release": (_I, [_P, _U64]),
     "gp_pool_create": (_I, [_U64, _U64, _U64, ctypes.POINTER(_P)]),
     "gp_pool_destroy": (None, [_P]),

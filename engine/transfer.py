@@ -67,14 +67,14 @@ class CopyHandle:
     __slots__ = ("_eng", "_h", "_info", "_keep", "_reg_key", "_devbufs", "_lock", "_rc", "_result")
 
     def __init__(self, eng: "TransferEngine", handle: int, info: tuple[str, int, int, str], keep: tuple[Any, ...],
-                 reg_key: int | None, devbufs: tuple[DeviceBuffer, ...]):
+                 reg_key: int | None, devbufs: tuple[DeviceBuffer, ...]):  # handle 0: finished at once
         self._eng = eng
         self._h = handle  # 0: synchronous copy, nothing to wait for
         self._info = info  # direction, gpu, nbytes, host mode
         self._keep = keep  # the buffers stay alive while the copy runs
         self._reg_key = reg_key
         self._devbufs = devbufs
-        self._lock = threading.Lock()
+        self._lock = threading.Lock() if handle else None
         self._rc: int | None = None
         self._result: CopyInfo | None = None
 
@@ -90,6 +90,8 @@ class CopyHandle:
             self._eng._forget(self)
 
     def _poll(self, timeout_s: float) -> bool:
+        if self._rc is not None:
+            return True
         with self._lock:
             if self._rc is not None:
                 return True
@@ -160,6 +162,7 @@ class TransferEngine:
         self._c_classify, self._c_kind = lib.ge_classify, lib.ge_kind
         self._c_copy, self._c_copy_sync, self._c_finish = lib.ge_copy, lib.ge_copy_sync, lib.ge_finish
         self._spans = SpanCache()
+        self._tls = threading.local()
         self._regcache = RegistrationCache(self._register, self._unregister, self._knobs["registration_cache_bytes"])
         self._path_meta = [(p.gpu, p.via, p.direction) for p in self._raw_stats()[0]]
 
@@ -302,10 +305,10 @@ class TransferEngine:
         d = self._spans.resolve(dst, "dst", nbytes, self._classify, self._kind)
         s = self._spans.resolve(src, "src", nbytes, self._classify, self._kind)
         n = s.nbytes if nbytes is None else nbytes
-        for span, arg in ((d, "dst"), (s, "src")):
-            if span.nbytes < n:
-                raise EngineArgumentError(f"{arg} is too small: it holds {span.nbytes} bytes and the copy needs {n}; "
-                                          f"pass a larger {arg} or a smaller nbytes")
+        if d.nbytes < n or s.nbytes < n:
+            span, arg = (d, "dst") if d.nbytes < n else (s, "src")
+            raise EngineArgumentError(f"{arg} is too small: it holds {span.nbytes} bytes and the copy needs {n}; "
+                                      f"pass a larger {arg} or a smaller nbytes")
         if d.readonly:
             raise EngineArgumentError("dst is read-only; pass a writable array or buffer")
         if n and d.ptr < s.ptr + n and s.ptr < d.ptr + n:
@@ -334,18 +337,19 @@ class TransferEngine:
             mode, mode_name = N.HOST_DIRECT, "pinned"
         else:
             mode, mode_name = N.HOST_STAGED, "staged"
-        devbufs = tuple(b for b in (dst, src) if isinstance(b, DeviceBuffer))
-        for b in devbufs:
-            b.in_flight += 1
+        devbufs: tuple[DeviceBuffer, ...] = ()
+        if isinstance(dst, DeviceBuffer) or isinstance(src, DeviceBuffer):
+            devbufs = tuple(b for b in (dst, src) if isinstance(b, DeviceBuffer))
+            for b in devbufs:
+                b.in_flight += 1
         flags = mode | (N.COPY_DIRECT_ONLY if paths == "direct" else 0)
         info = (_DIR_NAME[direction], gpu, n, mode_name)
         keep = (dst, src, d.keep, s.keep)
         if sync:
-            chunks, used = ctypes.c_uint64(), ctypes.c_int()
-            rc = self._c_copy_sync(self._ptr, direction, gpu, d.ptr, s.ptr, n, flags, sptr, ctypes.byref(chunks),
-                                   ctypes.byref(used))
+            out = self._sync_out()
+            rc = self._c_copy_sync(self._ptr, direction, gpu, d.ptr, s.ptr, n, flags, sptr, out)
             h = CopyHandle(self, 0, info, keep, reg_key, devbufs)
-            h._finish(rc, chunks.value, used.value)
+            h._finish(rc, out[0], out[1])
             if rc != N.OK:
                 h.wait()  # raises the copy's error
             return h
@@ -361,6 +365,14 @@ class TransferEngine:
         with self._lock:
             self._inflight.add(h)
         return h
+
+    def _sync_out(self) -> Any:
+        """This thread's (chunks, paths used) buffer for ge_copy_sync (one per thread: no allocation per copy)."""
+        try:
+            return self._tls.out
+        except AttributeError:
+            self._tls.out = (ctypes.c_uint64 * 2)()
+            return self._tls.out
 
     def h2d(self, dst_dev: Any, src_host: Any, nbytes: int | None = None, stream: Any = None,
             sync: bool = False) -> CopyHandle:

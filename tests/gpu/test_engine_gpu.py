@@ -47,10 +47,11 @@ def test_random_copies_byte_exact_with_cupy_buffers(eng: TransferEngine) -> None
                 host = pinned if rng.integers(2) else pageable
                 so = int(rng.integers(0, 16 * MiB - size + 1))
                 do = int(rng.integers(0, 4096)) | 1
-                eng.copy(dev.data.ptr + do, host[so:so + size], nbytes=size).wait()
+                sync = bool(rng.integers(2))  # sync=True: issued and completed on this thread
+                eng.copy(dev.data.ptr + do, host[so:so + size], nbytes=size, sync=sync).wait()
                 assert np.array_equal(cp.asnumpy(dev[do:do + size]), host[so:so + size]), f"h2d {size} B"
                 oo = int(rng.integers(0, 4096)) | 1
-                eng.copy(out[oo:oo + size], dev.data.ptr + do, nbytes=size).wait()
+                eng.copy(out[oo:oo + size], dev.data.ptr + do, nbytes=size, sync=sync).wait()
                 assert np.array_equal(out[oo:oo + size], host[so:so + size]), f"d2h {size} B"
         except BaseException as err:
             errors.append(err)
@@ -76,6 +77,9 @@ def test_large_and_edge_sizes_with_cupy_arrays(eng: TransferEngine, size: int) -
     info = eng.h2d(dev, src).wait()  # reused buffer: registered now
     assert info.host_mode in ("registered", "staged")
     assert np.array_equal(cp.asnumpy(dev), src)
+    back[:] = 0
+    assert eng.d2h(back, dev, sync=True).wait().host_mode == info.host_mode
+    assert np.array_equal(back, src)
 
 
 def test_stream_order_is_kept(eng: TransferEngine) -> None:

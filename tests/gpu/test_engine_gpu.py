@@ -78,7 +78,7 @@ def test_large_and_edge_sizes_with_cupy_arrays(eng: TransferEngine, size: int) -
     assert info.host_mode in ("registered", "staged")
     assert np.array_equal(cp.asnumpy(dev), src)
     back[:] = 0
-    assert eng.d2h(back, dev, sync=True).wait().host_mode == info.host_mode
+    assert eng.d2h(back, dev, sync=True).wait().host_mode in ("registered", "staged")
     assert np.array_equal(back, src)
 
 

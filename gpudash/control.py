@@ -11,11 +11,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Literal, Mapping, Protocol
 
 from pydantic import ValidationError
 
-from gpudash.config import EngineSettings, ServerSpec
+from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.records import Event
 
 ENGINE_KNOBS = tuple(EngineSettings.model_fields)
@@ -49,6 +49,15 @@ class SetShare:
 
 
 @dataclass(frozen=True)
+class SetShardSize:
+    """Resize one shard of one memory pool (live; the pool refuses what live allocations forbid)."""
+
+    pool: str
+    shard: str
+    capacity: int | str  # bytes, or a size like "256MiB"
+
+
+@dataclass(frozen=True)
 class ServerAction:
     """Start, stop or restart one server."""
 
@@ -63,7 +72,7 @@ class SetRecording:
     on: bool
 
 
-Command = SetEngineKnobs | SetSplit | SetShare | ServerAction | SetRecording
+Command = SetEngineKnobs | SetSplit | SetShare | SetShardSize | ServerAction | SetRecording
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,8 @@ def describe(command: Command) -> str:
             return f"set {server} tensor split to {','.join(f'{r:g}' for r in ratios)} (re-launches {server})"
         case SetShare(server, share):
             return f"set {server} memory share to {share:g} (re-launches {server})"
+        case SetShardSize(pool, shard, capacity):
+            return f"resize shard {shard} of pool {pool} to {capacity}"
         case ServerAction(server, action):
             return f"{action} {server}"
         case SetRecording(on):
@@ -112,9 +123,11 @@ class Controller:
     """
 
     def __init__(self, *, engine: Any = None, supervisor: Any = None, inbox: Any = None,
-                 recorder: Recorder | None = None, clock: Callable[[], float] = time.time) -> None:
+                 recorder: Recorder | None = None, pools: Callable[[], Mapping[str, Any]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
         self.supervisor = supervisor
+        self.pools = pools  # () -> {pool name: engine.pools.MemoryPool}
         self.inbox = inbox
         self.recorder = recorder
         self._clock = clock
@@ -145,6 +158,8 @@ class Controller:
                 return "server.split", server, None, list(ratios)
             case SetShare(server, share):
                 return "server.share", server, None, share
+            case SetShardSize(pool, shard, capacity):
+                return "pool.shard_size", f"{pool}/{shard}", None, capacity
             case ServerAction(server, action):
                 return f"server.{action}.request", server, None, action
             case SetRecording(on):
@@ -159,6 +174,8 @@ class Controller:
                 return self._respec(server, tensor_split=[float(r) for r in ratios])
             case SetShare(server, share):
                 return self._respec(server, share=share)
+            case SetShardSize(pool, shard, capacity):
+                return self._resize_shard(pool, shard, capacity)
             case ServerAction(server, action):
                 return self._server_action(server, action)
             case SetRecording(on):
@@ -229,6 +246,24 @@ class Controller:
             if others + share > 1.0 + 1e-9:
                 raise Refused(f"GPU {g} would be over-committed: {server} {share:g} + other servers "
                               f"{others:g} > 1; lower a share first")
+
+    def _resize_shard(self, pool_name: str, shard: str, capacity: int | str) -> tuple[Any, Any]:
+        pools = dict(self.pools()) if self.pools is not None else {}
+        if pool_name not in pools:
+            raise Refused(f"no memory pool named {pool_name!r}; pools: {', '.join(pools) or 'none yet'}")
+        pool = pools[pool_name]
+        if shard not in pool.shards:
+            raise Refused(f"pool {pool_name} has no shard {shard!r}; shards: {', '.join(pool.shards)}")
+        try:
+            size = parse_size(capacity)
+        except ValueError as err:
+            raise Refused(f"shard size: {err}") from None
+        old = pool.shard_stats(shard).capacity
+        try:
+            pool.resize(shard, size)  # all or nothing: the pool refuses with how far it could go
+        except (ValueError, TypeError, RuntimeError, MemoryError) as err:  # PoolError is an EngineError
+            raise Refused(str(err)) from None
+        return old, pool.shard_stats(shard).capacity
 
     def _server_action(self, server: str, action: str) -> tuple[Any, Any]:
         self._spec(server)

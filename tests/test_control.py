@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import ServerSpec
-from gpudash.control import (Controller, ServerAction, SetEngineKnobs, SetRecording, SetShare, SetSplit,
+from gpudash.control import (Controller, ServerAction, SetEngineKnobs, SetRecording, SetShardSize, SetShare, SetSplit,
                              describe, relaunches)
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.supervisor import Supervisor
@@ -138,3 +138,26 @@ def test_relaunching_commands_are_flagged_for_confirmation() -> None:
     assert relaunches(SetSplit("a", (1.0, 2.0))) and relaunches(SetShare("a", 0.5))
     assert not relaunches(SetEngineKnobs({"outstanding": 2})) and not relaunches(SetRecording(True))
     assert "re-launches a" in describe(SetSplit("a", (1.0, 2.0)))
+
+
+def test_shard_resize_goes_through_the_pool_and_refusals_change_nothing() -> None:
+    from engine.pools import MemoryPool
+
+    pool = MemoryPool(8 * 2**20, name="host", shards={"kv": 2 * 2**20, "staging": 2 * 2**20})
+    inbox = Inbox()
+    try:
+        c = Controller(pools=lambda: {"host": pool}, inbox=inbox)
+        res = c.apply(SetShardSize("host", "kv", "3MiB"))
+        assert res.ok, res.reason
+        assert pool.shard_stats("kv").capacity == 3 * 2**20
+        assert (res.event.kind, res.event.target, res.event.old, res.event.new) == (
+            "pool.shard_size", "host/kv", 2 * 2**20, 3 * 2**20)
+        too_big = c.apply(SetShardSize("host", "kv", "64MiB"))
+        assert not too_big.ok and "unassigned" in too_big.reason
+        assert pool.shard_stats("kv").capacity == 3 * 2**20
+        assert "no shard 'nope'" in c.apply(SetShardSize("host", "nope", 4096)).reason
+        assert "no memory pool named 'gpu9'" in c.apply(SetShardSize("gpu9", "kv", 4096)).reason
+        assert "shard size" in c.apply(SetShardSize("host", "kv", "lots")).reason
+        assert [e.ok for e in events(inbox)] == [True, False, False, False, False]
+    finally:
+        pool.close()

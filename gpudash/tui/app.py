@@ -54,7 +54,7 @@ def _bindings() -> list[Binding]:
         Binding("g", "select_gpu", "Next GPU", id="select_gpu", show=False),
         Binding("s", "select_server", "Next server", id="select_server", show=False),
         Binding("t", "edit_split", "Split ratios", id="edit_split"),
-        Binding("m", "edit_share", "Memory share", id="edit_share", show=False),
+        Binding("m", "edit_share", "Memory share / shard size", id="edit_share", show=False),
         Binding("k", "edit_knobs", "Engine knobs", id="edit_knobs"),
         Binding("a", "apply", "Apply", id="apply"),
         Binding("S", "server('start')", "Start server", id="server_start", show=False),
@@ -98,6 +98,7 @@ class GpudashApp(App[None]):
         self.selected_server: str | None = None
         self.sessions: list[Any] = []
         self.session_cursor = 0
+        self.shard_cursor = 0
         self.first_frame_at: float | None = None
         self._log_chain = False
         self._feed_closed = False
@@ -203,7 +204,7 @@ class GpudashApp(App[None]):
         elif view == "engine":
             self.query_one(EngineView).update_view(self.state)
         elif view == "pools":
-            self.query_one(PoolsView).update_view(self.state)
+            self.query_one(PoolsView).update_view(self.state, self.shard_cursor)
         elif view == "events":
             self.query_one(EventsView).update_view(self.state)
         if self.player is not None:
@@ -251,6 +252,11 @@ class GpudashApp(App[None]):
                 self.query_one(HistoryView).show_sessions(self.sessions, self.session_cursor)
         elif view in ("servers", "split"):
             self._cycle_server(step)
+        elif view == "pools":
+            shards = self.state.latest.pool_shards if self.state.latest else ()
+            if shards:
+                self.shard_cursor = (self.shard_cursor + step) % len(shards)
+                self.refresh_views()
         else:
             self._cycle_gpu(step)
 
@@ -301,8 +307,17 @@ class GpudashApp(App[None]):
             self.push_screen(SplitForm(spec), self._propose)
 
     def action_edit_share(self) -> None:
-        from gpudash.tui.screens.forms import ShareForm
+        """On the Pools view: the selected shard's size; elsewhere: the selected server's memory share."""
+        from gpudash.tui.screens.forms import ShardForm, ShareForm
 
+        if self.active_view == "pools":
+            shards = self.state.latest.pool_shards if self.state.latest else ()
+            if not shards:
+                self.notify("no memory pools yet", severity="warning")
+                return
+            s = shards[min(self.shard_cursor, len(shards) - 1)]
+            self.push_screen(ShardForm(s.pool, s.shard, s.capacity), self._propose)
+            return
         spec = self._selected_spec()
         if spec is not None:
             self.push_screen(ShareForm(spec), self._propose)

@@ -115,6 +115,8 @@ class LiveFeed:
         self.recorder: Recorder | None = None
         self.controller: Any = None
         self.notes: list[str] = []
+        # Memory pools (engine.pools.MemoryPool by name) the app owns; sampled and resizable while running.
+        self.pools: dict[str, Any] = {}
 
     def _make_engine(self) -> Any:
         if self.source.startswith("sim:"):
@@ -146,7 +148,8 @@ class LiveFeed:
             supervisor = self.stack.supervisor
             extra_sources = list(getattr(self.stack, "sources", []))
         pids = supervisor.pids if supervisor is not None else None
-        sources = build_sources(self.source, self.config, inbox=self.inbox, engine=self.engine, pids=pids)
+        sources = build_sources(self.source, self.config, inbox=self.inbox, engine=self.engine, pids=pids,
+                                pools=lambda: list(self.pools.values()))
         self.sampler = Sampler(sources + extra_sources, self.config.sampling.interval_s, self.source,
                                sinks=[deliver], source_timeout_s=self.config.sampling.source_timeout_s)
         self.recorder = Recorder(self.db_path, self.source, self.config)
@@ -154,7 +157,7 @@ class LiveFeed:
         if self.record:
             self.recorder.set(True)
         self.controller = Controller(engine=self.engine, supervisor=supervisor, inbox=self.inbox,
-                                     recorder=self.recorder)
+                                     recorder=self.recorder, pools=lambda: self.pools)
         self.sampler.start()
         if self.stack is not None:
             self.stack.start()  # sequential, health-gated; the sampler already shows progress
@@ -175,6 +178,9 @@ class LiveFeed:
             if self.inbox is not None:
                 recorder.record_leftovers(self.inbox.poll())
             recorder.close()
+        pools, self.pools = self.pools, {}
+        for pool in pools.values():  # before the engine that owns their memory
+            pool.close()
         if engine is not None:
             engine.close()
 

@@ -112,3 +112,57 @@ async def test_recording_toggle_is_a_recorded_change(live_feed) -> None:
         await pilot.press("r")
         await wait_for(pilot, lambda: app.header.recording, what="recording back on")
         await wait_for(pilot, lambda: kinds(app).count(("recording", True)) == 2, what="two recording events")
+
+
+async def test_pool_shard_resize_and_refusal(live_feed) -> None:
+    from engine.pools import engine_pools
+
+    app = GpudashApp(live_feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("6")
+        assert "no memory pools yet" in str(app.query_one("#pools-view .empty", Static).content)
+        live_feed.pools.update(engine_pools(live_feed.engine, host_bytes=4 * 2**20, device_bytes=2**20,
+                                            shards={"kv": 0.5, "staging": 0.25}))
+        await wait_for(pilot, lambda: app.state.latest.pool_shards, what="pool shards in the samples")
+        first = app.state.latest.pool_shards[0]
+        await pilot.press("m", "ctrl+a", "ctrl+k", *"3MiB", "enter")
+        await wait_for(pilot, lambda: ("pool.shard_size", True) in kinds(app), what="the resize event")
+        assert live_feed.pools[first.pool].shard_stats(first.shard).capacity == 3 * 2**20
+        await pilot.press("m", "ctrl+a", "ctrl+k", *"1GiB", "enter")
+        await wait_for(pilot, lambda: ("pool.shard_size", False) in kinds(app), what="the refused resize")
+        assert live_feed.pools[first.pool].shard_stats(first.shard).capacity == 3 * 2**20
+        await wait_for(pilot, lambda: "3.0 MiB" in table_text(app, "#pools-view"), what="the Pools view's new size")
+
+
+async def test_keys_are_remappable_and_listed_in_help_and_palette(live_feed) -> None:
+    from gpudash.tui.screens.dialogs import HelpScreen
+
+    app = GpudashApp(live_feed, keys={"view_engine": "f5", "edit_knobs": "ctrl+k"})
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("f5")
+        assert app.active_view == "engine"
+        await pilot.press("ctrl+k")
+        assert isinstance(app.screen, KnobForm)
+        await pilot.press("escape", "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        rows = {r[1]: r[0] for r in app.screen.rows}
+        assert rows["edit_knobs"] == "ctrl+k" and rows["quit"] == "q" and "replay_pause" not in rows
+        await pilot.press("escape")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert {"Engine knobs", "Split ratios", "Recording", "Export session", "Quit"} <= set(titles)
+
+
+async def test_history_lists_sessions_and_exports_the_selected_one(live_feed, tmp_path) -> None:
+    app = GpudashApp(live_feed, export_dir=tmp_path / "exports")
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("7")
+        await wait_for(pilot, lambda: app.sessions, what="the sessions list")
+        assert "sim:8xh20" in table_text(app, "#history-view")
+        await pilot.press("e")
+        sid = app.sessions[0].id
+        out = tmp_path / "exports" / f"gpudash-session-{sid}"
+        await wait_for(pilot, lambda: (out / "gpu_samples.csv").exists(), what="the export files")
+        assert len((out / "gpu_samples.csv").read_text().splitlines()) > 8  # header + 8 GPUs per tick

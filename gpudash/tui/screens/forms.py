@@ -12,8 +12,8 @@ from textual.screen import ModalScreen
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Checkbox, Input, Label, Static
 
-from gpudash.config import EngineSettings, ServerSpec
-from gpudash.control import Command, SetEngineKnobs, SetShare, SetSplit
+from gpudash.config import EngineSettings, ServerSpec, parse_size
+from gpudash.control import Command, SetEngineKnobs, SetShardSize, SetShare, SetSplit
 
 EDITABLE_KNOBS = ("h2d_chunk_bytes", "d2h_chunk_bytes", "outstanding", "h2d_fallback_bytes",
                   "d2h_fallback_bytes", "staging_threads")
@@ -178,3 +178,22 @@ class ShareForm(FormScreen):
 
     def build(self) -> Command | None:
         return SetShare(self.spec.name, parse_share(self.query_one("#share-value", Input).value))
+
+
+class ShardForm(FormScreen):
+    """The selected pool shard's capacity (live resize; the pool refuses what live allocations forbid)."""
+
+    def __init__(self, pool: str, shard: str, capacity: int) -> None:
+        super().__init__(id="shard-form")
+        self.pool, self.shard, self.capacity = pool, shard, capacity
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="form"):
+            yield Label(f"Capacity of shard {self.shard} in pool {self.pool} (e.g. 256MiB). "
+                        "Enter: apply, Esc: cancel", classes="form-title")
+            yield Input(str(self.capacity), id="shard-capacity", validators=[FuncValidator(parse_size)],
+                        validate_on=["changed", "submitted"])
+            yield Static("", id="form-errors")
+
+    def build(self) -> Command | None:
+        return SetShardSize(self.pool, self.shard, parse_size(self.query_one("#shard-capacity", Input).value))

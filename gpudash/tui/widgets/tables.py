@@ -170,16 +170,16 @@ def _knob(v: Any) -> str:
 
 
 class PoolsView(TableView):
-    TITLE = "Memory pools: shards"
+    TITLE = "Memory pools: shards (up/down: select, m: resize the selected shard)"
     EMPTY = "no memory pools yet (pools appear once the engine or a server creates them)"
     COLUMNS = ("pool", "shard", "capacity", "used", "free", "largest free", "blocks", "fragmentation", "failures")
 
-    def update_view(self, state: ViewState) -> None:
+    def update_view(self, state: ViewState, cursor: int = 0) -> None:
         snap = state.latest
         shards = snap.pool_shards if snap is not None else ()
         self.fill([(s.pool, s.shard, fmt.size(s.capacity), fmt.size(s.used), fmt.size(s.free),
                     fmt.size(s.largest_free), s.free_blocks, fmt.pct(s.fragmentation, 1), s.failures)
-                   for s in shards])
+                   for s in shards], cursor)
 
 
 class HistoryView(TableView):

@@ -166,3 +166,21 @@ async def test_history_lists_sessions_and_exports_the_selected_one(live_feed, tm
         out = tmp_path / "exports" / f"gpudash-session-{sid}"
         await wait_for(pilot, lambda: (out / "gpu_samples.csv").exists(), what="the export files")
         assert len((out / "gpu_samples.csv").read_text().splitlines()) > 8  # header + 8 GPUs per tick
+
+
+async def test_server_stop_asks_then_start(live_feed) -> None:
+    app = GpudashApp(live_feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("3", "s")
+        assert app.selected_server == "side"
+        await pilot.press("x")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: any(s.server == "side" and s.state == "stopped" for s in app.state.latest.servers),
+                       what="side stopped")
+        await pilot.press("S")
+        await wait_for(pilot, lambda: any(s.server == "side" and s.state == "ready" for s in app.state.latest.servers),
+                       what="side ready again")
+        await wait_for(pilot, lambda: ("server.start.request", True) in kinds(app), what="the start event")
+        assert ("server.stop.request", True) in kinds(app)

@@ -1,0 +1,57 @@
+"""The arithmetic behind the views, without a terminal: link share and downgrade warnings, split balance,
+and the core staying free of textual."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+from click.testing import CliRunner
+from fixtures import SPECS, sim_snapshot
+
+from gpudash.cli import main
+from gpudash.records import GpuProcessSample, GpuSample
+from gpudash.tui.state import link_status, split_balance, split_servers
+
+H20 = GpuSample(0.0, 0, "u", "NVIDIA H20", util_pct=2.0, pcie_tx_bps=0.0, pcie_rx_bps=0.0, link_gen=5,
+                link_width=16, link_gen_max=5, link_width_max=16)
+
+
+def test_downgrade_warns_only_when_busy() -> None:
+    idle_low = replace(H20, link_gen=1)  # GPUs train down at idle by design: no warning
+    assert link_status(idle_low).below_max and not link_status(idle_low).warn
+    busy_low = replace(idle_low, util_pct=90.0)
+    assert link_status(busy_low).warn
+    traffic_narrow = replace(H20, link_width=8, pcie_rx_bps=20e9)
+    assert link_status(traffic_narrow).warn
+    assert not link_status(replace(H20, util_pct=90.0, pcie_rx_bps=50e9)).warn  # busy at max: fine
+
+
+def test_link_share_is_against_the_current_gen_and_width() -> None:
+    g = replace(H20, pcie_tx_bps=27.4e9, link_width=8)  # gen5 x8 carries 3.938 * 8 * 0.87 = 27.4 GB/s
+    assert abs(link_status(g).tx_fraction - 1.0) < 0.01
+    assert link_status(replace(H20, link_gen=None)).tx_fraction is None  # unknown link: NA, not zero
+
+
+def test_split_balance_targets_against_held_memory() -> None:
+    snap = sim_snapshot("8xh20", tick=0)
+    assert [s.name for s in split_servers(SPECS.values(), len(snap.gpus))] == ["big"]
+    rows = split_balance(SPECS["big"], snap)  # -ts 2,3 on GPUs 0,1; processes hold 7 and 9 GiB
+    assert [(r.gpu, round(r.target, 3), round(r.actual, 4)) for r in rows] == [(0, 0.4, 0.4375), (1, 0.6, 0.5625)]
+    assert abs(rows[0].imbalance - 0.0375) < 1e-9
+    empty = split_balance(SPECS["big"], replace(snap, gpu_processes=(GpuProcessSample(0.0, 0, 1, 5, "x", "other"),)))
+    assert all(r.actual is None and r.imbalance is None for r in empty)
+
+
+def test_core_and_commands_do_not_import_textual() -> None:
+    code = ("import sys, gpudash.control, gpudash.tui.feeds, gpudash.tui.state, gpudash.commands.launch, "
+            "gpudash.commands.replay; assert 'textual' not in sys.modules, 'textual imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_launch_refuses_unknown_key_ids(tmp_path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[keys]\nwarp = "w"\n')
+    res = CliRunner().invoke(main, ["--config", str(cfg), "launch", "--sim", "h200", "--no-record"])
+    assert res.exit_code == 2 and "unknown action id warp" in res.output and "Traceback" not in res.output

@@ -140,6 +140,11 @@ class GpudashApp(App[None]):
     def _start_feed(self) -> None:
         info = self.feed.start(self._deliver)
         self.post_message(msg.FeedStarted(info))
+        problems = self.feed.start_servers()  # health-gated and slow: the views are already live
+        controller = info.controller
+        self.post_message(msg.SpecsChanged(controller.specs() if controller is not None else dict(info.specs)))
+        for text in problems:
+            self.post_message(msg.Problem("servers.start", text))
 
     def _deliver(self, snap: Snapshot) -> None:
         """Sampler sink (sampler thread): queue the snapshot and post one mergeable wake-up message."""
@@ -222,6 +227,12 @@ class GpudashApp(App[None]):
         self.refresh_views()
 
     # ---- worker plumbing -----------------------------------------------------------------------------
+
+    def on_problem(self, message: msg.Problem) -> None:
+        self.notify(message.text, severity="error", timeout=10)
+        self.state.events.append(Event(time.time(), "gpudash", message.what, "launcher", ok=False,
+                                       reason=message.text))
+        self.refresh_views()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one handler for failed workers: say what failed and log it as an event."""

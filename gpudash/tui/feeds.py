@@ -34,7 +34,11 @@ class FeedInfo:
 class Feed(Protocol):
     source: str
 
-    def start(self, deliver: Deliver) -> FeedInfo: ...
+    def start(self, deliver: Deliver) -> FeedInfo:
+        """Begin delivering snapshots (blocking; the app calls it from a worker after its first frame)."""
+
+    def start_servers(self) -> list[str]:
+        """Launch what the feed supervises, after the views are live; returns problems to show."""
 
     def close(self) -> None: ...
 
@@ -159,10 +163,18 @@ class LiveFeed:
         self.controller = Controller(engine=self.engine, supervisor=supervisor, inbox=self.inbox,
                                      recorder=self.recorder, pools=lambda: self.pools)
         self.sampler.start()
-        if self.stack is not None:
-            self.stack.start()  # sequential, health-gated; the sampler already shows progress
         return FeedInfo(self.source, str(self.db_path), self.recorder.on, self.controller,
                         self.controller.specs(), self.controller.knobs(), notes=list(self.notes))
+
+    def start_servers(self) -> list[str]:
+        """Start the servers one after another, health-gated (slow: the views are live meanwhile)."""
+        if self.stack is None:
+            return []
+        try:
+            self.stack.start()
+        except Exception as err:  # noqa: BLE001 - LaunchError names the server; the dashboard keeps running
+            return [f"servers did not all start: {err}"]
+        return []
 
     def close(self) -> None:
         """Stop what gpudash started, in order, and close the session cleanly (safe to call twice)."""
@@ -204,6 +216,9 @@ class ReplayFeed:
             store.close()
         self.source = f"replay:{sid} ({row['source']})"
         return FeedInfo(self.source, str(self.db_path), False, None, _session_specs(row.get("config")), {}, snaps)
+
+    def start_servers(self) -> list[str]:
+        return []  # a replay starts nothing
 
     def close(self) -> None:
         pass

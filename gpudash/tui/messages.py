@@ -56,6 +56,14 @@ class Applied(Message):
 
 
 @dataclass
+class Problem(Message):
+    """Something the feed could not do (e.g. a server that did not start); shown, the app goes on."""
+
+    what: str
+    text: str
+
+
+@dataclass
 class LogTail(Message):
     """The last lines of one server's log, fetched off the UI thread."""
 

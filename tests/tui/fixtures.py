@@ -66,5 +66,8 @@ class FixedFeed:
         return FeedInfo(self.source, "/tmp/gpudash-test.db", False, self.controller, dict(self.specs),
                         dict(self.knobs))
 
+    def start_servers(self) -> list[str]:
+        return []
+
     def close(self) -> None:
         self.closed = True

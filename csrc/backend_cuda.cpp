@@ -260,18 +260,22 @@ class CudaBackend : public Backend {
   }
 
   // Sleep through the first half of the chunk's predicted time (from the best rate this path has
-  // shown), then poll the event: spin, then naps growing with the wait; after 50 ms block in the driver.
-  // Waking at half time leaves room for a rate estimate that is too low and for a late wake-up on a VM
-  // (the driver's blocking sync, and sleeping to near the end, both cost several percent).
+  // shown), then poll the event: spin (yielding) through the rest of the predicted time and 400 us more,
+  // then naps growing with the wait; after 50 ms block in the driver. On a VM a timer wake-up lands tens
+  // of microseconds late, so only the first half of a copy, where that costs nothing, is slept through
+  // (the driver's blocking sync, and naps near the end, both cost several percent).
   int complete(Path &p, Chunk &c) override {
     double best = p.rate_max.load();
+    double spin = 400e-6;
     if (best > 0) {
-      double nap = c.issue_t + 0.5 * double(c.len) / best - now();
+      double predicted = double(c.len) / best;
+      double nap = c.issue_t + 0.5 * predicted - now();
       if (nap > 200e-6) std::this_thread::sleep_for(std::chrono::duration<double>(nap));
+      spin += std::max(0.0, c.issue_t + predicted - now());
     }
     CUresult q = 0;
     bool ok = poll_until([&] { return (q = api.cuEventQuery(c.event)) != 600 /* NOT_READY */; },
-                         400e-6, 128.0, 50e-6, 0.05);
+                         spin, 128.0, 50e-6, 0.05);
     if (!ok) q = api.cuEventSynchronize(c.event);
     int rc = cu(q);
     double took = now() - c.issue_t;  // includes queueing behind earlier chunks: only ever too low

@@ -209,6 +209,8 @@ class SpanCache:
 
     def resolve(self, obj: Any, arg: str, nbytes: int | None, classify: Callable[[int], tuple[int, int | None, int]],
                 kind_of: Callable[[int], tuple[int, int | None, int]]) -> Span:
+        if isinstance(obj, DeviceBuffer):
+            return resolve(obj, arg, nbytes, classify, kind_of)
         hit = self._memo.get(id(obj))
         if hit is not None and hit[0]() is obj:
             _ref, ptr, n, kind, gpu, readonly, owner_ref, optr, onb = hit

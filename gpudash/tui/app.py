@@ -73,6 +73,11 @@ def _bindings() -> list[Binding]:
     ]
 
 
+ACTION_IDS: dict[str, set[str]] = {}
+for _b in _bindings():
+    ACTION_IDS.setdefault(_b.action.split("(")[0], set()).add(_b.id or "")
+
+
 class GpudashApp(App[None]):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "gpudash"
@@ -511,9 +516,9 @@ class GpudashApp(App[None]):
         if p is None or not p.snaps:
             return
         i = p.seek(index)
-        specs, knobs = self.state.specs, self.state.knobs
-        self.state = ViewState()
-        self.state.specs, self.state.knobs = specs, knobs
+        self.state = ViewState()  # from the recorded settings, moved on by the events up to tick i
+        if self.info is not None:
+            self.state.specs, self.state.knobs = dict(self.info.specs), dict(self.info.knobs)
         self.state.ingest_all(p.snaps[: i + 1])
         self.refresh_views()
 
@@ -525,7 +530,7 @@ class GpudashApp(App[None]):
     # ---- bindings: availability, help, command palette -----------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        ids = {b.id for b in self.BINDINGS if b.action.split("(")[0] == action}
+        ids = ACTION_IDS.get(action, set())
         if ids & REPLAY_ONLY and not self.replay:
             return False
         if ids & LIVE_ONLY and self.replay:

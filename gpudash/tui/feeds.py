@@ -215,7 +215,8 @@ class ReplayFeed:
         finally:
             store.close()
         self.source = f"replay:{sid} ({row['source']})"
-        return FeedInfo(self.source, str(self.db_path), False, None, _session_specs(row.get("config")), {}, snaps)
+        specs, knobs = _session_settings(row.get("config"))
+        return FeedInfo(self.source, str(self.db_path), False, None, specs, knobs, snaps)
 
     def start_servers(self) -> list[str]:
         return []  # a replay starts nothing
@@ -224,14 +225,16 @@ class ReplayFeed:
         pass
 
 
-def _session_specs(text: str | None) -> dict[str, ServerSpec]:
-    """Server specs from the config the session recorded (for the split view), or none."""
+def _session_settings(text: str | None) -> tuple[dict[str, ServerSpec], dict[str, Any]]:
+    """Server specs and engine knobs from the config the session recorded (replayed change events move
+    them on from there), or nothing when the recorded config cannot be read."""
     if not text:
-        return {}
+        return {}, {}
     try:
-        return {s.name: s for s in validate(tomllib.loads(text)).servers}
-    except Exception:  # noqa: BLE001 - an old or foreign config just means no split targets
-        return {}
+        cfg = validate(tomllib.loads(text))
+    except Exception:  # noqa: BLE001 - an old or foreign config just means no split targets or knobs
+        return {}, {}
+    return {s.name: s for s in cfg.servers}, cfg.engine.model_dump()
 
 
 class Player:

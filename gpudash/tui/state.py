@@ -131,6 +131,17 @@ class ViewState:
             rx.append(link.rx_fraction or 0.0)
         self.requests.extend(snap.requests)
         self.events.extend(snap.events)
+        for e in snap.events:  # replayed changes move the knobs and specs the views show
+            self._apply_change(e)
+
+    def _apply_change(self, e: Event) -> None:
+        if not e.ok:
+            return
+        if e.kind == "engine.knobs" and isinstance(e.new, dict):
+            self.knobs = {**self.knobs, **e.new}
+        elif e.kind in ("server.split", "server.share") and e.target in self.specs:
+            field = "tensor_split" if e.kind == "server.split" else "share"
+            self.specs = {**self.specs, e.target: self.specs[e.target].model_copy(update={field: e.new})}
 
     def ingest_all(self, snaps: Iterable[Snapshot]) -> None:
         for s in snaps:

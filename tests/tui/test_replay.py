@@ -90,3 +90,34 @@ def test_replay_cli_usage_errors(tmp_path: Path) -> None:
     assert unknown.exit_code == 2 and "no session 99" in unknown.output
     slow = runner.invoke(main, ["replay", "latest", "--db", str(db), "--speed", "0"])
     assert slow.exit_code == 2 and "--speed must be above 0" in slow.output
+
+
+async def test_replay_moves_knobs_and_split_with_the_recorded_events(tmp_path: Path) -> None:
+    from gpudash.config import ServerSpec
+
+    db = tmp_path / "rec.db"
+    store = Store.open(db)
+    cfg = Config(servers=[ServerSpec(name="big", model="m.gguf", gpus=[0, 1], tensor_split=[1, 1])])
+    sid = store.begin_session("sim:8xh20", cfg)
+    writer = StoreWriter(db, sid, flush_interval_s=0.1)
+    for t in range(20):
+        snap = sim_snapshot("8xh20", tick=t)
+        if t == 10:
+            snap = replace(snap, events=(
+                Event(snap.ts, "keyboard", "engine.knobs", "engine", {"outstanding": 2}, {"outstanding": 5}),
+                Event(snap.ts, "keyboard", "server.split", "big", [1.0, 1.0], [2.0, 3.0])))
+        writer.submit(snap)
+    writer.close()
+    store.end_session(sid)
+    store.close()
+    app = GpudashApp(ReplayFeed(db, str(sid)), replay=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.player is not None and app.player.index >= 0, what="the recording")
+        await pilot.press("space", *["left_square_bracket"] * 3, "5")
+        assert app.state.knobs["outstanding"] == 2 and app.state.specs["big"].tensor_split == [1.0, 1.0]
+        assert "REPLAY" in str(app.header.render()) and "SIM 8xh20" in str(app.header.render())
+        await pilot.press("right_square_bracket")  # tick 10: the change happened
+        assert app.state.knobs["outstanding"] == 5 and app.state.specs["big"].tensor_split == [2.0, 3.0]
+        assert "outstanding=5" in str(app.query_one("#knobs").content)
+        await pilot.press("left_square_bracket")
+        assert app.state.knobs["outstanding"] == 2

@@ -28,12 +28,16 @@ class SourceHeader(Static):
     def render(self) -> Text:
         t = Text(" gpudash ", style="bold reverse")
         t.append("  ")
-        if self.source.startswith("sim:"):
-            t.append(f" SIM {self.source.removeprefix('sim:')} ", style="bold black on bright_yellow")
+        if self.source.startswith("replay:"):
+            t.append(f" REPLAY {self.source.removeprefix('replay:')} ", style="bold white on blue")
+            t.append(" ")
+        if "sim:" in self.source:
+            profile = self.source.split("sim:", 1)[1].split(")")[0].split(" ")[0]
+            t.append(f" SIM {profile} ", style="bold black on bright_yellow")
             t.append(" simulated rig, not real GPUs ", style="bold bright_yellow")
-        elif self.source == "nvml":
+        elif "nvml" in self.source:
             t.append(" real GPUs (NVML) ", style="bold white on dark_green")
-        else:
+        elif not self.source.startswith("replay:"):
             t.append(f" {self.source} ", style="bold white on blue")
         t.append("  ")
         t.append(" REC ● on " if self.recording else " REC off ",

@@ -67,7 +67,7 @@ class CopyHandle:
     __slots__ = ("_eng", "_h", "_info", "_keep", "_reg_key", "_devbufs", "_lock", "_rc", "_result")
 
     def __init__(self, eng: "TransferEngine", handle: int, info: tuple[str, int, int, str], keep: tuple[Any, ...],
-                 reg_key: int | None, devbufs: tuple[DeviceBuffer, ...]):  # handle 0: finished at once
+                 reg_key: int | None, devbufs: tuple[DeviceBuffer, ...]):
         self._eng = eng
         self._h = handle  # 0: synchronous copy, nothing to wait for
         self._info = info  # direction, gpu, nbytes, host mode

@@ -537,9 +537,13 @@ class GpudashApp(App[None]):
             return False
         return True
 
+    def key_of(self, b: Binding) -> str:
+        """How the key of binding `b` reads on screen, after the config's [keys] remaps."""
+        return self.get_key_display(replace(b, key=self.keys.get(b.id or "", b.key)))
+
     def binding_rows(self) -> list[tuple[str, str, str]]:
-        """(key, id, description) for every binding, with [keys] remaps applied."""
-        return [(self.keys.get(b.id or "", b.key), b.id or "", b.description)
+        """(key, id, description) for every binding available in this mode, with [keys] remaps applied."""
+        return [(self.key_of(b), b.id or "", b.description)
                 for b in self.BINDINGS if self.check_action(b.action.split("(")[0], ()) is not False]
 
     def action_help(self) -> None:
@@ -551,7 +555,7 @@ class GpudashApp(App[None]):
         yield from super().get_system_commands(screen)
         for b in self.BINDINGS:
             if self.check_action(b.action.split("(")[0], ()) is not False:
-                yield SystemCommand(b.description, f"key {self.keys.get(b.id or '', b.key)} ({b.id})",
+                yield SystemCommand(b.description, f"key {self.key_of(b)} ({b.id})",
                                     partial(self.run_action, b.action))
 
     # ---- quitting ------------------------------------------------------------------------------------

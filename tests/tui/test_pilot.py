@@ -148,7 +148,7 @@ async def test_keys_are_remappable_and_listed_in_help_and_palette(live_feed) -> 
         await pilot.press("escape", "question_mark")
         assert isinstance(app.screen, HelpScreen)
         rows = {r[1]: r[0] for r in app.screen.rows}
-        assert rows["edit_knobs"] == "ctrl+k" and rows["quit"] == "q" and "replay_pause" not in rows
+        assert rows["edit_knobs"] == "^k" and rows["quit"] == "q" and "replay_pause" not in rows
         await pilot.press("escape")
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert {"Engine knobs", "Split ratios", "Recording", "Export session", "Quit"} <= set(titles)

@@ -41,7 +41,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="form help"):
-            yield Label("Keys (remap any of them in the config's [keys] by id, e.g. quit = \"ctrl+q\"). "
+            yield Label("Keys (remap any of them in the config's \\[keys] by id, e.g. quit = \"ctrl+q\"). "
                         "Esc closes.", classes="form-title")
             table: DataTable[str] = DataTable(cursor_type="row")
             table.add_columns("key", "id", "action")

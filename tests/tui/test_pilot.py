@@ -184,3 +184,31 @@ async def test_server_stop_asks_then_start(live_feed) -> None:
                        what="side ready again")
         await wait_for(pilot, lambda: ("server.start.request", True) in kinds(app), what="the start event")
         assert ("server.stop.request", True) in kinds(app)
+
+
+class BrokenFeed:
+    """A feed whose start fails the way a real one can (e.g. the DB is not writable)."""
+
+    source = "sim:h200"
+
+    def start(self, deliver):
+        raise PermissionError("cannot create /nope/gpudash.db")
+
+    def start_servers(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_failing_worker_is_reported_once_and_the_app_stays_up() -> None:
+    app = GpudashApp(BrokenFeed())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: any(e.kind == "worker.error" for e in app.state.events), what="the error event")
+        ev = next(e for e in app.state.events if e.kind == "worker.error")
+        assert ev.target == "feed.start" and "cannot create /nope/gpudash.db" in ev.reason and not ev.ok
+        assert "failed to start" in app.header.source
+        await pilot.press("8")
+        assert "feed.start" in table_text(app, "#events-view")
+        await pilot.press("q")
+    assert app.return_code == 0

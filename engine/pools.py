@@ -3,7 +3,8 @@
 A pool is one slab: pinned host memory or one device allocation per GPU, both taken from a
 TransferEngine (cuMemHostAlloc / cuMemAlloc on the CUDA backend; host memory standing in for a GPU on
 the sim backend, labelled ``sim``), or plain process memory (label ``heap``) for tests and benchmarks.
-The slab is split into shards; an allocation is best-fit inside its own shard, never borrows from
+The slab is split into shards; an allocation is placed inside its own shard (policy "banded": the
+lowest-addressed block up to 4x the request, else the smallest that fits), never borrows from
 another, and a failure names the shard, the request and the largest free block. Shards grow and
 shrink while in use (shrink only into free space at their end).
 
@@ -127,7 +128,7 @@ class MemoryPool:
     """
 
     def __init__(self, nbytes: int, *, engine: Any = None, gpu: int | None = None, name: str | None = None,
-                 granule: int = DEFAULT_GRANULE, shards: dict[str, int] | None = None, policy: str = "best"):
+                 granule: int = DEFAULT_GRANULE, shards: dict[str, int] | None = None, policy: str = "banded"):
         if policy not in POLICIES:
             raise EngineArgumentError(f"policy={policy!r} is unknown; use one of {', '.join(POLICIES)}")
         self.policy = policy
@@ -287,7 +288,7 @@ class MemoryPool:
 
     # ---- allocation -------------------------------------------------------------------------
     def alloc(self, shard: str, nbytes: int, align: int | None = None) -> PoolBlock:
-        """Best-fit block of at least `nbytes` in `shard`, aligned to `align` (default: the granule).
+        """A block of at least `nbytes` in `shard` (placed by the pool's policy), aligned to `align` (default: the granule).
         PoolExhaustedError when nothing in that shard fits; other shards are never touched."""
         sid = self._id(shard)
         n = nbytes if type(nbytes) is int and 0 < nbytes <= MAX_BYTES else _int(nbytes, "nbytes", 1, MAX_BYTES)

@@ -101,7 +101,7 @@ def test_banded_policy_prefers_low_addresses() -> None:
         pool.free(blocks[4])  # merges with 3: an 8 KiB hole in the middle
         assert pool.alloc("a", 4096).ptr == blocks[1].ptr
         assert pool.alloc("a", 4096).ptr == blocks[3].ptr, "the 8 KiB hole is within the band and lower"
-    with MemoryPool(1 << 20, shards={"a": 1 << 20}) as pool:  # best fit takes the exact-size hole
+    with MemoryPool(1 << 20, shards={"a": 1 << 20}, policy="best") as pool:  # best fit: the exact-size hole
         blocks = [pool.alloc("a", 4096) for _ in range(8)]
         for i in (6, 3, 4):
             pool.free(blocks[i])

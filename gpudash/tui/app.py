@@ -88,6 +88,7 @@ class GpudashApp(App[None]):
     def __init__(self, feed: Feed, *, replay: bool = False, speed: float = 1.0, keys: dict[str, str] | None = None,
                  export_dir: Path | None = None) -> None:
         super().__init__()
+        self.animation_level = "none"  # a view switch shows at once; no 60 fps tab-underline animation
         self.feed = feed
         self.replay = replay
         self.keys = dict(keys or {})

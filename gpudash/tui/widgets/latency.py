@@ -37,7 +37,7 @@ class LatencyView(Vertical):
     def update_view(self, state: ViewState) -> None:
         reqs = [r for r in list(state.requests)[-SHOWN:] if r.ok and r.ttft_s is not None]
         self.query_one("#corr", Static).update(correlation_text(reqs) if reqs else
-                                               "correlation: no probe requests yet")
+                                               "correlation: no probe requests yet", layout=False)
         t0 = reqs[0].ts if reqs else 0.0
         xs = [r.ts - t0 for r in reqs]
         ttft = [r.ttft_s * 1000 for r in reqs]

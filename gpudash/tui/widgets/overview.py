@@ -83,7 +83,8 @@ class GpuCard(Static):
     def update_card(self, g: GpuSample, state: ViewState, sim: bool, selected: bool) -> None:
         self._last = (g, state, sim, selected)
         tx, rx = state.link_history.get(g.index, ((), ()))
-        self.update(card_text(g, sim, list(tx), list(rx), max(8, self.content_size.width or 26)))
+        # The card's size comes from the grid, never from its text: skip the layout pass on every tick.
+        self.update(card_text(g, sim, list(tx), list(rx), max(8, self.content_size.width or 26)), layout=False)
         self.set_class(selected, "selected")
         self.set_class(link_status(g).warn, "downgraded")
 
@@ -122,4 +123,4 @@ class OverviewView(Vertical):
             line.append(f"gpudash CPU {fmt.num(h.gpudash_cpu_pct, '.1f', '%')} RSS {fmt.size(h.gpudash_rss)}")
         if snap.errors:
             line.append(f"   {len(snap.errors)} source error(s): {snap.errors[0]}", style="bold red")
-        self.query_one("#host-line", Static).update(line)
+        self.query_one("#host-line", Static).update(line, layout=False)  # one fixed line

@@ -3,6 +3,8 @@ configured servers (or the launcher's embedded demo) supervised and recorded."""
 
 from __future__ import annotations
 
+import signal
+
 import click
 
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_source, sim_options, usage_error
@@ -32,7 +34,10 @@ def launch(config: Config, sim: str | None, no_sim: bool, db: str | None, no_rec
     from gpudash.tui.feeds import LiveFeed
 
     feed = LiveFeed(config, source, db_path(config, db), record=not no_record)
+    app = GpudashApp(feed, keys=config.keys)
+    # SIGTERM (systemd, kill) quits like the quit key, so the servers stop and the session closes.
+    signal.signal(signal.SIGTERM, lambda signum, frame: app.call_later(app.exit))
     try:
-        GpudashApp(feed, keys=config.keys).run()
+        app.run()
     finally:
         feed.close()  # idempotent: normally the app already stopped everything on quit

@@ -86,3 +86,33 @@ def test_launch_in_tmux_records_and_quits_cleanly(tmp_path: Path) -> None:
     assert pids, "the demo server's process never showed in the samples"
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"llama-server processes gpudash started are still running: {alive}"
+
+
+def ready_recorded(db: Path) -> bool:
+    try:
+        return bool(sqlite3.connect(db).execute("SELECT count(*) FROM events WHERE kind = 'server.ready'").fetchone()[0])
+    except sqlite3.OperationalError:  # not created or not migrated yet
+        return False
+
+
+def test_sigterm_stops_the_servers_and_closes_the_session(tmp_path: Path) -> None:
+    cfg, db = tmp_path / "config.toml", tmp_path / "gpudash.db"
+    cfg.write_text(CONFIG)
+    cmd = f"exec env -u COLUMNS -u LINES {GPUDASH} --config {cfg} launch --sim h200 --db {db}"
+    tmux("new-session", "-d", "-s", "term", "-x", "120", "-y", "40", cmd)
+    try:
+        wait_screen("term", "SIM h200", "GPU0")
+        pid = int(tmux("list-panes", "-t", "term", "-F", "#{pane_pid}").split()[0])
+        deadline = time.monotonic() + 30
+        while not ready_recorded(db):
+            assert time.monotonic() < deadline, "the demo server never became ready"
+            time.sleep(0.2)
+        psutil.Process(pid).terminate()
+        psutil.Process(pid).wait(timeout=30)
+    finally:
+        subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT ended FROM sessions").fetchone()[0] is not None
+    assert con.execute("SELECT kind FROM events ORDER BY ts DESC LIMIT 1").fetchone()[0] == "server.stop"
+    pids = {r[0] for r in con.execute("SELECT DISTINCT pid FROM server_samples WHERE pid IS NOT NULL")}
+    assert pids and not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

@@ -76,19 +76,21 @@ class SplitRow:
     imbalance: float | None  # actual - target (fraction points)
 
 
+def split_gpus(spec: ServerSpec, gpu_count: int) -> list[int]:
+    """The GPUs a server's model is split over: its `gpus`, else as many as its -ts has entries."""
+    if spec.gpus:
+        return list(spec.gpus)
+    return list(range(min(gpu_count, len(spec.tensor_split or ()))))
+
+
 def split_servers(specs: Iterable[ServerSpec], gpu_count: int) -> list[ServerSpec]:
-    """Servers whose model is split across more than one GPU."""
-    out = []
-    for s in specs:
-        gpus = s.gpus or list(range(gpu_count))
-        if len(gpus) > 1 or (s.tensor_split and len(s.tensor_split) > 1):
-            out.append(s)
-    return out
+    """Servers whose model is split across more than one GPU (an unset GPU list alone is not a split)."""
+    return [s for s in specs if len(split_gpus(s, gpu_count)) > 1]
 
 
 def split_balance(spec: ServerSpec, snapshot: Snapshot) -> list[SplitRow]:
     """Target ratio per GPU (``-ts``, equal when unset) beside the memory its processes hold there."""
-    gpus = spec.gpus or [g.index for g in snapshot.gpus]
+    gpus = split_gpus(spec, len(snapshot.gpus))
     ratios = list(spec.tensor_split or [1.0] * len(gpus))
     ratios = (ratios + [0.0] * len(gpus))[: len(gpus)]
     total_ratio = sum(ratios) or 1.0

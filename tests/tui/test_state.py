@@ -37,6 +37,10 @@ def test_link_share_is_against_the_current_gen_and_width() -> None:
 def test_split_balance_targets_against_held_memory() -> None:
     snap = sim_snapshot("8xh20", tick=0)
     assert [s.name for s in split_servers(SPECS.values(), len(snap.gpus))] == ["big"]
+    cpu_demo = SPECS["small"].model_copy(update={"gpus": []})  # "all GPUs or CPU" is not a split by itself
+    assert split_servers([cpu_demo], 8) == []
+    ts_only = SPECS["small"].model_copy(update={"gpus": [], "tensor_split": [1.0, 3.0]})
+    assert [r.gpu for r in split_balance(ts_only, snap)] == [0, 1]
     rows = split_balance(SPECS["big"], snap)  # -ts 2,3 on GPUs 0,1; processes hold 7 and 9 GiB
     assert [(r.gpu, round(r.target, 3), round(r.actual, 4)) for r in rows] == [(0, 0.4, 0.4375), (1, 0.6, 0.5625)]
     assert abs(rows[0].imbalance - 0.0375) < 1e-9

@@ -142,11 +142,33 @@ class Controller:
                 ok, reason = True, None
             except Refused as err:
                 ok, reason = False, str(err)
+                old = self._current(command)
         event = Event(ts=self._clock(), actor=actor, kind=kind, target=target, old=old, new=new,
                       ok=ok, reason=reason)
         if self.inbox is not None:
             self.inbox.push(event)
         return Result(ok, reason, event)
+
+    def _current(self, command: Command) -> Any:
+        """The value a refused command would have changed, for the event row (None when unknown)."""
+        try:
+            match command:
+                case SetEngineKnobs(knobs) if self.engine is not None:
+                    current = self.engine.knobs()
+                    return {k: current[k] for k in knobs if k in current}
+                case SetSplit(server) if self.supervisor is not None:
+                    return self.supervisor.specs()[server].tensor_split
+                case SetShare(server) if self.supervisor is not None:
+                    return self.supervisor.specs()[server].share
+                case SetShardSize(pool, shard) if self.pools is not None:
+                    return self.pools()[pool].shard_stats(shard).capacity
+                case ServerAction(server) if self.supervisor is not None:
+                    return _state_of(self.supervisor, server)
+                case SetRecording() if self.recorder is not None:
+                    return self.recorder.on
+        except (KeyError, ValueError, RuntimeError):
+            return None
+        return None
 
     # -- per-command validation and application -------------------------------------------------------
 

@@ -161,3 +161,9 @@ def test_shard_resize_goes_through_the_pool_and_refusals_change_nothing() -> Non
         assert [e.ok for e in events(inbox)] == [True, False, False, False, False]
     finally:
         pool.close()
+
+
+def test_refused_events_carry_the_value_that_stayed(rig) -> None:
+    sup, inbox = rig
+    res = Controller(supervisor=sup, inbox=inbox).apply(SetShare("big", 0.7))  # GPU 1: 0.7 + side's 0.4 > 1
+    assert not res.ok and (res.event.old, res.event.new) == (0.5, 0.7)

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 from conftest import wait_for
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable, Static
 
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.screens.dialogs import ConfirmScreen

@@ -30,10 +30,18 @@ def launch(config: Config, sim: str | None, no_sim: bool, db: str | None, no_rec
     """Open the live dashboard: GPUs, PCIe, servers, latency, engine, pools, history, events."""
     source = resolve_source(config, sim, no_sim)
     check_keys(config.keys)
+    path = db_path(config, db)
+    if not no_record:  # a DB that cannot be used is a usage error now, not a failure inside the screen
+        from gpudash.store import Store, StoreError
+
+        try:
+            Store.open(path).close()
+        except StoreError as err:
+            usage_error(str(err))
     from gpudash.tui.app import GpudashApp
     from gpudash.tui.feeds import LiveFeed
 
-    feed = LiveFeed(config, source, db_path(config, db), record=not no_record)
+    feed = LiveFeed(config, source, path, record=not no_record)
     app = GpudashApp(feed, keys=config.keys)
     # SIGTERM (systemd, kill) quits like the quit key, so the servers stop and the session closes.
     signal.signal(signal.SIGTERM, lambda signum, frame: app.call_later(app.exit))

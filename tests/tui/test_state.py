@@ -59,3 +59,8 @@ def test_launch_refuses_unknown_key_ids(tmp_path) -> None:
     cfg.write_text('[keys]\nwarp = "w"\n')
     res = CliRunner().invoke(main, ["--config", str(cfg), "launch", "--sim", "h200", "--no-record"])
     assert res.exit_code == 2 and "unknown action id warp" in res.output and "Traceback" not in res.output
+
+
+def test_launch_refuses_an_unusable_db_before_opening_the_screen(tmp_path) -> None:
+    res = CliRunner().invoke(main, ["launch", "--sim", "h200", "--db", str(tmp_path)])
+    assert res.exit_code == 2 and "is a directory" in res.output and "Traceback" not in res.output

@@ -256,6 +256,22 @@ class ProbeConfig(_Section):
     """Tokens generated per request."""
 
 
+class PoolsConfig(_Section):
+    host_bytes: int = 0
+    """Pinned host memory pool `gpudash launch` creates on the engine (pools exist when both sizes are set)."""
+
+    device_bytes: int = 0
+    """Device memory pool per GPU `gpudash launch` creates on the engine (pools exist when both sizes are set)."""
+
+    shards: dict[str, float] = Field(default_factory=lambda: {"kv": 0.5, "staging": 0.25})
+    """Shards of each pool as fractions of it (adding up to at most 1); resizable live from the Pools view."""
+
+    @field_validator("host_bytes", "device_bytes", mode="before")
+    @classmethod
+    def _sizes(cls, v: Any) -> int:
+        return parse_size(v)
+
+
 class PrometheusConfig(_Section):
     listen: str | None = None
     """Serve live values for Prometheus at [HOST:]PORT (host defaults to 127.0.0.1); unset: off."""
@@ -286,6 +302,9 @@ class Config(BaseModel):
 
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
     """Optional Prometheus exposition."""
+
+    pools: PoolsConfig = Field(default_factory=PoolsConfig)
+    """Memory pools the dashboard creates on the transfer engine (off unless sizes are set)."""
 
     keys: dict[str, str] = Field(default_factory=dict)
     """Key remaps: action id -> key (e.g. quit = "ctrl+q")."""

@@ -142,6 +142,15 @@ class LiveFeed:
             self.engine = self._make_engine()
         except Exception as err:  # noqa: BLE001 - the dashboard still runs; the note says why there is no engine
             self.notes.append(f"transfer engine unavailable: {err}")
+        pc = self.config.pools
+        if self.engine is not None and pc.host_bytes and pc.device_bytes:
+            from engine.pools import engine_pools
+
+            try:
+                self.pools.update(engine_pools(self.engine, host_bytes=pc.host_bytes, device_bytes=pc.device_bytes,
+                                               shards=pc.shards))
+            except Exception as err:  # noqa: BLE001 - e.g. not enough memory: say so, run without pools
+                self.notes.append(f"memory pools not created: {err}")
         supervisor, extra_sources = None, []
         try:
             from gpudash.launcher.stack import LaunchStack

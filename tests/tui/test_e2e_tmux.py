@@ -23,6 +23,10 @@ load = "light"
 
 [probe]
 enabled = false
+
+[pools]
+host_bytes = "8MiB"
+device_bytes = "2MiB"
 """
 
 
@@ -67,6 +71,8 @@ def test_launch_in_tmux_records_and_quits_cleanly(tmp_path: Path) -> None:
             time.sleep(0.3)
         tmux("send-keys", "-t", session, "5")
         wait_screen(session, "Engine paths", "h2d_chunk_bytes=8MiB")
+        tmux("send-keys", "-t", session, "6")
+        wait_screen(session, "sim-host", "sim-gpu7", "staging")  # the configured pools, sampled live
         tmux("send-keys", "-t", session, "8")
         wait_screen(session, "engine.knobs", "server.ready")
         tmux("send-keys", "-t", session, "q")
@@ -82,6 +88,7 @@ def test_launch_in_tmux_records_and_quits_cleanly(tmp_path: Path) -> None:
     assert "engine.knobs" in kinds and kinds[-1] == "server.stop"
     new = con.execute("SELECT new FROM events WHERE kind = 'engine.knobs'").fetchone()[0]
     assert str(8 * 2**20) in new
+    assert con.execute("SELECT count(DISTINCT pool) FROM pool_shard_samples").fetchone()[0] == 9  # host + 8 GPUs
     pids = {r[0] for r in con.execute("SELECT DISTINCT pid FROM server_samples WHERE pid IS NOT NULL")}
     assert pids, "the demo server's process never showed in the samples"
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

@@ -121,6 +121,8 @@ class LiveFeed:
         self.notes: list[str] = []
         # Memory pools (engine.pools.MemoryPool by name) the app owns; sampled and resizable while running.
         self.pools: dict[str, Any] = {}
+        self._life = threading.Lock()
+        self._closing = False
 
     def _make_engine(self) -> Any:
         if self.source.startswith("sim:"):
@@ -132,7 +134,14 @@ class LiveFeed:
         return TransferEngine(EngineConfig(**self.config.engine.model_dump(), backend="cuda"))
 
     def start(self, deliver: Deliver) -> FeedInfo:
+        with self._life:  # a quit during start-up waits for it, then stops everything it started
+            if self._closing:
+                raise RuntimeError("gpudash is quitting")
+            return self._start(deliver)
+
+    def _start(self, deliver: Deliver) -> FeedInfo:
         from gpudash.control import Controller
+        from gpudash.launcher.stack import LaunchStack
         from gpudash.telemetry.factory import build_sources
         from gpudash.telemetry.inbox import Inbox
         from gpudash.telemetry.sampler import Sampler
@@ -151,19 +160,11 @@ class LiveFeed:
                                                shards=pc.shards))
             except Exception as err:  # noqa: BLE001 - e.g. not enough memory: say so, run without pools
                 self.notes.append(f"memory pools not created: {err}")
-        supervisor, extra_sources = None, []
-        try:
-            from gpudash.launcher.stack import LaunchStack
-        except ImportError as err:
-            self.notes.append(f"launcher unavailable: {err}")
-        else:
-            self.stack = LaunchStack(self.config, self.inbox, self.log_dir)
-            supervisor = self.stack.supervisor
-            extra_sources = list(getattr(self.stack, "sources", []))
-        pids = supervisor.pids if supervisor is not None else None
-        sources = build_sources(self.source, self.config, inbox=self.inbox, engine=self.engine, pids=pids,
-                                pools=lambda: list(self.pools.values()))
-        self.sampler = Sampler(sources + extra_sources, self.config.sampling.interval_s, self.source,
+        self.stack = LaunchStack(self.config, self.inbox, self.log_dir)
+        supervisor = self.stack.supervisor
+        sources = build_sources(self.source, self.config, inbox=self.inbox, engine=self.engine,
+                                pids=supervisor.pids, pools=lambda: list(self.pools.values()))
+        self.sampler = Sampler(sources + self.stack.sources, self.config.sampling.interval_s, self.source,
                                sinks=[deliver], source_timeout_s=self.config.sampling.source_timeout_s)
         self.recorder = Recorder(self.db_path, self.source, self.config)
         self.recorder.attach(self.sampler)
@@ -177,16 +178,22 @@ class LiveFeed:
 
     def start_servers(self) -> list[str]:
         """Start the servers one after another, health-gated (slow: the views are live meanwhile)."""
-        if self.stack is None:
+        stack = self.stack
+        if stack is None or self._closing:
             return []
         try:
-            self.stack.start()
+            stack.start()  # a quit meanwhile stops the servers (the supervisor cancels a pending start)
         except Exception as err:  # noqa: BLE001 - LaunchError names the server; the dashboard keeps running
             return [f"servers did not all start: {err}"]
         return []
 
     def close(self) -> None:
         """Stop what gpudash started, in order, and close the session cleanly (safe to call twice)."""
+        self._closing = True
+        with self._life:
+            self._close()
+
+    def _close(self) -> None:
         stack, self.stack = self.stack, None
         sampler, self.sampler = self.sampler, None
         recorder, self.recorder = self.recorder, None

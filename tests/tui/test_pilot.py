@@ -3,6 +3,7 @@ Supervisor + real SQLite), asserting on state, events and what the widgets show.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import pytest
@@ -212,3 +213,15 @@ async def test_a_failing_worker_is_reported_once_and_the_app_stays_up() -> None:
         assert "feed.start" in table_text(app, "#events-view")
         await pilot.press("q")
     assert app.return_code == 0
+
+
+async def test_quit_during_start_up_leaves_nothing_running(live_feed) -> None:
+    import psutil
+
+    app = GpudashApp(live_feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")  # before (or while) the feed starts
+    await asyncio.sleep(0.5)
+    children = [p for p in psutil.Process().children(recursive=True) if "llama-server" in p.name()]
+    assert not [p for p in children if p.status() != psutil.STATUS_ZOMBIE]
+    assert live_feed.stack is None and live_feed.sampler is None

@@ -39,6 +39,19 @@ VLLM_DEFAULT_UTIL = 0.9
 
 
 # ---- accounting -------------------------------------------------------------------------------
+def parse_share(text: str, what: str = "memory share") -> float:
+    """A share typed by a person ('0.45') as a float in (0, 1]; ValueError naming `what` and the fix.
+    The one parser behind the TUI's share form and `gpudash bench share --shares`."""
+    try:
+        share = float(text)
+    except ValueError:
+        raise ValueError(f"{what} {text.strip()!r} is not a number; write a fraction of each GPU's memory "
+                         "like 0.45") from None
+    if not 0 < share <= 1:
+        raise ValueError(f"{what} {share:g} is outside (0, 1]; a share is a fraction of each GPU's memory")
+    return share
+
+
 def share_and_origin(spec: ServerSpec) -> tuple[float | None, str]:
     """The fraction of each GPU the server may hold and where it comes from: gpu_memory_utilization,
     else share, else vLLM's default (vLLM always reserves it); (None, "") for llama.cpp without a share."""

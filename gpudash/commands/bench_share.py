@@ -40,16 +40,9 @@ class ShareRow:
 
 def parse_shares(text: str) -> list[float]:
     """'1.0,0.6,0.3' -> [1.0, 0.6, 0.3]; ValueError naming the bad item."""
-    out = []
-    for item in text.split(","):
-        try:
-            v = float(item)
-        except ValueError:
-            raise ValueError(f"--shares item {item.strip()!r} is not a number; write e.g. 1.0,0.6,0.3") from None
-        if not 0 < v <= 1:
-            raise ValueError(f"--shares item {v:g} is outside (0, 1]; a share is a fraction of each GPU's memory")
-        out.append(v)
-    return out
+    from gpudash.shares import parse_share
+
+    return [parse_share(item, "--shares item") for item in text.split(",")]
 
 
 def spec_at(spec: ServerSpec, share: float, gpu_totals: dict[int, int]) -> tuple[ServerSpec, str, int | None]:

@@ -14,6 +14,7 @@ from textual.widgets import Checkbox, Input, Label, Static
 
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.control import Command, SetEngineKnobs, SetShardSize, SetShare, SetSplit
+from gpudash.shares import parse_share
 
 EDITABLE_KNOBS = ("h2d_chunk_bytes", "d2h_chunk_bytes", "outstanding", "h2d_fallback_bytes",
                   "d2h_fallback_bytes", "staging_threads")
@@ -149,16 +150,6 @@ class SplitForm(FormScreen):
 
     def build(self) -> Command | None:
         return SetSplit(self.spec.name, parse_ratios(self.query_one("#split-ratios", Input).value))
-
-
-def parse_share(text: str) -> float:
-    try:
-        share = float(text)
-    except ValueError:
-        raise ValueError(f"memory share must be a number like 0.45, got {text!r}") from None
-    if not 0 < share <= 1:
-        raise ValueError(f"memory share must be above 0 and at most 1, got {share:g}")
-    return share
 
 
 class ShareForm(FormScreen):

@@ -257,11 +257,13 @@ class ProbeConfig(_Section):
 
 
 class PoolsConfig(_Section):
-    host_bytes: int = 0
-    """Pinned host memory pool `gpudash launch` creates on the engine (pools exist when both sizes are set)."""
+    host_bytes: int = 64 * 2**20
+    """Pinned host memory pool `gpudash launch` creates on the engine: takes this much pinned (page-locked)
+    host memory for as long as gpudash runs (default 64 MiB); 0 turns the pools off."""
 
-    device_bytes: int = 0
-    """Device memory pool per GPU `gpudash launch` creates on the engine (pools exist when both sizes are set)."""
+    device_bytes: int = 64 * 2**20
+    """Device memory pool per GPU `gpudash launch` creates on the engine: takes this much VRAM on every GPU
+    for as long as gpudash runs (default 64 MiB per GPU); 0 turns the pools off."""
 
     shards: dict[str, float] = Field(default_factory=lambda: {"kv": 0.5, "staging": 0.25})
     """Shards of each pool as fractions of it (adding up to at most 1); resizable live from the Pools view."""

@@ -23,11 +23,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from gpudash.control import Command, ServerAction, SetRecording, describe, relaunches
+from gpudash.control import Command, ServerAction, SetRecording, SetSplit, describe, relaunches
 from gpudash.records import Event, Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.feeds import Feed, FeedInfo, Player
-from gpudash.tui.state import ViewState
+from gpudash.tui.state import ViewState, recommend_split, split_servers, ts_ratios
 from gpudash.tui.widgets.header import SourceHeader
 from gpudash.tui.widgets.latency import LatencyView
 from gpudash.tui.widgets.overview import OverviewView
@@ -41,7 +41,7 @@ MAX_PENDING = 256  # snapshots waiting for the UI; older ones are folded into ne
 LOG_POLL_S = 1.0
 SEEK_TICKS = 10
 REPLAY_ONLY = {"replay_pause", "replay_step", "replay_back", "replay_forward", "replay_slower", "replay_faster"}
-LIVE_ONLY = {"edit_split", "edit_share", "edit_knobs", "apply", "server_start", "server_stop",
+LIVE_ONLY = {"edit_split", "apply_plan", "edit_share", "edit_knobs", "apply", "server_start", "server_stop",
              "server_restart", "toggle_recording"}
 
 
@@ -54,6 +54,7 @@ def _bindings() -> list[Binding]:
         Binding("g", "select_gpu", "Next GPU", id="select_gpu", show=False),
         Binding("s", "select_server", "Next server", id="select_server", show=False),
         Binding("t", "edit_split", "Split ratios", id="edit_split"),
+        Binding("p", "apply_plan", "Apply planned split", id="apply_plan"),
         Binding("m", "edit_share", "Memory share / shard size", id="edit_share", show=False),
         Binding("k", "edit_knobs", "Engine knobs", id="edit_knobs"),
         Binding("a", "apply", "Apply", id="apply"),
@@ -168,6 +169,8 @@ class GpudashApp(App[None]):
         self.info = info
         self.state.specs = dict(info.specs)
         self.state.knobs = dict(info.knobs)
+        self.state.update_warnings()
+        self._read_model_sizes()
         h = self.header
         h.source, h.db_path, h.recording = info.source, info.db_path or "—", info.recording
         if self.selected_server is None and info.specs:
@@ -193,6 +196,27 @@ class GpudashApp(App[None]):
 
     def on_specs_changed(self, message: msg.SpecsChanged) -> None:
         self.state.specs = dict(message.specs)
+        self.state.update_warnings()
+        self._read_model_sizes()
+        self.refresh_views()
+
+    def _read_model_sizes(self) -> None:
+        """The split planner sizes a model by its file: stat the files in a worker (a slow disk or a
+        network mount never stalls the UI)."""
+        specs = list(self.state.specs.values())
+
+        def read() -> None:
+            sizes = {}
+            for spec in specs:
+                p = Path(spec.model).expanduser()
+                if p.is_file():
+                    sizes[spec.name] = p.stat().st_size
+            self.post_message(msg.ModelSizes(sizes))
+
+        self._worker(read, "split.model_sizes", "models")
+
+    def on_model_sizes(self, message: msg.ModelSizes) -> None:
+        self.state.model_bytes = dict(message.sizes)
         self.refresh_views()
 
     def on_knobs_changed(self, message: msg.KnobsChanged) -> None:
@@ -203,6 +227,7 @@ class GpudashApp(App[None]):
 
     def refresh_views(self) -> None:
         """Redraw only the view on screen (the others redraw when shown)."""
+        self.header.warnings = len(self.state.warnings)
         view = self.active_view
         if view == "overview":
             self.query_one(OverviewView).update_view(self.state, self.selected_gpu)
@@ -322,6 +347,24 @@ class GpudashApp(App[None]):
         spec = self._selected_spec()
         if spec is not None:
             self.push_screen(SplitForm(spec), self._propose)
+
+    def action_apply_plan(self) -> None:
+        """Propose the split planner's -ts for the selected split server (or the only one), to confirm."""
+        snap = self.state.latest
+        servers = split_servers(self.state.specs.values(), len(snap.gpus)) if snap is not None else []
+        if not servers:
+            self.notify("no model is split across GPUs: nothing to plan", severity="warning")
+            return
+        spec = next((s for s in servers if s.name == self.selected_server), servers[0])
+        plan = recommend_split(spec, snap, self.state.model_bytes.get(spec.name))
+        if isinstance(plan, str):
+            self.notify(f"{spec.name}: {plan}", severity="warning", timeout=8)
+            return
+        ratios = ts_ratios(plan.ts)
+        if spec.tensor_split and tuple(float(r) for r in spec.tensor_split) == ratios:
+            self.notify(f"{spec.name} already runs the planned split -ts {plan.ts}")
+            return
+        self._propose(SetSplit(spec.name, ratios))
 
     def action_edit_share(self) -> None:
         """On the Pools view: the selected shard's size; elsewhere: the selected server's memory share."""

@@ -85,3 +85,10 @@ class Exported(Message):
 
     ok: bool
     text: str
+
+
+@dataclass
+class ModelSizes(Message):
+    """Model file sizes per server (bytes), read off the UI thread for the split planner."""
+
+    sizes: dict[str, int]

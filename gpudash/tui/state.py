@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from engine.profiles import pcie_payload_gbps
+from gpudash.advisor.planner import PlanError, SplitPlan, plan_split
+from gpudash.advisor.rates import RatesUnavailable, budgets_from_samples
 from gpudash.config import ServerSpec
 from gpudash.records import Event, GpuSample, RequestSample, Snapshot
+from gpudash.shares import ShareWarning, share_warnings
 
 HISTORY_TICKS = 120  # points kept for the live PCIe plots
 REQUESTS_KEPT = 2000  # probe requests kept for the latency view
@@ -108,6 +111,37 @@ def split_balance(spec: ServerSpec, snapshot: Snapshot) -> list[SplitRow]:
     return rows
 
 
+def held_by(spec: ServerSpec, snapshot: Snapshot) -> dict[int, int]:
+    """Bytes the server's processes hold on each GPU it is split over (what a re-launch releases)."""
+    held = {g: 0 for g in split_gpus(spec, len(snapshot.gpus))}
+    for p in snapshot.gpu_processes:
+        if p.server == spec.name and p.gpu_index in held and p.used_bytes:
+            held[p.gpu_index] += p.used_bytes
+    return held
+
+
+def recommend_split(spec: ServerSpec, snapshot: Snapshot, model_bytes: int | None) -> SplitPlan | str:
+    """The planner's `-ts` for a split server from this tick (free memory plus what the server itself
+    holds, memory balance), or one sentence saying why there is none. The model's size is its file
+    size (weights) when known, else what the server holds now. Pure arithmetic: cheap on the UI thread."""
+    held = held_by(spec, snapshot)
+    need = model_bytes or sum(held.values())
+    if not need:
+        return "no plan yet: the model file's size is unknown and the server holds no GPU memory"
+    gpus = [g for g in snapshot.gpus if g.index in held]
+    if len(gpus) != len(held):
+        return f"no plan: GPUs {sorted(set(held) - {g.index for g in gpus})} are not in this tick"
+    try:
+        return plan_split(budgets_from_samples(gpus, held=held), need)
+    except (PlanError, RatesUnavailable) as err:
+        return str(err)
+
+
+def ts_ratios(ts: str) -> tuple[float, ...]:
+    """'2,3' -> (2.0, 3.0): the planner's -ts as SetSplit ratios."""
+    return tuple(float(x) for x in ts.split(","))
+
+
 class ViewState:
     """Everything the views need, built by ingesting snapshots in order (live or replayed)."""
 
@@ -120,6 +154,11 @@ class ViewState:
         self.specs: dict[str, ServerSpec] = {}
         self.knobs: dict[str, object] = {}
         self.ticks = 0
+        self.model_bytes: dict[str, int] = {}  # model file size per server (read off the UI thread)
+        # Share warnings of the latest tick; a low-free-memory-at-start warning stays until that server
+        # starts again (it is only detectable in the tick of its start event).
+        self.warnings: tuple[ShareWarning, ...] = ()
+        self._start_warnings: dict[str, tuple[ShareWarning, ...]] = {}
 
     def ingest(self, snap: Snapshot) -> None:
         """Fold one snapshot in: latest values replace, series and logs append."""
@@ -135,6 +174,20 @@ class ViewState:
         self.events.extend(snap.events)
         for e in snap.events:  # replayed changes move the knobs and specs the views show
             self._apply_change(e)
+        self.update_warnings()
+
+    def update_warnings(self) -> None:
+        """Share warnings for the latest tick and the current specs (see shares.share_warnings)."""
+        snap = self.latest
+        if snap is None:
+            return
+        found = share_warnings(snap, list(self.specs.values()))
+        started = {e.target for e in snap.events if e.kind in ("server.start", "server.restart") and e.ok}
+        for name in started:
+            self._start_warnings[name] = tuple(w for w in found if w.kind == "low_free_at_start"
+                                               and name in w.servers)
+        sticky = tuple(w for ws in self._start_warnings.values() for w in ws)
+        self.warnings = tuple(w for w in found if w.kind != "low_free_at_start") + sticky
 
     def _apply_change(self, e: Event) -> None:
         if not e.ok:

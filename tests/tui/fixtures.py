@@ -22,17 +22,18 @@ def sim_snapshot(profile: str = "8xh20", tick: int = 0, degrade: int | None = No
     """One deterministic tick of a sim rig: utilisation, PCIe traffic, servers, requests, pools."""
     rig = get_profile(profile)
     ts = T0 + tick
+    held = {0: 7 * 2**30, 1: 9 * 2**30}  # what `big`'s llama-server holds on GPUs 0 and 1 (counted in mem_used)
     gpus = []
     for i, g in enumerate(rig.gpus):
         busy = (i + tick) % 3 != 0
         gen, width = (g.link_gen, g.link_width) if degrade != i else (g.link_gen, g.link_width // 2)
         gpus.append(GpuSample(ts, i, f"GPU-sim-{i}", g.name, util_pct=80.0 if busy else 3.0,
-                              mem_used=(i + 1) * 2**30 * 4, mem_total=g.memory_bytes, power_w=100.0 + 10 * i,
+                              mem_used=(i + 1) * 2**30 * 4 + held.get(i, 0), mem_total=g.memory_bytes, power_w=100.0 + 10 * i,
                               temp_c=40.0 + i, sm_clock_mhz=1500, pcie_tx_bps=(1 + (tick + i) % 5) * 2e9,
                               pcie_rx_bps=(1 + (tick * 2 + i) % 4) * 1e9, link_gen=gen, link_width=width,
                               link_gen_max=g.link_gen, link_width_max=g.link_width, bar1_total=g.bar1_bytes))
     procs = tuple(GpuProcessSample(ts, gi, 4242, used, "llama-server", "big")
-                  for gi, used in ((0, 7 * 2**30), (1, 9 * 2**30)) if gi < len(gpus))
+                  for gi, used in held.items() if gi < len(gpus))
     servers = (ServerSample(ts, "big", "llama.cpp", "ready", 4242, 8081, 120.0 + tick, 0, 55.5, 900.0, 1, 0, 0.25),
                ServerSample(ts, "small", "llama.cpp", "loading", 4343, 8082, None, 1))
     reqs = tuple(RequestSample(ts + k * 0.1, "big", 0.02 + 0.05 * ((tick + k) % 2), 0.3, 256,

@@ -91,7 +91,7 @@ async def test_bad_values_are_refused_with_the_reason(live_feed) -> None:
         assert isinstance(app.screen, SplitForm)
         assert "give 2 ratios" in str(app.screen.query_one("#form-errors", Static).content)
         await pilot.press("escape", "m", "ctrl+a", "ctrl+k", *"1.5", "enter")
-        assert "at most 1" in str(app.screen.query_one("#form-errors", Static).content)
+        assert "memory share 1.5 is outside (0, 1]" in str(app.screen.query_one("#form-errors", Static).content)
         # A value the form accepts but the rig cannot take: `side` already holds 0.4 of GPU 1.
         pids = {s.server: s.pid for s in app.state.latest.servers}
         await pilot.press("ctrl+a", "ctrl+k", *"0.8", "enter", "y")

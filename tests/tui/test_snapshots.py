@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 from conftest import wait_for
-from fixtures import FixedFeed, sim_snapshot
+from fixtures import SPECS, FixedFeed, sim_snapshot
 
+from gpudash.config import ServerSpec
 from gpudash.tui.app import GpudashApp
 
 SIZE = (120, 40)
@@ -48,3 +49,21 @@ def test_help_screen(snap_compare) -> None:
         await pilot.pause(0.1)
 
     assert snap_compare(app_for(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_split_view_with_plan_and_share_warnings(snap_compare) -> None:
+    """16 GB + 24 GB sim rig; `big` (share 0.6, -ts 1,1 over both) and `side` (share 0.5 on GPU 1): GPU 1's
+    shares add up to 1.1, so the header counts a warning and the Split balance view lists it beside the
+    planner's -ts for big."""
+    specs = {"big": SPECS["big"].model_copy(update={"tensor_split": [1.0, 1.0], "share": 0.6}),
+             "side": ServerSpec(name="side", model="/models/side.gguf", gpus=[1], share=0.5, port=8083)}
+    app = GpudashApp(FixedFeed([sim_snapshot("rtx5080+rtx3090", tick=t) for t in range(TICKS)], specs=specs))
+
+    async def run_before(pilot) -> None:
+        await loaded(pilot)
+        await pilot.press("2")
+        await pilot.pause(0.1)
+        assert [w.kind for w in pilot.app.state.warnings] == ["oversubscribed"]
+        assert pilot.app.header.warnings == 1
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from fixtures import SPECS, sim_snapshot
 
 from gpudash.cli import main
-from gpudash.records import GpuProcessSample, GpuSample
-from gpudash.tui.state import link_status, split_balance, split_servers
+from gpudash.config import ServerSpec
+from gpudash.records import Event, GpuProcessSample, GpuSample
+from gpudash.tui.state import ViewState, link_status, recommend_split, split_balance, split_servers
 
 H20 = GpuSample(0.0, 0, "u", "NVIDIA H20", util_pct=2.0, pcie_tx_bps=0.0, pcie_rx_bps=0.0, link_gen=5,
                 link_width=16, link_gen_max=5, link_width_max=16)
@@ -64,3 +65,27 @@ def test_launch_refuses_unknown_key_ids(tmp_path) -> None:
 def test_launch_refuses_an_unusable_db_before_opening_the_screen(tmp_path) -> None:
     res = CliRunner().invoke(main, ["launch", "--sim", "h200", "--db", str(tmp_path)])
     assert res.exit_code == 2 and "is a directory" in res.output and "Traceback" not in res.output
+
+
+def test_recommend_split_lands_on_2_3_for_16_and_24_gb() -> None:
+    snap = sim_snapshot("rtx5080+rtx3090")
+    empty = replace(snap, gpus=tuple(replace(g, mem_used=0) for g in snap.gpus), gpu_processes=())
+    plan = recommend_split(SPECS["big"], empty, 8 * 10**9)
+    assert plan.ts == "2,3" and "free memory" in plan.reason
+    assert recommend_split(SPECS["big"], empty, None).startswith("no plan yet")  # no size, nothing held
+    assert "needs 100.0 GB" in recommend_split(SPECS["big"], empty, 100 * 10**9)  # the planner's sentence
+
+
+def test_low_free_at_start_warning_stays_until_that_server_starts_again() -> None:
+    state = ViewState()
+    state.specs = {"big": SPECS["big"].model_copy(update={"share": 0.97}),
+                   "side": ServerSpec(name="side", model="/m.gguf", gpus=[2], share=0.2)}
+    snap = sim_snapshot("8xh20", tick=0)
+    start = Event(snap.ts, "supervisor", "server.start", "big", None, "starting")
+    state.ingest(replace(snap, events=(start,)))  # 4 GiB of others on GPU 0: below 0.97
+    assert [(w.kind, w.gpu) for w in state.warnings] == [("low_free_at_start", 0), ("low_free_at_start", 1)]
+    state.ingest(sim_snapshot("8xh20", tick=2))  # no event this tick: the warning is still shown
+    assert len(state.warnings) == 2
+    state.specs["big"] = state.specs["big"].model_copy(update={"share": 0.5})
+    state.ingest(replace(snap, events=(start,)))  # started again with room for its share: cleared
+    assert state.warnings == ()

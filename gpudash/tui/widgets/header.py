@@ -24,6 +24,7 @@ class SourceHeader(Static):
     recording: reactive[bool] = reactive(False)
     position: reactive[str] = reactive("")
     pending: reactive[str] = reactive("")
+    warnings: reactive[int] = reactive(0)  # share warnings this tick (listed in the Split balance view)
 
     def render(self) -> Text:
         t = Text(" gpudash ", style="bold reverse")
@@ -43,6 +44,9 @@ class SourceHeader(Static):
         t.append(" REC ● on " if self.recording else " REC off ",
                  style="bold white on red" if self.recording else "dim")
         t.append(f"  DB {_short_path(self.db_path)}")
+        if self.warnings:
+            t.append(f"  ! {self.warnings} share warning{'s' if self.warnings > 1 else ''} ",
+                     style="bold black on dark_orange")
         if self.position:
             t.append(f"  {self.position}", style="bold")
         if self.pending:

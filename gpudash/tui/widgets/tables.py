@@ -12,7 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Log, Static
 
 from gpudash.records import Event
-from gpudash.tui.state import ViewState, split_balance, split_servers
+from gpudash.tui.state import ViewState, recommend_split, split_balance, split_servers, ts_ratios
 from gpudash.tui.widgets import fmt
 
 
@@ -48,22 +48,57 @@ class TableView(Vertical):
 
 
 class SplitView(TableView):
-    TITLE = "Split balance: target ratio beside the memory each GPU holds for the model"
+    TITLE = "Split balance: target ratio beside the memory each GPU holds, and the planner's split (p: apply)"
     EMPTY = "no model is split across GPUs (set gpus / tensor_split in a [[servers]] entry)"
-    COLUMNS = ("server", "GPU", "target", "held", "actual", "imbalance")
+    COLUMNS = ("server", "GPU", "target", "held", "actual", "imbalance", "planned")
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        yield Static("", id="split-advice")
+        yield Static("", id="share-warnings")
 
     def update_view(self, state: ViewState, selected_server: str | None) -> None:
         snap = state.latest
         rows: list[tuple[Any, ...]] = []
+        advice = Text()
         if snap is not None:
             for spec in split_servers(state.specs.values(), len(snap.gpus)):
+                plan = recommend_split(spec, snap, state.model_bytes.get(spec.name))
+                planned = {s.index: s.ratio for s in plan.shares} if not isinstance(plan, str) else {}
                 for r in split_balance(spec, snap):
                     imb = Text("—") if r.imbalance is None else Text(
                         f"{r.imbalance * 100:+.1f} pts", style="bold red" if abs(r.imbalance) > 0.05 else "green")
                     name = Text(r.server, style="bold reverse" if r.server == selected_server else "")
                     rows.append((name, r.gpu, fmt.pct(r.target, 1), fmt.size(r.held_bytes),
-                                 fmt.pct(r.actual, 1), imb))
+                                 fmt.pct(r.actual, 1), imb, fmt.pct(planned.get(r.gpu), 1)))
+                advice.append_text(_advice_line(spec.name, spec.tensor_split, plan))
         self.fill(rows)
+        self.query_one("#split-advice", Static).update(advice, layout=False)
+        self.query_one("#share-warnings", Static).update(warnings_text(state.warnings))
+
+
+def _advice_line(server: str, current: Any, plan: Any) -> Text:
+    """'big: -ts 1,1 now, planner 2,3 (p applies it): why' in one line per split server."""
+    now = ",".join(f"{r:g}" for r in current) if current else "equal"
+    t = Text(f"{server}: -ts {now} now, ", style="bold")
+    if isinstance(plan, str):
+        t.append(plan, style="yellow")
+    else:
+        same = current and ts_ratios(plan.ts) == tuple(float(r) for r in current)
+        t.append(f"planner -ts {plan.ts}", style="bold green" if same else "bold magenta")
+        t.append(" (already applied)" if same else " (p: apply)")
+        t.append(f": {plan.reason}")
+    t.append("\n")
+    return t
+
+
+def warnings_text(warnings: Sequence[Any]) -> Text:
+    """The share warnings, one per line, in a warning colour (or a quiet line when there are none)."""
+    if not warnings:
+        return Text("share warnings: none", style="dim")
+    t = Text(f"share warnings ({len(warnings)}):\n", style="bold yellow")
+    t.append("\n".join(f"  ! {w.message}" for w in warnings), style="yellow")
+    return t
 
 
 class ServersView(Vertical):

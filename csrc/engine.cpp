@@ -89,11 +89,7 @@ double ge_now(ge_engine *e) { return e->eng.be->now(); }
 
 int ge_set_knobs(ge_engine *e, const ge_knobs *k) {
   int rc = ge::validate_knobs(*k);
-  if (rc) return rc;
-  {
-    std::lock_guard<std::mutex> lk(e->eng.knob_m);
-    e->eng.knobs = *k;
-  }
+  if (rc || (rc = e->eng.set_knobs(*k))) return rc;
   e->eng.resize_staging(k->staging_threads);
   return GE_OK;
 }
@@ -101,6 +97,26 @@ int ge_set_knobs(ge_engine *e, const ge_knobs *k) {
 int ge_get_knobs(ge_engine *e, ge_knobs *k) {
   std::lock_guard<std::mutex> lk(e->eng.knob_m);
   *k = e->eng.knobs;
+  return GE_OK;
+}
+
+int ge_engine_pool(ge_engine *e, int which, gp_pool **pool, int *shard, uint64_t *base, uint64_t *size,
+                   uint64_t *granule, uint64_t *floor) {
+  if (which < -1 || which >= e->eng.ngpu) return GE_ENODEV;
+  std::lock_guard<std::mutex> lk(e->eng.knob_m);
+  const Engine::EnginePool &P = e->eng.pool_of(which);
+  *pool = P.pool;
+  *shard = P.shard;
+  *base = P.slab;
+  *size = P.size;
+  *granule = P.granule;
+  *floor = P.floor;
+  return GE_OK;
+}
+
+int ge_pool_need(ge_engine *e, const ge_knobs *k, int which, uint64_t *need) {
+  if (which < -1 || which >= e->eng.ngpu) return GE_ENODEV;
+  *need = e->eng.need_min(*k, which);
   return GE_OK;
 }
 

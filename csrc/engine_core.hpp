@@ -56,9 +56,8 @@ struct Chunk {
   uint64_t off = 0, len = 0;
   uint64_t host = 0;     // host address the path reads/writes (user buffer or staging slot)
   uint64_t dev = 0;      // device address
-  int slot = -1;         // staging slot, -1 if none
-  uint64_t relay = 0;    // relay staging buffer on the via GPU
-  uint64_t relay_bytes = 0;
+  uint64_t stage = 0;    // staging slot (a block of the engine's pinned "staging" shard), 0 if none
+  uint64_t relay = 0;    // relay staging buffer (a block of the via GPU's "relay" shard), 0 if none
   double done_t = 0;     // sim: when the link model says the chunk lands (sim seconds)
   double issue_t = 0;    // steady-clock seconds when issued
   void *event = nullptr; // cuda: completion event

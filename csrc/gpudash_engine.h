@@ -92,6 +92,19 @@ double ge_now(ge_engine *e); /* backend clock in seconds (sim time on sim) */
 int ge_set_knobs(ge_engine *e, const ge_knobs *k);
 int ge_get_knobs(ge_engine *e, ge_knobs *k);
 
+/* The engine's own memory pools (gpudash_pool.h), owned and freed by the engine. which = -1: the pinned
+ * host pool, one shard holding the staging ring's slots; which = g: GPU g's device pool, one shard
+ * holding the relay buffers of the relay paths through g (*pool NULL when none runs through it).
+ * Chunks take blocks as they are issued and return them as they land. A shard is sized for
+ * `outstanding` chunks on each relay path (all the ring's slots) and grows on ge_set_knobs, up to its
+ * pool's size; ge_set_knobs fails with GE_ENOMEM, changing nothing, when a pool cannot hold even one
+ * chunk per relay path. floor: the shard capacity the engine relies on (the largest it grew to). */
+struct gp_pool;
+int ge_engine_pool(ge_engine *e, int which, struct gp_pool **pool, int *shard, uint64_t *base, uint64_t *size,
+                   uint64_t *granule, uint64_t *floor);
+/* Shard bytes engine pool `which` needs at the least under knobs k (one chunk per relay path). */
+int ge_pool_need(ge_engine *e, const ge_knobs *k, int which, uint64_t *need);
+
 int ge_num_paths(ge_engine *e);
 int ge_stats(ge_engine *e, ge_path_stats *paths, int path_cap, ge_link_stats *links, int link_cap);
 

@@ -1,6 +1,6 @@
 // The scheduler shared by both backends: per-(GPU, direction) micro-task queues, chunking, passive
 // load balancing over paths (shortest queue, direct first), the pinned staging ring for pageable
-// memory, the relay buffer pool and stats. engine.cpp wraps it in the C ABI.
+// memory, the engine's pools (staging and relay buffers) and stats. engine.cpp wraps it in the C ABI.
 #pragma once
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -9,16 +9,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <map>
 #include <unordered_map>
 
 #include "engine_core.hpp"
+#include "gpudash_pool.h"
 
 namespace ge {
 
 static constexpr int kSlots = 32;
 static constexpr uint64_t kSlotBytes = 4ull << 20;
 static constexpr int kMaxAttempts = 8;
+static constexpr int kPoolHeadroom = 4;  // a relay pool's slab holds 4x what the creation knobs need
+
+static uint64_t round_page(uint64_t v) { return (v + 4095) & ~uint64_t(4095); }
 
 static uint64_t thread_cpu_ns() {
   timespec ts;
@@ -74,12 +77,19 @@ class Engine {
   int st_target = 0, st_alive = 0;
   bool st_stop = false;
 
-  std::mutex slot_m;
-  std::vector<uint64_t> slot_ptr;
-  std::vector<int> free_slots;
-
-  std::mutex pool_m;
-  std::map<std::pair<int, uint64_t>, std::vector<uint64_t>> pool;
+  // The engine's own pools (gpudash_pool.h): the staging ring's slots are blocks of the pinned host
+  // pool's "staging" shard, relay buffers blocks of the via GPU's device pool "relay" shard. A chunk
+  // takes its block when it is issued and gives it back when it lands, so the shard stats show what
+  // copies hold now; allocation is one pool call per chunk (a lock and a tree look-up), no driver call.
+  struct EnginePool {
+    gp_pool *pool = nullptr;  // null: that GPU carries no relay path
+    int shard = -1;
+    uint64_t slab = 0, size = 0, granule = 0;
+    uint64_t floor = 0;       // capacity the engine needs: the largest any knob setting asked for
+  };
+  EnginePool host_pool;               // "which" -1 in the C ABI
+  std::vector<EnginePool> dev_pools;  // per GPU
+  std::atomic<int> staged_live{0};    // staging blocks held (at most kSlots: the ring's depth)
 
   int init(Backend *b, const ge_knobs &k, double scale) {
     be.reset(b);
@@ -106,6 +116,10 @@ class Engine {
       }
     for (auto &p : paths)
       if ((rc = be->prepare_path(*p))) return rc;
+    dev_pools.resize(ngpu);
+    if ((rc = make_pool(-1, kSlots * kSlotBytes))) return rc;
+    for (int g = 0; g < ngpu; ++g)
+      if (need(k, g) && (rc = make_pool(g, kPoolHeadroom * need(k, g)))) return rc;
     for (auto &g : groups) g->dispatcher = std::thread([this, gp = g.get()] { dispatch_loop(*gp); });
     for (auto &p : paths) p->worker = std::thread([this, pp = p.get()] { worker_loop(*pp); });
     resize_staging(k.staging_threads);
@@ -146,9 +160,11 @@ class Engine {
     }
     if (be) {
       for (auto &p : paths) be->release_path(*p);
-      for (auto &kv : pool)
-        for (uint64_t ptr : kv.second) be->free_device(ptr);
-      for (uint64_t s : slot_ptr) be->free_host(s);
+      for (int w = -1; w < int(dev_pools.size()); ++w) {
+        EnginePool &P = pool_of(w);
+        if (P.pool) gp_pool_destroy(P.pool);
+        if (P.slab) w < 0 ? be->free_host(P.slab) : be->free_device(P.slab);
+      }
     }
   }
 
@@ -185,27 +201,80 @@ class Engine {
     st_cv.notify_one();
   }
 
-  int try_slot() {
-    std::lock_guard<std::mutex> lk(slot_m);
-    if (slot_ptr.empty()) {
-      for (int i = 0; i < kSlots; ++i) {
-        uint64_t p = 0;
-        if (be->alloc_host(kSlotBytes, &p)) break;
-        slot_ptr.push_back(p);
-        free_slots.push_back(i);
-      }
-    }
-    if (free_slots.empty()) return -1;
-    int s = free_slots.back();
-    free_slots.pop_back();
-    return s;
+  // ---- engine pools ------------------------------------------------------------------------
+  EnginePool &pool_of(int which) { return which < 0 ? host_pool : dev_pools[which]; }
+
+  // Shard bytes pool `which` needs under knobs k: the ring's slots (a staged chunk is at most
+  // kSlotBytes), or `outstanding` chunks on every relay path through GPU `which` (with fewer, a relay
+  // chunk waits for a block and the direct path may take it meanwhile).
+  uint64_t need(const ge_knobs &k, int which) const {
+    if (which < 0) return kSlots * round_page(std::min(std::max(k.h2d_chunk_bytes, k.d2h_chunk_bytes), kSlotBytes));
+    uint64_t n = 0;
+    for (auto &p : paths)
+      if (p->via == which && p->gpu != which)
+        n += uint64_t(k.outstanding) * round_page(p->dir == GE_H2D ? k.h2d_chunk_bytes : k.d2h_chunk_bytes);
+    return n;
   }
 
-  void release_slot(int s) {
-    {
-      std::lock_guard<std::mutex> lk(slot_m);
-      free_slots.push_back(s);
+  int make_pool(int which, uint64_t slab) {
+    EnginePool &P = pool_of(which);
+    int rc = which < 0 ? be->alloc_host(slab, &P.slab) : be->alloc_device(which, slab, &P.slab);
+    if (rc) return rc;
+    P.size = slab;
+    P.granule = which < 0 ? 4096 : 256;  // page-aligned slots; cuMemAlloc aligns device memory to 256 B
+    if ((rc = gp_pool_create(P.slab, slab, P.granule, &P.pool))) return rc;
+    gp_pool_set_policy(P.pool, GP_POLICY_BANDED);  // blocks packed low: few pages ever touched
+    uint64_t detail = 0;
+    P.floor = need(knobs, which);
+    return gp_shard_add(P.pool, P.floor, &P.shard, &detail);
+  }
+
+  // What pool `which` must hold at the least: one chunk on every relay path (all the ring's slots).
+  uint64_t need_min(ge_knobs k, int which) const {
+    k.outstanding = 1;
+    return need(k, which);
+  }
+
+  // New knobs, with every engine shard grown to what they need (at most its whole pool); GE_ENOMEM and
+  // nothing changed when a pool cannot hold need_min. Shards never shrink here: a copy in flight may
+  // still use the older sizes.
+  int set_knobs(const ge_knobs &k) {
+    std::lock_guard<std::mutex> lk(knob_m);
+    for (int w = -1; w < ngpu; ++w)
+      if (pool_of(w).pool && need_min(k, w) > pool_of(w).size) return GE_ENOMEM;
+    for (int w = -1; w < ngpu; ++w) {
+      EnginePool &P = pool_of(w);
+      uint64_t n = std::min(need(k, w), P.size), detail = 0;
+      gp_shard_stats st{};
+      if (!P.pool || n <= P.floor) continue;
+      P.floor = n;
+      gp_stats(P.pool, P.shard, &st);
+      // the shard is its pool's only one, so the slab's unassigned bytes cover the growth
+      if (st.capacity < n && gp_shard_resize(P.pool, P.shard, n, &detail)) return GE_ENOMEM;
     }
+    knobs = k;
+    return GE_OK;
+  }
+
+  // A staging block for a chunk of `len` bytes, or 0 while the ring is at its depth or the shard has
+  // no room (the caller waits; a block that did not fit counts as a failure in the shard's stats).
+  uint64_t try_stage(uint64_t len) {
+    if (staged_live.fetch_add(1) >= kSlots) {
+      staged_live.fetch_sub(1);
+      return 0;
+    }
+    uint64_t ptr = 0, largest = 0;
+    if (gp_alloc(host_pool.pool, host_pool.shard, len, 0, &ptr, &largest)) {
+      staged_live.fetch_sub(1);
+      return 0;
+    }
+    return ptr;
+  }
+
+  void release_stage(uint64_t ptr) {
+    int shard = 0;
+    gp_free(host_pool.pool, ptr, &shard);
+    staged_live.fetch_sub(1);
     for (auto &g : groups) g->cv.notify_all();
   }
 
@@ -228,23 +297,14 @@ class Engine {
     if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_HUGEPAGE);
   }
 
-  // ---- relay buffer pool (device memory on the via GPU) -----------------------------------
-  int relay_get(int gpu, uint64_t n, uint64_t *ptr, uint64_t *cls) {
-    *cls = (n + (1ull << 20) - 1) & ~((1ull << 20) - 1);
-    {
-      std::lock_guard<std::mutex> lk(pool_m);
-      auto &v = pool[{gpu, *cls}];
-      if (!v.empty()) {
-        *ptr = v.back();
-        v.pop_back();
-        return GE_OK;
-      }
-    }
-    return be->alloc_device(gpu, *cls, ptr);
+  // Relay buffers: blocks of the via GPU's "relay" shard.
+  int relay_get(int via, uint64_t n, uint64_t *ptr) {
+    uint64_t largest = 0;
+    return gp_alloc(dev_pools[via].pool, dev_pools[via].shard, n, 0, ptr, &largest);
   }
-  void relay_put(int gpu, uint64_t cls, uint64_t ptr) {
-    std::lock_guard<std::mutex> lk(pool_m);
-    pool[{gpu, cls}].push_back(ptr);
+  void relay_put(int via, uint64_t ptr) {
+    int shard = 0;
+    gp_free(dev_pools[via].pool, ptr, &shard);
   }
 
   // ---- copies ------------------------------------------------------------------------------
@@ -288,11 +348,13 @@ class Engine {
     return best;
   }
 
+  static uint64_t chunk_len(const Copy &c, uint64_t idx) { return std::min(c.chunk, c.nbytes - idx * c.chunk); }
+
   Chunk *make_chunk(const std::shared_ptr<Copy> &c, uint64_t idx) {
     auto *ch = new Chunk;
     ch->copy = c;
     ch->off = idx * c->chunk;
-    ch->len = std::min(c->chunk, c->nbytes - ch->off);
+    ch->len = chunk_len(*c, idx);
     if (c->dir == GE_H2D) {
       ch->host = c->src + ch->off;
       ch->dev = c->dst + ch->off;
@@ -323,14 +385,13 @@ class Engine {
           continue;
         }
         if (c->host_mode == GE_HOST_STAGED && c->dir == GE_H2D) {  // fill a slot first
-          int s = try_slot();
-          if (s < 0) {
+          uint64_t slot = try_stage(chunk_len(*c, c->next_chunk));
+          if (!slot) {
             g.cv.wait_for(lk, std::chrono::milliseconds(2));
             continue;
           }
           Chunk *nc = make_chunk(c, c->next_chunk++);
-          nc->slot = s;
-          uint64_t slot = slot_ptr[s];
+          nc->stage = slot;
           Path *direct = g.paths[0];
           submit_staging([this, nc, slot, &g, direct] {
             uint64_t t0 = thread_cpu_ns();
@@ -354,7 +415,7 @@ class Engine {
       if (all_failed) {
         if (!ch) ch = make_chunk(c, c->next_chunk++);
         else from->pop_front();
-        if (ch->slot >= 0) release_slot(ch->slot);
+        if (ch->stage) release_stage(ch->stage);
         lk.unlock();
         finish_chunk(ch, GE_EPATH);
         lk.lock();
@@ -365,34 +426,32 @@ class Engine {
         continue;
       }
       if (!ch) {  // a new chunk of the front copy
-        int s = -1;
+        uint64_t s = 0;
         if (c->host_mode == GE_HOST_STAGED) {  // D2H: the path writes into a slot
-          s = try_slot();
-          if (s < 0) {
+          s = try_stage(chunk_len(*c, c->next_chunk));
+          if (!s) {
             g.cv.wait_for(lk, std::chrono::milliseconds(2));
             continue;
           }
         }
         ch = make_chunk(c, c->next_chunk++);
-        ch->slot = s;
+        ch->stage = s;
       } else {
         from->pop_front();
       }
-      if (ch->slot >= 0 && c->dir == GE_D2H) ch->host = slot_ptr[ch->slot];
+      if (ch->stage && c->dir == GE_D2H) ch->host = ch->stage;
       uint64_t t0 = thread_cpu_ns();
-      if (p->via != p->gpu) {
-        uint64_t cls = 0;
-        if (relay_get(p->via, ch->len, &ch->relay, &cls)) {
-          p->failed = true;  // no staging memory on the relay GPU: stop using it
-          g.retry.push_front(ch);
-          continue;
-        }
-        ch->relay_bytes = cls;
+      if (p->via != p->gpu && relay_get(p->via, ch->len, &ch->relay)) {
+        // the relay shard is full for now (blocks come back as relayed chunks land): wait like for a
+        // busy path; the direct path takes the chunk once it has room
+        g.retry.push_front(ch);
+        g.cv.wait_for(lk, std::chrono::milliseconds(2));
+        continue;
       }
       int rc = issue_on(*p, *ch);
       p->cpu_ns += thread_cpu_ns() - t0;
       if (rc) {
-        if (ch->relay) relay_put(p->via, ch->relay_bytes, ch->relay), ch->relay = 0;
+        if (ch->relay) relay_put(p->via, ch->relay), ch->relay = 0;
         p->failed = true;
         g.retry.push_front(ch);
         continue;
@@ -403,7 +462,7 @@ class Engine {
       while (!dq.empty()) {
         Chunk *x = dq.front();
         dq.pop_front();
-        if (x->slot >= 0) release_slot(x->slot);
+        if (x->stage) release_stage(x->stage);
         lk.unlock();
         finish_chunk(x, GE_ECLOSED);
         lk.lock();
@@ -469,7 +528,7 @@ class Engine {
     uint64_t t0 = account ? thread_cpu_ns() : 0;
     int rc = be->complete(p, *ch);
     if (account) p.cpu_ns += thread_cpu_ns() - t0;
-    if (ch->relay) relay_put(p.via, ch->relay_bytes, ch->relay), ch->relay = 0;
+    if (ch->relay) relay_put(p.via, ch->relay), ch->relay = 0;
     lk.lock();
     settle(p, ch, rc, lk);
   }
@@ -482,14 +541,14 @@ class Engine {
     if (rc) {
       p.failed = true;
       if (++ch->attempts < kMaxAttempts && !stopping) {
-        if (ch->slot >= 0 && ch->copy->dir == GE_D2H) ch->host = slot_ptr[ch->slot];
+        if (ch->stage && ch->copy->dir == GE_D2H) ch->host = ch->stage;
         g.retry.push_back(ch);
         g.cv.notify_all();
         return;
       }
       g.cv.notify_all();
       lk.unlock();
-      if (ch->slot >= 0) release_slot(ch->slot);
+      if (ch->stage) release_stage(ch->stage);
       finish_chunk(ch, rc);
       lk.lock();
       return;
@@ -500,18 +559,18 @@ class Engine {
     g.cv.notify_all();
     lk.unlock();
     mark_rate(p);
-    if (ch->slot >= 0 && ch->copy->dir == GE_D2H) {
+    if (ch->stage && ch->copy->dir == GE_D2H) {
       submit_staging([this, ch, &p] {
         uint64_t t1 = thread_cpu_ns();
         const Copy &c = *ch->copy;
         populate(c.dst + ch->off, ch->len);
         std::memcpy(reinterpret_cast<void *>(c.dst + ch->off), reinterpret_cast<const void *>(ch->host), ch->len);
         p.cpu_ns += thread_cpu_ns() - t1;
-        release_slot(ch->slot);
+        release_stage(ch->stage);
         finish_chunk(ch, GE_OK);
       });
     } else {
-      if (ch->slot >= 0) release_slot(ch->slot);
+      if (ch->stage) release_stage(ch->stage);
       finish_chunk(ch, GE_OK);
     }
     lk.lock();

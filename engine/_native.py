@@ -90,6 +90,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ge_now": (_D, [_P]),
     "ge_set_knobs": (_I, [_P, ctypes.POINTER(Knobs)]),
     "ge_get_knobs": (_I, [_P, ctypes.POINTER(Knobs)]),
+    "ge_engine_pool": (_I, [_P, _I, ctypes.POINTER(_P), _PI, _PU64, _PU64, _PU64, _PU64]),
+    "ge_pool_need": (_I, [_P, ctypes.POINTER(Knobs), _I, _PU64]),
     "ge_num_paths": (_I, [_P]),
     "ge_stats": (_I, [_P, ctypes.POINTER(PathStatsC), _I, ctypes.POINTER(LinkStatsC), _I]),
     "ge_sim_set_link": (_I, [_P, _I, _D]),

@@ -155,19 +155,24 @@ class MemoryPool:
             self._slab = engine.alloc_device(gpu, self.nbytes)
             base = self._slab.ptr
         self.base = base
-        self._lib = N.lib()
-        self._ptr = ctypes.c_void_p()
-        rc = self._lib.gp_pool_create(base, self.nbytes, self.granule, ctypes.byref(self._ptr))
+        ptr = ctypes.c_void_p()
+        rc = N.lib().gp_pool_create(base, self.nbytes, self.granule, ctypes.byref(ptr))
         if rc != N.OK:
             self._release_slab()
             N.check(rc, f"creating pool {self.name!r} over {self.nbytes} bytes (granule {self.granule})")
+        self._bind(ptr)
         N.check(self._lib.gp_pool_set_policy(self._ptr, POLICIES[policy]), f"setting policy {policy!r}")
+        for shard, cap in (shards or {}).items():
+            self.add_shard(shard, cap)
+
+    def _bind(self, ptr: ctypes.c_void_p) -> None:
+        """Use the native pool `ptr` (the C calls and out-parameters every alloc/free reuses)."""
+        self._lib = N.lib()
+        self._ptr = ptr
         self._out, self._detail, self._owner = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int()
         self._out_ref, self._detail_ref = ctypes.byref(self._out), ctypes.byref(self._detail)
         self._owner_ref = ctypes.byref(self._owner)
         self._alloc, self._free = self._lib.gp_alloc, self._lib.gp_free
-        for shard, cap in (shards or {}).items():
-            self.add_shard(shard, cap)
 
     # ---- lifecycle ------------------------------------------------------------------------
     def _release_slab(self) -> None:
@@ -367,6 +372,54 @@ class MemoryPool:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self.nbytes} bytes, {len(self._ids)} shard(s)"
         return f"MemoryPool({self.name!r}, {self.label} {self.kind}, {state})"
+
+
+class EnginePool(MemoryPool):
+    """One of the engine's own pools (TransferEngine.pools()): ``engine-host``, pinned memory whose
+    ``staging`` shard holds the staging ring's slots, or ``engine-gpuN``, device memory whose ``relay``
+    shard holds the relay buffers of the paths through GPU N. Chunks take blocks while they are in
+    flight, so the stats show what copies use now. The engine sizes the shard from its knobs and owns
+    the memory: shards cannot be added or removed, a resize may only grow the shard or shrink it down to
+    what the knobs need, and close() only detaches this view (the engine frees the pool when it closes).
+    """
+
+    def __init__(self, engine: Any, which: int, raw: tuple[ctypes.c_void_p, int, int, int, int]):
+        ptr, sid, base, size, granule = raw
+        self._engine, self._which = engine, which
+        self.policy, self.granule, self.nbytes, self.base = "banded", granule, size, base
+        self.gpu = None if which < 0 else which
+        self.label = engine.backend
+        self.kind = "host" if which < 0 else "device"
+        self.name = "engine-host" if which < 0 else f"engine-gpu{which}"
+        self._lock = threading.Lock()
+        self._ids = {"staging" if which < 0 else "relay": sid}
+        self._slab = None
+        self._bind(ptr)
+
+    def close(self) -> None:
+        """Detach this view; the pool and its memory stay the engine's."""
+        with self._lock:
+            self._ptr = ctypes.c_void_p()
+            self._ids.clear()
+
+    def add_shard(self, shard: str, capacity: int) -> None:
+        raise PoolError(f"pool {self.name!r} belongs to the transfer engine; its one shard follows the engine's "
+                        f"knobs, so shards cannot be added there (make a MemoryPool for your own)", N.EBUSY, "GE_EBUSY")
+
+    def remove_shard(self, shard: str) -> None:
+        raise PoolError(f"pool {self.name!r} belongs to the transfer engine; its shard {shard!r} cannot be removed",
+                        N.EBUSY, "GE_EBUSY")
+
+    def resize(self, shard: str, capacity: int) -> None:
+        """Grow the shard, or shrink it no lower than what the engine's knobs need (else PoolError)."""
+        self._id(shard)
+        capacity = _int(capacity, "capacity", 1, MAX_BYTES)
+        need = self._engine._pool_floor(self._which)
+        if capacity < need:
+            raise PoolError(f"cannot shrink shard {shard!r} of pool {self.name!r} to {capacity} bytes: the engine's "
+                            f"knobs (chunk sizes x outstanding or staging slots) have needed {need} bytes there, and "
+                            f"copies may still use them; keep at least {need} bytes", N.EBUSY, "GE_EBUSY")
+        super().resize(shard, capacity)
 
 
 def _trace_arrays(trace: "Trace") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:

@@ -16,6 +16,7 @@ from engine import _native as N
 from engine.buffers import DeviceBuffer, HostBuffer, SpanCache, page_aligned
 from engine.config import KNOBS, SIM_REAL_GBPS, EngineConfig, validate_knobs
 from engine.errors import EngineArgumentError, EngineError
+from engine.pools import EnginePool
 from engine.profiles import get_profile, pcie_payload_gbps
 from engine.regcache import RegistrationCache
 from engine.results import CopyInfo, EngineStats, GpuInfo, LinkStats, PathStats, Topology
@@ -165,6 +166,8 @@ class TransferEngine:
         self._tls = threading.local()
         self._regcache = RegistrationCache(self._register, self._unregister, self._knobs["registration_cache_bytes"])
         self._path_meta = [(p.gpu, p.via, p.direction) for p in self._raw_stats()[0]]
+        raw = {w: self._pool_raw(w) for w in range(-1, self.num_gpus)}
+        self._pools = {p.name: p for p in (EnginePool(self, w, r[:5]) for w, r in raw.items() if r[0])}
 
     # ---- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
@@ -178,6 +181,8 @@ class TransferEngine:
                 pass
         self._regcache.clear()
         self._closed = True
+        for pool in self._pools.values():
+            pool.close()
         N.call("ge_destroy", self._ptr)
 
     def __enter__(self) -> "TransferEngine":
@@ -277,6 +282,38 @@ class TransferEngine:
     def _free_host(self, ptr: int) -> None:
         if not self._closed:
             N.check(N.call("ge_free_host", self._ptr, ptr), "freeing a pinned host buffer")
+
+    # ---- the engine's own pools ---------------------------------------------------------------
+    def pools(self) -> dict[str, EnginePool]:
+        """The pools holding the engine's staging slots (``engine-host``, shard ``staging``) and relay
+        buffers (``engine-gpuN``, shard ``relay``, for each GPU some relay path runs through), labelled
+        after the backend. The engine owns them; they read as closed once it closes."""
+        return dict(self._pools)
+
+    def _pool_raw(self, which: int) -> tuple[ctypes.c_void_p, int, int, int, int, int]:
+        """(pool pointer, shard id, base, size, granule, floor) of engine pool `which` (-1: host)."""
+        ptr, shard = ctypes.c_void_p(), ctypes.c_int()
+        base, size, granule, floor = (ctypes.c_uint64() for _ in range(4))
+        N.check(N.call("ge_engine_pool", self._ptr, which, ctypes.byref(ptr), ctypes.byref(shard), ctypes.byref(base),
+                       ctypes.byref(size), ctypes.byref(granule), ctypes.byref(floor)), "reading an engine pool")
+        return ptr, shard.value, base.value, size.value, granule.value, floor.value
+
+    def _pool_floor(self, which: int) -> int:
+        """Shard bytes the engine needs in pool `which` (the most any knob setting so far asked for)."""
+        self._check_open()
+        return self._pool_raw(which)[5]
+
+    def _pool_refusal(self, knobs: N.Knobs, changed: dict[str, Any]) -> str:
+        """Why ge_set_knobs refused `knobs`: the first engine pool too small for one chunk per relay path."""
+        asked = ", ".join(f"{k}={v}" for k, v in changed.items())
+        for pool in self._pools.values():
+            which, need = -1 if pool.gpu is None else pool.gpu, ctypes.c_uint64()
+            N.check(N.call("ge_pool_need", self._ptr, ctypes.byref(knobs), which, ctypes.byref(need)), "sizing a pool")
+            if need.value > pool.nbytes:
+                return (f"knobs {asked} refused: one chunk on each relay path needs {need.value} bytes in shard "
+                        f"{pool.shards[0]!r} of pool {pool.name!r}, whose memory holds {pool.nbytes} bytes (sized "
+                        f"when the engine was made); use smaller chunk sizes, or make a new engine with them")
+        return f"knobs {asked} refused: an engine pool is too small for them"
 
     # ---- copies -------------------------------------------------------------------------------
     def copy(self, dst: Any, src: Any, nbytes: int | None = None, stream: Any = None,
@@ -401,12 +438,17 @@ class TransferEngine:
 
     def set(self, **knobs: Any) -> dict[str, Any]:
         """Change knobs live; all are validated first, so a bad value changes nothing. Copies in flight
-        keep the settings they started with. Returns the new knob values."""
+        keep the settings they started with; knobs whose chunks would not fit the engine's pools are
+        refused (EngineArgumentError naming the pool and sizes). Returns the new knob values."""
         self._check_open()
         checked = validate_knobs(knobs)
         with self._lock:
             new = {**self._knobs, **checked}
-            N.check(N.call("ge_set_knobs", self._ptr, ctypes.byref(self._knob_struct(new))), "setting knobs")
+            struct = self._knob_struct(new)
+            rc = N.call("ge_set_knobs", self._ptr, ctypes.byref(struct))
+            if rc == N.ENOMEM:
+                raise EngineArgumentError(self._pool_refusal(struct, checked), rc, "GE_ENOMEM")
+            N.check(rc, "setting knobs")
             self._knobs = new
             self._regcache.set_cap(new["registration_cache_bytes"])
             return dict(new)

@@ -54,3 +54,28 @@ def test_multipath_copies_are_byte_exact(eng: TransferEngine, target: int, size:
     if peers and size >= 1024 * MiB:
         assert relayed > 0, "peers can reach the target, yet no chunk took a relay"
 
+
+
+def test_relay_buffers_are_blocks_of_the_via_gpus_relay_shard(eng: TransferEngine) -> None:
+    topo = eng.topology()
+    peers = [v for v in range(1, eng.num_gpus) if topo.peer[v][0] is not None]
+    if not peers:
+        pytest.skip("no GPU has peer access to GPU 0")
+    pools = eng.pools()
+    src = cupyx.empty_pinned((1024 * MiB,), dtype=np.uint8)
+    src[:] = 3
+    with cp.cuda.Device(0):
+        dev = cp.zeros(src.nbytes, dtype=cp.uint8)
+    peak, before = 0, sum(p.chunks for p in eng.stats().paths if p.via in peers and p.gpu == 0)
+    h = eng.copy(dev, src)
+    while not h.done():
+        peak = max(peak, sum(pools[f"engine-gpu{v}"].shard_stats("relay").used for v in peers))
+    h.wait()
+    with cp.cuda.Device(0):
+        assert int(dev.sum(dtype=cp.uint64)) == 3 * src.nbytes
+    relayed = sum(p.chunks for p in eng.stats().paths if p.via in peers and p.gpu == 0) - before
+    assert relayed > 0 and peak > 0, "relayed chunks hold blocks of their via GPU's relay shard while in flight"
+    for v in peers:
+        st = pools[f"engine-gpu{v}"].shard_stats("relay")
+        assert (st.used, st.allocations) == (0, 0)
+        pools[f"engine-gpu{v}"].check()

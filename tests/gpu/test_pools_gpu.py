@@ -109,3 +109,30 @@ def test_trace_replay_on_a_device_slab(eng: TransferEngine) -> None:
         res = pool.replay(trace, check_every=97)
         assert res.checks == len(trace) // 97 and res.allocs > 10_000
         pool.check()
+
+
+def test_engine_pools_hold_its_staging_and_relay_buffers(eng: TransferEngine) -> None:
+    pools = eng.pools()
+    host = pools["engine-host"]
+    assert (host.label, host.kind, host.shards) == ("cuda", "host", ("staging",))
+    attrs = cp.cuda.runtime.pointerGetAttributes(host.base)
+    assert getattr(attrs, "type", getattr(attrs, "memoryType", None)) == cp.cuda.runtime.memoryTypeHost  # pinned
+    topo = eng.topology()
+    relaying = {v for v in range(eng.num_gpus) for g in range(eng.num_gpus) if topo.peer[v][g] is not None}
+    assert set(pools) == {"engine-host", *(f"engine-gpu{v}" for v in relaying)}
+    for v in relaying:
+        p = pools[f"engine-gpu{v}"]
+        attrs = cp.cuda.runtime.pointerGetAttributes(p.base)
+        assert getattr(attrs, "type", getattr(attrs, "memoryType", None)) == cp.cuda.runtime.memoryTypeDevice
+        assert (attrs.device, p.shards, p.label) == (v, ("relay",), "cuda")
+    src = np.random.default_rng(5).integers(0, 256, 256 * MiB, dtype=np.uint8)  # pageable: staged
+    dev = cp.empty(src.nbytes, dtype=cp.uint8)
+    peak = 0
+    h = eng.copy(dev, src, pageable="stage")
+    while not h.done():
+        peak = max(peak, host.shard_stats("staging").used)
+    h.wait()
+    assert cp.array_equal(dev, cp.asarray(src))
+    assert peak > 0, "staged chunks hold blocks of the staging shard while they are in flight"
+    st = host.shard_stats("staging")
+    assert (st.used, st.allocations, st.failures) == (0, 0, 0)

@@ -204,15 +204,21 @@ class Engine {
   // ---- engine pools ------------------------------------------------------------------------
   EnginePool &pool_of(int which) { return which < 0 ? host_pool : dev_pools[which]; }
 
-  // Shard bytes pool `which` needs under knobs k: the ring's slots (a staged chunk is at most
-  // kSlotBytes), or `outstanding` chunks on every relay path through GPU `which` (with fewer, a relay
-  // chunk waits for a block and the direct path may take it meanwhile).
+  // Under one knob setting every block of a shard has the same size, so a shard never fragments: a
+  // staging slot holds the largest staged chunk (at most kSlotBytes), a relay buffer the largest chunk.
+  static uint64_t slot_bytes(const ge_knobs &k) {
+    return round_page(std::min(std::max(k.h2d_chunk_bytes, k.d2h_chunk_bytes), kSlotBytes));
+  }
+  static uint64_t relay_bytes(const ge_knobs &k) { return round_page(std::max(k.h2d_chunk_bytes, k.d2h_chunk_bytes)); }
+
+  // Shard bytes pool `which` needs under knobs k: the ring's slots, or `outstanding` buffers for every
+  // relay path through GPU `which` (with fewer, a relay chunk waits for a block and the direct path
+  // may take it meanwhile).
   uint64_t need(const ge_knobs &k, int which) const {
-    if (which < 0) return kSlots * round_page(std::min(std::max(k.h2d_chunk_bytes, k.d2h_chunk_bytes), kSlotBytes));
+    if (which < 0) return kSlots * slot_bytes(k);
     uint64_t n = 0;
     for (auto &p : paths)
-      if (p->via == which && p->gpu != which)
-        n += uint64_t(k.outstanding) * round_page(p->dir == GE_H2D ? k.h2d_chunk_bytes : k.d2h_chunk_bytes);
+      if (p->via == which && p->gpu != which) n += uint64_t(k.outstanding) * relay_bytes(k);
     return n;
   }
 
@@ -256,15 +262,15 @@ class Engine {
     return GE_OK;
   }
 
-  // A staging block for a chunk of `len` bytes, or 0 while the ring is at its depth or the shard has
-  // no room (the caller waits; a block that did not fit counts as a failure in the shard's stats).
-  uint64_t try_stage(uint64_t len) {
+  // A staging slot for a chunk of copy c, or 0 while the ring is at its depth or the shard has no
+  // room (the caller waits; a slot that did not fit counts as a failure in the shard's stats).
+  uint64_t try_stage(const Copy &c) {
     if (staged_live.fetch_add(1) >= kSlots) {
       staged_live.fetch_sub(1);
       return 0;
     }
     uint64_t ptr = 0, largest = 0;
-    if (gp_alloc(host_pool.pool, host_pool.shard, len, 0, &ptr, &largest)) {
+    if (gp_alloc(host_pool.pool, host_pool.shard, slot_bytes(c.knobs), 0, &ptr, &largest)) {
       staged_live.fetch_sub(1);
       return 0;
     }
@@ -298,9 +304,9 @@ class Engine {
   }
 
   // Relay buffers: blocks of the via GPU's "relay" shard.
-  int relay_get(int via, uint64_t n, uint64_t *ptr) {
+  int relay_get(int via, const Copy &c, uint64_t *ptr) {
     uint64_t largest = 0;
-    return gp_alloc(dev_pools[via].pool, dev_pools[via].shard, n, 0, ptr, &largest);
+    return gp_alloc(dev_pools[via].pool, dev_pools[via].shard, relay_bytes(c.knobs), 0, ptr, &largest);
   }
   void relay_put(int via, uint64_t ptr) {
     int shard = 0;
@@ -348,13 +354,11 @@ class Engine {
     return best;
   }
 
-  static uint64_t chunk_len(const Copy &c, uint64_t idx) { return std::min(c.chunk, c.nbytes - idx * c.chunk); }
-
   Chunk *make_chunk(const std::shared_ptr<Copy> &c, uint64_t idx) {
     auto *ch = new Chunk;
     ch->copy = c;
     ch->off = idx * c->chunk;
-    ch->len = chunk_len(*c, idx);
+    ch->len = std::min(c->chunk, c->nbytes - ch->off);
     if (c->dir == GE_H2D) {
       ch->host = c->src + ch->off;
       ch->dev = c->dst + ch->off;
@@ -385,7 +389,7 @@ class Engine {
           continue;
         }
         if (c->host_mode == GE_HOST_STAGED && c->dir == GE_H2D) {  // fill a slot first
-          uint64_t slot = try_stage(chunk_len(*c, c->next_chunk));
+          uint64_t slot = try_stage(*c);
           if (!slot) {
             g.cv.wait_for(lk, std::chrono::milliseconds(2));
             continue;
@@ -428,7 +432,7 @@ class Engine {
       if (!ch) {  // a new chunk of the front copy
         uint64_t s = 0;
         if (c->host_mode == GE_HOST_STAGED) {  // D2H: the path writes into a slot
-          s = try_stage(chunk_len(*c, c->next_chunk));
+          s = try_stage(*c);
           if (!s) {
             g.cv.wait_for(lk, std::chrono::milliseconds(2));
             continue;
@@ -441,7 +445,7 @@ class Engine {
       }
       if (ch->stage && c->dir == GE_D2H) ch->host = ch->stage;
       uint64_t t0 = thread_cpu_ns();
-      if (p->via != p->gpu && relay_get(p->via, ch->len, &ch->relay)) {
+      if (p->via != p->gpu && relay_get(p->via, *c, &ch->relay)) {
         // the relay shard is full for now (blocks come back as relayed chunks land): wait like for a
         // busy path; the direct path takes the chunk once it has room
         g.retry.push_front(ch);

@@ -89,6 +89,8 @@ int ge_device_name(ge_engine *e, int gpu, char *buf, int cap);
 int ge_peer_gbps(ge_engine *e, int a, int b, double *gbps); /* 0: none; <0: P2P without a known rate */
 double ge_now(ge_engine *e); /* backend clock in seconds (sim time on sim) */
 
+/* GE_EINVAL for a knob out of range, GE_ENOMEM when an engine pool cannot hold one chunk per relay
+ * path (see ge_engine_pool); either way nothing changes. */
 int ge_set_knobs(ge_engine *e, const ge_knobs *k);
 int ge_get_knobs(ge_engine *e, ge_knobs *k);
 

@@ -75,16 +75,23 @@ class GpuCard(Static):
         super().__init__(id=f"gpu-{index}", classes="gpu-card")
         self.index = index
         self._last: tuple | None = None
+        self._width = 0  # the plot width the current text was built for
 
     def on_resize(self) -> None:
-        if self._last is not None:
+        # A hidden view's cards are resized to nothing and back on every view switch: rebuild only when
+        # the width really changed (a rebuild costs a second full render of the Overview).
+        if self._last is not None and self._plot_width() != self._width:
             self.update_card(*self._last)  # the plots take the card's new width
+
+    def _plot_width(self) -> int:
+        return max(8, self.content_size.width or 26)
 
     def update_card(self, g: GpuSample, state: ViewState, sim: bool, selected: bool) -> None:
         self._last = (g, state, sim, selected)
         tx, rx = state.link_history.get(g.index, ((), ()))
+        self._width = self._plot_width()
         # The card's size comes from the grid, never from its text: skip the layout pass on every tick.
-        self.update(card_text(g, sim, list(tx), list(rx), max(8, self.content_size.width or 26)), layout=False)
+        self.update(card_text(g, sim, list(tx), list(rx), self._width), layout=False)
         self.set_class(selected, "selected")
         self.set_class(link_status(g).warn, "downgraded")
 

@@ -119,7 +119,8 @@ class LiveFeed:
         self.recorder: Recorder | None = None
         self.controller: Any = None
         self.notes: list[str] = []
-        # Memory pools (engine.pools.MemoryPool by name) the app owns; sampled and resizable while running.
+        # Memory pools (engine.pools.MemoryPool by name) the app owns; sampled and resizable while running
+        # together with the engine's own (all_pools); only these are closed here.
         self.pools: dict[str, Any] = {}
         self._life = threading.Lock()
         self._closing = False
@@ -163,7 +164,7 @@ class LiveFeed:
         self.stack = LaunchStack(self.config, self.inbox, self.log_dir)
         supervisor = self.stack.supervisor
         sources = build_sources(self.source, self.config, inbox=self.inbox, engine=self.engine,
-                                pids=supervisor.pids, pools=lambda: list(self.pools.values()))
+                                pids=supervisor.pids, pools=lambda: list(self.all_pools().values()))
         self.sampler = Sampler(sources + self.stack.sources, self.config.sampling.interval_s, self.source,
                                sinks=[deliver], source_timeout_s=self.config.sampling.source_timeout_s)
         self.recorder = Recorder(self.db_path, self.source, self.config)
@@ -171,10 +172,19 @@ class LiveFeed:
         if self.record:
             self.recorder.set(True)
         self.controller = Controller(engine=self.engine, supervisor=supervisor, inbox=self.inbox,
-                                     recorder=self.recorder, pools=lambda: self.pools)
+                                     recorder=self.recorder, pools=self.all_pools)
         self.sampler.start()
         return FeedInfo(self.source, str(self.db_path), self.recorder.on, self.controller,
                         self.controller.specs(), self.controller.knobs(), notes=list(self.notes))
+
+    def all_pools(self) -> dict[str, Any]:
+        """The pools gpudash made ([pools]) and the engine's own (its staging slots and relay buffers,
+        `TransferEngine.pools()`), by name; a name shows once (gpudash's pool wins a clash)."""
+        engine = self.engine
+        out = dict(self.pools)
+        for name, pool in (engine.pools() if engine is not None else {}).items():
+            out.setdefault(name, pool)
+        return out
 
     def start_servers(self) -> list[str]:
         """Start the servers one after another, health-gated (slow: the views are live meanwhile)."""

@@ -88,7 +88,9 @@ def test_launch_in_tmux_records_and_quits_cleanly(tmp_path: Path) -> None:
     assert "engine.knobs" in kinds and kinds[-1] == "server.stop"
     new = con.execute("SELECT new FROM events WHERE kind = 'engine.knobs'").fetchone()[0]
     assert str(8 * 2**20) in new
-    assert con.execute("SELECT count(DISTINCT pool) FROM pool_shard_samples").fetchone()[0] == 9  # host + 8 GPUs
+    pools = {r[0] for r in con.execute("SELECT DISTINCT pool FROM pool_shard_samples")}
+    own = {f"{p}-{where}" for p in ("sim", "engine") for where in ["host", *(f"gpu{i}" for i in range(8))]}
+    assert pools == own  # [pools] (host + 8 GPUs) and the engine's staging (host) and relay (8 GPUs) pools
     pids = {r[0] for r in con.execute("SELECT DISTINCT pid FROM server_samples WHERE pid IS NOT NULL")}
     assert pids, "the demo server's process never showed in the samples"
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

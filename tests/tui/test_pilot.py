@@ -116,24 +116,26 @@ async def test_recording_toggle_is_a_recorded_change(live_feed) -> None:
 
 
 async def test_pool_shard_resize_and_refusal(live_feed) -> None:
-    from engine.pools import engine_pools
-
+    """[pools] is on by default: gpudash's own pools and the engine's (staging, relay) are in the Pools
+    view, each once; the selected shard resizes live and a resize the pool cannot take is refused."""
     app = GpudashApp(live_feed)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await pilot.press("6")
-        assert "no memory pools yet" in str(app.query_one("#pools-view .empty", Static).content)
-        live_feed.pools.update(engine_pools(live_feed.engine, host_bytes=4 * 2**20, device_bytes=2**20,
-                                            shards={"kv": 0.5, "staging": 0.25}))
         await wait_for(pilot, lambda: app.state.latest.pool_shards, what="pool shards in the samples")
+        shards = [(s.pool, s.shard) for s in app.state.latest.pool_shards]
+        assert len(shards) == len(set(shards))  # no pool shows twice
+        assert {("sim-host", "kv"), ("sim-gpu7", "staging"), ("engine-host", "staging")} <= set(shards)
+        await wait_for(pilot, lambda: "engine-host" in table_text(app, "#pools-view"), what="the engine's pool")
         first = app.state.latest.pool_shards[0]
-        await pilot.press("m", "ctrl+a", "ctrl+k", *"3MiB", "enter")
+        assert (first.pool, first.shard, first.capacity) == ("sim-host", "kv", 32 * 2**20)  # half of 64 MiB
+        await pilot.press("m", "ctrl+a", "ctrl+k", *"24MiB", "enter")
         await wait_for(pilot, lambda: ("pool.shard_size", True) in kinds(app), what="the resize event")
-        assert live_feed.pools[first.pool].shard_stats(first.shard).capacity == 3 * 2**20
+        assert live_feed.pools[first.pool].shard_stats(first.shard).capacity == 24 * 2**20
         await pilot.press("m", "ctrl+a", "ctrl+k", *"1GiB", "enter")
         await wait_for(pilot, lambda: ("pool.shard_size", False) in kinds(app), what="the refused resize")
-        assert live_feed.pools[first.pool].shard_stats(first.shard).capacity == 3 * 2**20
-        await wait_for(pilot, lambda: "3.0 MiB" in table_text(app, "#pools-view"), what="the Pools view's new size")
+        assert live_feed.pools[first.pool].shard_stats(first.shard).capacity == 24 * 2**20
+        await wait_for(pilot, lambda: "24.0 MiB" in table_text(app, "#pools-view"), what="the Pools view's new size")
 
 
 async def test_keys_are_remappable_and_listed_in_help_and_palette(live_feed) -> None:

@@ -89,3 +89,16 @@ def test_low_free_at_start_warning_stays_until_that_server_starts_again() -> Non
     state.specs["big"] = state.specs["big"].model_copy(update={"share": 0.5})
     state.ingest(replace(snap, events=(start,)))  # started again with room for its share: cleared
     assert state.warnings == ()
+
+
+def test_live_feed_lists_its_pools_and_the_engines_each_once(tmp_path) -> None:
+    from gpudash.config import Config
+    from gpudash.tui.feeds import LiveFeed
+
+    class Engine:  # what LiveFeed reads of the engine here: its own pools by name
+        def pools(self) -> dict[str, str]:
+            return {"engine-host": "engine's staging pool", "sim-host": "engine's clashing name"}
+
+    feed = LiveFeed(Config(), "sim:h200", tmp_path / "db", record=False)
+    feed.engine, feed.pools = Engine(), {"sim-host": "gpudash's host pool"}
+    assert feed.all_pools() == {"sim-host": "gpudash's host pool", "engine-host": "engine's staging pool"}

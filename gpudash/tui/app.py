@@ -28,7 +28,7 @@ from gpudash.control import Command, ServerAction, SetRecording, SetSplit, descr
 from gpudash.records import Event, Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.feeds import Feed, FeedInfo, Player
-from gpudash.tui.state import ViewState, recommend_split, split_servers, ts_ratios
+from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_servers, ts_ratios
 from gpudash.tui.widgets.header import SourceHeader
 from gpudash.tui.widgets.latency import LatencyView
 from gpudash.tui.widgets.overview import OverviewView
@@ -366,11 +366,10 @@ class GpudashApp(App[None]):
         if isinstance(plan, str):
             self.notify(f"{spec.name}: {plan}", severity="warning", timeout=8)
             return
-        ratios = ts_ratios(plan.ts)
-        if spec.tensor_split and tuple(float(r) for r in spec.tensor_split) == ratios:
+        if runs_plan(spec, plan):
             self.notify(f"{spec.name} already runs the planned split -ts {plan.ts}")
             return
-        self._propose(SetSplit(spec.name, ratios))
+        self._propose(SetSplit(spec.name, ts_ratios(plan.ts)))
 
     def action_edit_share(self) -> None:
         """On the Pools view: the selected shard's size; elsewhere: the selected server's memory share."""

@@ -142,6 +142,14 @@ def ts_ratios(ts: str) -> tuple[float, ...]:
     return tuple(float(x) for x in ts.split(","))
 
 
+def runs_plan(spec: ServerSpec, plan: SplitPlan) -> bool:
+    """Whether the server's -ts already is the plan's, as proportions (0.4,0.6 is 2,3)."""
+    current, planned = list(spec.tensor_split or ()), ts_ratios(plan.ts)
+    if len(current) != len(planned) or sum(current) <= 0:
+        return False
+    return all(abs(c / sum(current) - p / sum(planned)) < 1e-6 for c, p in zip(current, planned))
+
+
 class ViewState:
     """Everything the views need, built by ingesting snapshots in order (live or replayed)."""
 

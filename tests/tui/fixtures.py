@@ -28,8 +28,8 @@ def sim_snapshot(profile: str = "8xh20", tick: int = 0, degrade: int | None = No
         busy = (i + tick) % 3 != 0
         gen, width = (g.link_gen, g.link_width) if degrade != i else (g.link_gen, g.link_width // 2)
         gpus.append(GpuSample(ts, i, f"GPU-sim-{i}", g.name, util_pct=80.0 if busy else 3.0,
-                              mem_used=(i + 1) * 2**30 * 4 + held.get(i, 0), mem_total=g.memory_bytes, power_w=100.0 + 10 * i,
-                              temp_c=40.0 + i, sm_clock_mhz=1500, pcie_tx_bps=(1 + (tick + i) % 5) * 2e9,
+                              mem_used=(i + 1) * 2**30 * 4 + held.get(i, 0), mem_total=g.memory_bytes,
+                              power_w=100.0 + 10 * i, temp_c=40.0 + i, sm_clock_mhz=1500, pcie_tx_bps=(1 + (tick + i) % 5) * 2e9,
                               pcie_rx_bps=(1 + (tick * 2 + i) % 4) * 1e9, link_gen=gen, link_width=width,
                               link_gen_max=g.link_gen, link_width_max=g.link_width, bar1_total=g.bar1_bytes))
     procs = tuple(GpuProcessSample(ts, gi, 4242, used, "llama-server", "big")

@@ -13,7 +13,7 @@ from fixtures import SPECS, sim_snapshot
 from gpudash.cli import main
 from gpudash.config import ServerSpec
 from gpudash.records import Event, GpuProcessSample, GpuSample
-from gpudash.tui.state import ViewState, link_status, recommend_split, split_balance, split_servers
+from gpudash.tui.state import ViewState, link_status, recommend_split, runs_plan, split_balance, split_servers
 
 H20 = GpuSample(0.0, 0, "u", "NVIDIA H20", util_pct=2.0, pcie_tx_bps=0.0, pcie_rx_bps=0.0, link_gen=5,
                 link_width=16, link_gen_max=5, link_width_max=16)
@@ -102,3 +102,12 @@ def test_live_feed_lists_its_pools_and_the_engines_each_once(tmp_path) -> None:
     feed = LiveFeed(Config(), "sim:h200", tmp_path / "db", record=False)
     feed.engine, feed.pools = Engine(), {"sim-host": "gpudash's host pool"}
     assert feed.all_pools() == {"sim-host": "gpudash's host pool", "engine-host": "engine's staging pool"}
+
+
+def test_a_split_runs_the_plan_when_its_proportions_match() -> None:
+    snap = sim_snapshot("rtx5080+rtx3090")
+    empty = replace(snap, gpus=tuple(replace(g, mem_used=0) for g in snap.gpus), gpu_processes=())
+    plan = recommend_split(SPECS["big"], empty, 8 * 10**9)  # 2,3
+    assert runs_plan(SPECS["big"].model_copy(update={"tensor_split": [0.4, 0.6]}), plan)
+    assert not runs_plan(SPECS["big"].model_copy(update={"tensor_split": [1, 1]}), plan)
+    assert not runs_plan(SPECS["big"].model_copy(update={"tensor_split": None}), plan)

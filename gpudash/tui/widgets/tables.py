@@ -11,8 +11,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Log, Static
 
+from gpudash.advisor.planner import SplitPlan
+from gpudash.config import ServerSpec
 from gpudash.records import Event
-from gpudash.tui.state import ViewState, recommend_split, split_balance, split_servers, ts_ratios
+from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers
 from gpudash.tui.widgets import fmt
 
 
@@ -71,20 +73,20 @@ class SplitView(TableView):
                     name = Text(r.server, style="bold reverse" if r.server == selected_server else "")
                     rows.append((name, r.gpu, fmt.pct(r.target, 1), fmt.size(r.held_bytes),
                                  fmt.pct(r.actual, 1), imb, fmt.pct(planned.get(r.gpu), 1)))
-                advice.append_text(_advice_line(spec.name, spec.tensor_split, plan))
+                advice.append_text(_advice_line(spec, plan))
         self.fill(rows)
         self.query_one("#split-advice", Static).update(advice, layout=False)
         self.query_one("#share-warnings", Static).update(warnings_text(state.warnings))
 
 
-def _advice_line(server: str, current: Any, plan: Any) -> Text:
-    """'big: -ts 1,1 now, planner 2,3 (p applies it): why' in one line per split server."""
-    now = ",".join(f"{r:g}" for r in current) if current else "equal"
-    t = Text(f"{server}: -ts {now} now, ", style="bold")
+def _advice_line(spec: ServerSpec, plan: SplitPlan | str) -> Text:
+    """'big: -ts 1,1 now, planner -ts 2,3 (p: apply): why' - one line per split server."""
+    now = ",".join(f"{r:g}" for r in spec.tensor_split) if spec.tensor_split else "equal"
+    t = Text(f"{spec.name}: -ts {now} now, ", style="bold")
     if isinstance(plan, str):
         t.append(plan, style="yellow")
     else:
-        same = current and ts_ratios(plan.ts) == tuple(float(r) for r in current)
+        same = runs_plan(spec, plan)
         t.append(f"planner -ts {plan.ts}", style="bold green" if same else "bold magenta")
         t.append(" (already applied)" if same else " (p: apply)")
         t.append(f": {plan.reason}")

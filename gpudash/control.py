@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.records import Event
+from gpudash.shares import parse_share
 
 ENGINE_KNOBS = tuple(EngineSettings.model_fields)
 
@@ -260,8 +261,10 @@ class Controller:
         return old, new
 
     def _check_share_fits(self, server: str, spec: ServerSpec, share: float) -> None:
-        if not 0 < share <= 1:
-            raise Refused(f"memory share must be above 0 and at most 1, got {share:g}")
+        try:
+            parse_share(share)
+        except ValueError as err:
+            raise Refused(str(err)) from None
         specs = self.supervisor.specs()
         for g in spec.gpus:
             others = sum(s.share or 0.0 for n, s in specs.items() if n != server and g in s.gpus)

@@ -39,13 +39,13 @@ VLLM_DEFAULT_UTIL = 0.9
 
 
 # ---- accounting -------------------------------------------------------------------------------
-def parse_share(text: str, what: str = "memory share") -> float:
-    """A share typed by a person ('0.45') as a float in (0, 1]; ValueError naming `what` and the fix.
-    The one parser behind the TUI's share form and `gpudash bench share --shares`."""
+def parse_share(text: str | float, what: str = "memory share") -> float:
+    """A share ('0.45', or a number) as a float in (0, 1]; ValueError naming `what` and the fix. The one
+    check behind the TUI's share form, `gpudash bench share --shares` and Controller's SetShare."""
     try:
         share = float(text)
     except ValueError:
-        raise ValueError(f"{what} {text.strip()!r} is not a number; write a fraction of each GPU's memory "
+        raise ValueError(f"{what} {str(text).strip()!r} is not a number; write a fraction of each GPU's memory "
                          "like 0.45") from None
     if not 0 < share <= 1:
         raise ValueError(f"{what} {share:g} is outside (0, 1]; a share is a fraction of each GPU's memory")

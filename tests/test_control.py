@@ -68,7 +68,7 @@ def test_split_change_relaunches_and_records_old_and_new(rig) -> None:
     (SetSplit("nope", (1.0, 1.0)), "no server named 'nope'"),
     (SetSplit("big", (-1.0, 2.0)), "tensor_split must be non-negative"),
     (SetShare("side", 0.6), "GPU 1 would be over-committed"),
-    (SetShare("big", 1.5), "at most 1"),
+    (SetShare("big", 1.5), "memory share 1.5 is outside (0, 1]"),
     (ServerAction("big", "explode"), "unknown server action"),  # type: ignore[arg-type]
 ])
 def test_refused_changes_leave_everything_as_it_was(rig, command, reason: str) -> None:

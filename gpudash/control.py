@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.records import Event
-from gpudash.shares import parse_share
+from gpudash.shares import oversubscription_warnings, parse_share
 
 ENGINE_KNOBS = tuple(EngineSettings.model_fields)
 
@@ -265,12 +265,12 @@ class Controller:
             parse_share(share)
         except ValueError as err:
             raise Refused(str(err)) from None
-        specs = self.supervisor.specs()
-        for g in spec.gpus:
-            others = sum(s.share or 0.0 for n, s in specs.items() if n != server and g in s.gpus)
-            if others + share > 1.0 + 1e-9:
-                raise Refused(f"GPU {g} would be over-committed: {server} {share:g} + other servers "
-                              f"{others:g} > 1; lower a share first")
+        after = [spec.model_copy(update={"share": share}) if n == server else s
+                 for n, s in self.supervisor.specs().items()]
+        gpus = sorted({g for s in after for g in s.gpus})  # a server without a GPU list counts on all of them
+        over = [w for w in oversubscription_warnings(after, gpus) if server in w.servers]
+        if over:
+            raise Refused(over[0].message)
 
     def _resize_shard(self, pool_name: str, shard: str, capacity: int | str) -> tuple[Any, Any]:
         pools = dict(self.pools()) if self.pools is not None else {}

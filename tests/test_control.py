@@ -67,7 +67,7 @@ def test_split_change_relaunches_and_records_old_and_new(rig) -> None:
     (SetSplit("big", (1.0, 2.0, 3.0)), "give 2 ratios, not 3"),
     (SetSplit("nope", (1.0, 1.0)), "no server named 'nope'"),
     (SetSplit("big", (-1.0, 2.0)), "tensor_split must be non-negative"),
-    (SetShare("side", 0.6), "GPU 1 would be over-committed"),
+    (SetShare("side", 0.6), "GPU 1: shares add up to"),
     (SetShare("big", 1.5), "memory share 1.5 is outside (0, 1]"),
     (ServerAction("big", "explode"), "unknown server action"),  # type: ignore[arg-type]
 ])

@@ -97,7 +97,7 @@ async def test_bad_values_are_refused_with_the_reason(live_feed) -> None:
         await pilot.press("ctrl+a", "ctrl+k", *"0.8", "enter", "y")
         await wait_for(pilot, lambda: ("server.share", False) in kinds(app), what="the refused share change")
         ev = next(e for e in app.state.events if e.kind == "server.share")
-        assert "GPU 1 would be over-committed" in ev.reason
+        assert "GPU 1: shares add up to" in ev.reason
         assert live_feed.controller.specs()["big"].share == 0.5
         assert {s.server: s.pid for s in app.state.latest.servers} == pids  # nothing re-launched
         assert live_feed.engine.knobs() == knobs

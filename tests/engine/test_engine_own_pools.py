@@ -17,26 +17,12 @@ def page(n: int) -> int:
     return -(-n // 4096) * 4096
 
 
-@pytest.fixture
-def make():
-    made: list[TransferEngine] = []
-
-    def build(profile: str = "8xh20", **kw: object) -> TransferEngine:
-        eng = TransferEngine(EngineConfig(backend="sim", profile=profile, **kw))  # type: ignore[arg-type]
-        made.append(eng)
-        return eng
-
-    yield build
-    for eng in made:
-        eng.close()
-
-
 def capacities(eng: TransferEngine) -> dict[str, int]:
     return {name: p.stats()[0].capacity for name, p in eng.pools().items()}
 
 
-def test_pools_exist_with_their_shards_sized_from_the_knobs(make) -> None:
-    eng = make("8xh20")
+def test_pools_exist_with_their_shards_sized_from_the_knobs(make_engine) -> None:
+    eng = make_engine("8xh20")
     pools = eng.pools()
     assert list(pools) == ["engine-host"] + [f"engine-gpu{g}" for g in range(8)]
     assert all(p.label == "sim" for p in pools.values())
@@ -51,17 +37,17 @@ def test_pools_exist_with_their_shards_sized_from_the_knobs(make) -> None:
         assert (p.kind, p.gpu, p.shards, p.nbytes) == ("device", g, ("relay",), 4 * relay)
         st = p.stats()[0]
         assert (st.capacity, st.used, st.allocations, st.failures) == (relay, 0, 0, 0)
-    small = make("8xh20", h2d_chunk_bytes=1 * MiB, d2h_chunk_bytes=1 * MiB)
+    small = make_engine("8xh20", h2d_chunk_bytes=1 * MiB, d2h_chunk_bytes=1 * MiB)
     assert capacities(small)["engine-host"] == 32 * MiB
 
 
 @pytest.mark.parametrize("profile", ["h200", "rtx5080+rtx3090"])
-def test_rigs_without_peer_paths_have_only_the_staging_pool(make, profile: str) -> None:
-    assert list(make(profile).pools()) == ["engine-host"]
+def test_rigs_without_peer_paths_have_only_the_staging_pool(make_engine, profile: str) -> None:
+    assert list(make_engine(profile).pools()) == ["engine-host"]
 
 
-def test_staging_and_relay_blocks_show_while_copies_run(make) -> None:
-    eng = make("8xh20")
+def test_staging_and_relay_blocks_show_while_copies_run(make_engine) -> None:
+    eng = make_engine("8xh20")
     src = np.random.default_rng(0).integers(0, 256, 96 * MiB, dtype=np.uint8)  # pageable: staged
     dev = eng.alloc_device(0, src.nbytes)
     source = PoolSource(lambda: eng.pools().values())
@@ -81,8 +67,8 @@ def test_staging_and_relay_blocks_show_while_copies_run(make) -> None:
         p.check()
 
 
-def test_knob_changes_grow_the_shards_and_a_copy_in_flight_keeps_its_blocks(make) -> None:
-    eng = make("8xh20", h2d_chunk_bytes=1 * MiB, d2h_chunk_bytes=1 * MiB)
+def test_knob_changes_grow_the_shards_and_a_copy_in_flight_keeps_its_blocks(make_engine) -> None:
+    eng = make_engine("8xh20", h2d_chunk_bytes=1 * MiB, d2h_chunk_bytes=1 * MiB)
     slab = eng.pools()["engine-gpu1"].nbytes
     assert slab == 4 * 2 * 7 * 2 * MiB and capacities(eng)["engine-gpu1"] == 28 * MiB
     src = np.random.default_rng(1).integers(0, 256, 64 * MiB, dtype=np.uint8)
@@ -102,8 +88,8 @@ def test_knob_changes_grow_the_shards_and_a_copy_in_flight_keeps_its_blocks(make
         p.check()
 
 
-def test_knobs_that_cannot_fit_are_refused_and_change_nothing(make) -> None:
-    eng = make("8xh20")
+def test_knobs_that_cannot_fit_are_refused_and_change_nothing(make_engine) -> None:
+    eng = make_engine("8xh20")
     before, caps = eng.knobs(), capacities(eng)
     with pytest.raises(EngineArgumentError, match=r"knobs h2d_chunk_bytes=1073741824, outstanding=3 refused: one "
                                                   r"chunk on each relay path needs \d+ bytes in shard 'relay' of "
@@ -112,8 +98,8 @@ def test_knobs_that_cannot_fit_are_refused_and_change_nothing(make) -> None:
     assert eng.knobs() == before and capacities(eng) == caps
 
 
-def test_the_engine_owns_its_shards(make) -> None:
-    eng = make("8xh20")
+def test_the_engine_owns_its_shards(make_engine) -> None:
+    eng = make_engine("8xh20")
     relay = eng.pools()["engine-gpu3"]
     cap = relay.stats()[0].capacity
     with pytest.raises(PoolError, match=rf"cannot shrink shard 'relay' of pool 'engine-gpu3' .* keep at least {cap}"):
@@ -130,10 +116,10 @@ def test_the_engine_owns_its_shards(make) -> None:
     assert all(p.closed and p.stats() == () for p in eng.pools().values())
 
 
-def test_relay_shard_exhaustion_is_counted_and_copies_stay_exact(make) -> None:
+def test_relay_shard_exhaustion_is_counted_and_copies_stay_exact(make_engine) -> None:
     """Shards capped at their pool (outstanding=64 needs 8x the pool): relayed chunks that find no block
     wait for one (the pool counts each miss), and every copy still lands byte-exact."""
-    eng = make("8xh20", sim_time_scale=1.0, h2d_chunk_bytes=64 * 1024, d2h_chunk_bytes=64 * 1024,
+    eng = make_engine("8xh20", sim_time_scale=1.0, h2d_chunk_bytes=64 * 1024, d2h_chunk_bytes=64 * 1024,
                h2d_fallback_bytes=0, direct_first=False)
     eng.set(outstanding=64)
     assert capacities(eng)["engine-gpu1"] == eng.pools()["engine-gpu1"].nbytes == 4 * 2 * 7 * 128 * 1024

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from tui_helpers import wait_for
 from textual.widgets import Static
 
 from gpudash.config import Config

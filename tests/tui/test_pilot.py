@@ -7,7 +7,7 @@ import asyncio
 import sqlite3
 
 import pytest
-from conftest import wait_for
+from tui_helpers import wait_for
 from textual.widgets import DataTable, Static
 
 from gpudash.tui.app import GpudashApp

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import live_config, wait_for
+from tui_helpers import live_config, wait_for
 from textual.widgets import Static
 
 from gpudash.tui.app import GpudashApp

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 import pytest
-from conftest import wait_for
+from tui_helpers import wait_for
 from fixtures import sim_snapshot
 
 from gpudash.cli import main

@@ -5,7 +5,7 @@ after checking the change by eye."""
 from __future__ import annotations
 
 import pytest
-from conftest import wait_for
+from tui_helpers import wait_for
 from fixtures import SPECS, FixedFeed, sim_snapshot
 
 from gpudash.config import ServerSpec

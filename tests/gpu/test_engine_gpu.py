@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from engine import EngineArgumentError, EngineConfig, TransferEngine
+from engine import EngineArgumentError, TransferEngine
 
 try:
     import cupy as cp
@@ -19,13 +19,6 @@ except ImportError:  # CI: these tests are deselected (-m 'not gpu') anyway
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cp is None, reason="needs CuPy and an NVIDIA GPU")]
 
 MiB = 2**20
-
-
-@pytest.fixture(scope="module")
-def eng() -> TransferEngine:
-    e = TransferEngine(EngineConfig(backend="cuda"))
-    yield e
-    e.close()
 
 
 def _sizes(rng: np.random.Generator, n: int, hi: int) -> list[int]:

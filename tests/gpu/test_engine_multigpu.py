@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import EngineConfig, TransferEngine
+from engine import TransferEngine
 
 try:
     import cupy as cp
@@ -20,13 +20,11 @@ MiB = 2**20
 
 
 @pytest.fixture(scope="module")
-def eng() -> TransferEngine:
-    e = TransferEngine(EngineConfig(backend="cuda"))
-    if e.num_gpus < 2:
-        e.close()
+def eng(eng: TransferEngine) -> TransferEngine:
+    """The shared CUDA engine, on a machine with two or more GPUs (relays need a peer)."""
+    if eng.num_gpus < 2:
         pytest.skip("needs two or more GPUs for relay paths")
-    yield e
-    e.close()
+    return eng
 
 
 def _relay_bytes(eng: TransferEngine, direction: str, target: int) -> int:

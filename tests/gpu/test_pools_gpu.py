@@ -12,7 +12,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from engine import EngineConfig, TransferEngine
+from engine import TransferEngine
 from engine.pools import MemoryPool, PoolExhaustedError, engine_pools, kv_tenant_trace
 
 try:
@@ -23,13 +23,6 @@ except ImportError:  # CI: these tests are deselected (-m 'not gpu') anyway
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cp is None, reason="needs CuPy and an NVIDIA GPU")]
 
 MiB = 2**20
-
-
-@pytest.fixture(scope="module")
-def eng() -> TransferEngine:
-    e = TransferEngine(EngineConfig(backend="cuda"))
-    yield e
-    e.close()
 
 
 def as_cupy(ptr: int, nbytes: int, owner: object) -> "cp.ndarray":

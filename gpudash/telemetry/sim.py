@@ -34,7 +34,7 @@ class LoadLevel:
 
 
 LOAD_LEVELS: dict[str, LoadLevel] = {
-    "light": LoadLevel(4 * MiB, concurrent=False, pause_s=0.2),
+    "light": LoadLevel(1 * MiB, concurrent=False, pause_s=1.0),
     "heavy": LoadLevel(32 * MiB, concurrent=True, pause_s=0.0),
 }
 _BASE_MEM = 480 * MiB  # what an idle driver context would hold

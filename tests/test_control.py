@@ -11,27 +11,16 @@ import pytest
 from gpudash.config import ServerSpec
 from gpudash.control import (Controller, ServerAction, SetEngineKnobs, SetRecording, SetShardSize, SetShare, SetSplit,
                              describe, relaunches)
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.telemetry.inbox import Inbox
 
-TINY = DemoModelShape(layers=1, embedding=64, heads=2, heads_kv=2, feed_forward=128, context=512)
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("model") / "tiny.gguf"
-    write_demo_model(path, TINY)
-    return path
-
-
 @pytest.fixture
-def rig(model: Path, tmp_path: Path):
+def rig(tiny_model: Path, tmp_path: Path):
     """Two real llama-servers sharing GPU 1 (on CPU here), supervised; stopped after the test."""
     inbox = Inbox()
-    specs = [ServerSpec(name="big", model=str(model), gpus=[0, 1], tensor_split=[1, 1], share=0.5, ctx_size=512,
+    specs = [ServerSpec(name="big", model=str(tiny_model), gpus=[0, 1], tensor_split=[1, 1], share=0.5, ctx_size=512,
                         health_timeout_s=30),
-             ServerSpec(name="side", model=str(model), gpus=[1], share=0.4, ctx_size=512, health_timeout_s=30)]
+             ServerSpec(name="side", model=str(tiny_model), gpus=[1], share=0.4, ctx_size=512, health_timeout_s=30)]
     sup = Supervisor(specs, inbox, tmp_path / "logs")
     sup.start_all()
     try:

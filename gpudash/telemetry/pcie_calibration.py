@@ -91,18 +91,19 @@ def calibrate(gpu: int = 0, chunk_bytes: int = 64 * MiB, chunks: int = 16) -> Ca
         buf = cupy.empty(chunk_bytes, dtype=cupy.uint8)
         buf.data.copy_from_host(host_ptr, chunk_bytes)  # warm up both directions
         buf.data.copy_to_host(host_ptr, chunk_bytes)
+
+        def timed(copy: Any) -> float:
+            """Seconds for `chunks` copies, reading the counters after each so none can wrap twice."""
+            t0 = time.perf_counter()
+            for _ in range(chunks):
+                copy(host_ptr, chunk_bytes)
+                read()
+            return time.perf_counter() - t0
+
         _, rx0 = settle()
-        t0 = time.perf_counter()
-        for _ in range(chunks):
-            buf.data.copy_from_host(host_ptr, chunk_bytes)
-            read()
-        h2d_s = time.perf_counter() - t0
+        h2d_s = timed(buf.data.copy_from_host)
         tx0, rx1 = settle()
-        t0 = time.perf_counter()
-        for _ in range(chunks):
-            buf.data.copy_to_host(host_ptr, chunk_bytes)
-            read()
-        d2h_s = time.perf_counter() - t0
+        d2h_s = timed(buf.data.copy_to_host)
         tx1, _ = settle()
     payload = chunk_bytes * chunks
     return Calibration(uuid=dev.static.uuid, payload_bytes=payload, rx_counted=rx1 - rx0, tx_counted=tx1 - tx0,

@@ -17,6 +17,8 @@ KNOB_LIMITS: dict[str, tuple[int, int]] = {
     "outstanding": (1, 64),
     "h2d_fallback_bytes": (0, 2**50),
     "d2h_fallback_bytes": (0, 2**50),
+    "h2d_staging_bytes": (0, 2**50),  # Python-side policy only: not part of the native knob struct
+    "d2h_staging_bytes": (0, 2**50),
     "staging_threads": (1, 64),
     "registration_cache_bytes": (0, 2**50),
 }
@@ -48,7 +50,16 @@ def validate_knobs(values: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How to build a TransferEngine. Knob defaults are the MMA paper's measured optima.
+    """How to build a TransferEngine. Knob defaults are the MMA paper's measured optima, except the
+    staging thresholds, which were measured on an H200.
+
+    `h2d_staging_bytes` / `d2h_staging_bytes`: a one-shot pageable host buffer (the first time the engine
+    sees it) goes through the pinned staging ring only when the copy is at least this many bytes; smaller
+    copies are one plain driver copy of the pageable memory on the single direct path (the driver stages
+    it itself; no engine threads), because below these sizes one driver copy measured faster than the
+    ring (H200: staging wins H2D only from somewhere in 8-64 MiB, D2H from somewhere in 2-8 MiB; `gpudash
+    bench engine --tune` measures this machine's). 0 always stages. They are policy in Python, never
+    passed to the native data plane.
 
     `sim_time_scale`: real seconds per simulated second on the sim backend; None picks one so the
     rig's summed host-link bandwidth needs about SIM_REAL_GBPS of real memcpy throughput.
@@ -61,6 +72,8 @@ class EngineConfig:
     outstanding: int = 2
     h2d_fallback_bytes: int = 11_300_000
     d2h_fallback_bytes: int = 13_000_000
+    h2d_staging_bytes: int = 16 * 2**20
+    d2h_staging_bytes: int = 4 * 2**20
     direct_first: bool = True
     staging_threads: int = 4
     registration_cache_bytes: int = 8 * GiB

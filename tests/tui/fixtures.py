@@ -58,6 +58,7 @@ class FixedFeed:
         self.controller = controller
         self.knobs = knobs or {"h2d_chunk_bytes": 2_810_000, "d2h_chunk_bytes": 5_370_000, "outstanding": 2,
                                "h2d_fallback_bytes": 11_300_000, "d2h_fallback_bytes": 13_000_000,
+                               "h2d_staging_bytes": 16 * 2**20, "d2h_staging_bytes": 4 * 2**20,
                                "direct_first": True, "staging_threads": 4}
         self.closed = False
 

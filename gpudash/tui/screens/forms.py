@@ -17,7 +17,7 @@ from gpudash.control import Command, SetEngineKnobs, SetShardSize, SetShare, Set
 from gpudash.shares import parse_share
 
 EDITABLE_KNOBS = ("h2d_chunk_bytes", "d2h_chunk_bytes", "outstanding", "h2d_fallback_bytes",
-                  "d2h_fallback_bytes", "staging_threads")
+                  "d2h_fallback_bytes", "h2d_staging_bytes", "d2h_staging_bytes", "staging_threads")
 
 
 class KnobValidator(Validator):
@@ -95,7 +95,8 @@ class FormScreen(ModalScreen[Command | None]):
 
 
 class KnobForm(FormScreen):
-    """Engine knobs: chunk sizes, queue length (outstanding), fallback thresholds, direct-first."""
+    """Engine knobs: chunk sizes, queue length (outstanding), fallback and staging thresholds, staging
+    threads, direct-first."""
 
     def __init__(self, knobs: dict[str, Any]) -> None:
         super().__init__(id="knob-form")

@@ -25,6 +25,11 @@ CASES = {
                        "bogus: unknown field; remove it or check its spelling"]),
     "bad_size": ('[engine]\nh2d_chunk_bytes = "2.81 XB"\n',
                  ["engine.h2d_chunk_bytes: expected a size like '2.81MB', '4MiB' or 1048576, got '2.81 XB'"]),
+    "bad_staging_threshold": ('[engine]\nh2d_staging_bytes = 2251799813685248\nd2h_staging_bytes = "4 MiBs"\n',
+                              ["engine.h2d_staging_bytes: staging threshold must be between 0 (always stage) and "
+                               "2**50 bytes, got 2251799813685248 bytes",
+                               "engine.d2h_staging_bytes: expected a size like '2.81MB', '4MiB' or 1048576, "
+                               "got '4 MiBs'"]),
     "duplicate_servers": ('[[servers]]\nname = "a"\nmodel = "m.gguf"\n[[servers]]\nname = "a"\nmodel = "n.gguf"\n',
                           ["servers: server names must be unique; repeated: a"]),
     "kind_specific_field": ('[[servers]]\nname = "a"\nmodel = "m.gguf"\ngpu_memory_utilization = 0.5\n'
@@ -76,6 +81,7 @@ def test_config_show_prints_effective_toml_that_loads_back(tmp_path: Path) -> No
     assert shown["sampling"]["interval_s"] == 0.25
     assert shown["engine"]["h2d_chunk_bytes"] == 4 * 2**20
     assert shown["engine"]["d2h_chunk_bytes"] == 5_370_000  # embedded default
+    assert (shown["engine"]["h2d_staging_bytes"], shown["engine"]["d2h_staging_bytes"]) == (16 * 2**20, 4 * 2**20)
     again = tmp_path / "again.toml"
     again.write_text(result.stdout)
     assert load_config(again) == load_config(path)

@@ -1,6 +1,7 @@
 """`gpudash bench engine`: the transfer engine against the native copy, in one table (ratio column,
-core-seconds per GB), plus the sim 8xh20 relay figure; `--tune` sweeps chunk sizes and fallback
-thresholds and writes them into the user config's [engine] section. Results go into the store."""
+core-seconds per GB), plus the sim 8xh20 relay figure; `--tune` sweeps chunk sizes, fallback thresholds
+and (on cuda) the pageable staging thresholds and writes them into the user config's [engine] section.
+Results go into the store."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def _record(cfg: Config, db: str | None, source: str, rows: list[Any], tuned: di
               help="Sim rig for --backend sim (default: the config's [sim] profile).")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the results as JSON.")
 @click.option("--tune", is_flag=True, default=False,
-              help="Sweep chunk sizes and fallback thresholds, write them into the user config, then bench.")
+              help="Sweep chunk sizes, fallback and staging thresholds, write them into the user config, then bench.")
 @click.option("--sizes", default=None, help="Comma-separated copy sizes, e.g. 64KiB,16MiB,1GiB.")
 @click.option("--no-store", is_flag=True, default=False, help="Do not record the results in the store.")
 @db_option

@@ -52,6 +52,7 @@ def test_autotune_on_a_multipath_rig() -> None:
     assert res.knobs["h2d_chunk_bytes"] in CHUNKS and res.knobs["d2h_chunk_bytes"] in CHUNKS
     assert 0 < res.knobs["h2d_fallback_bytes"] <= 16 * 2**20 or res.knobs["h2d_fallback_bytes"] == 2**50
     assert any(what == "h2d multipath/single" for what, _v, _r in res.table)
+    assert "the sim does not model the pageable-memory penalty; *_staging_bytes unchanged" in res.notes
 
 
 def test_write_engine_knobs_merges_and_validates(tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ struct Api {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventQuery)(CUevent);
+  CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuCtxGetCurrent)(CUcontext *);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
@@ -98,6 +99,7 @@ int load_api() {
   get("cuEventRecord", "cuEventRecord", api.cuEventRecord);
   get("cuEventSynchronize", "cuEventSynchronize", api.cuEventSynchronize);
   get("cuEventQuery", "cuEventQuery", api.cuEventQuery);
+  get("cuStreamSynchronize", "cuStreamSynchronize", api.cuStreamSynchronize);
   get("cuCtxGetCurrent", "cuCtxGetCurrent", api.cuCtxGetCurrent);
   get("cuStreamWaitEvent", "cuStreamWaitEvent", api.cuStreamWaitEvent);
   get("cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2", api.cuMemcpyHtoDAsync);
@@ -257,6 +259,21 @@ class CudaBackend : public Backend {
     if ((rc = get_event(p.via, &ev))) return rc;
     c.event = ev;
     return cu(api.cuEventRecord(ev, st));
+  }
+
+  // One async copy and a stream sync, as a native caller would do it: on the caller's stream (in its
+  // context) when there is one, else on the path's stream, which has nothing in flight (copy_now).
+  int copy_now(Path &p, Chunk &c, uint64_t stream) override {
+    CUstream st = p.stream;
+    CUcontext sc = ctx_[p.via];
+    if (stream) {
+      st = reinterpret_cast<CUstream>(stream);
+      if (int rc = cu(api.cuStreamGetCtx(st, &sc))) return rc;
+    }
+    CtxSwitch sw(sc);
+    CUresult r = p.dir == GE_H2D ? api.cuMemcpyHtoDAsync(c.dev, reinterpret_cast<const void *>(c.host), c.len, st)
+                                 : api.cuMemcpyDtoHAsync(reinterpret_cast<void *>(c.host), c.dev, c.len, st);
+    return cu(r ? r : api.cuStreamSynchronize(st));
   }
 
   // Sleep through the first half of the chunk's predicted time (from the best rate this path has

@@ -207,7 +207,7 @@ int ge_host_unregister(ge_engine *e, uint64_t ptr) { return e->eng.be->host_unre
 int ge_copy(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, uint64_t nbytes, int host_mode,
             uint64_t stream, uint64_t *handle) {
   std::shared_ptr<ge::Copy> c;
-  int rc = e->eng.start_copy(direction, gpu, dst, src, nbytes, host_mode, stream, false, &c, nullptr);
+  int rc = e->eng.start_copy(direction, gpu, dst, src, nbytes, host_mode, stream, &c);
   if (rc == GE_OK) *handle = e->eng.add_handle(c);
   return rc;
 }

@@ -113,6 +113,13 @@ class Backend {
   // issue: called by the dispatcher under the group lock; complete: by the path's worker, no lock.
   virtual int issue(Path &p, Chunk &c) = 0;
   virtual int complete(Path &p, Chunk &c) = 0;
+  // A single-path copy issued and completed on the caller's thread (synchronous copies on an idle
+  // path); `stream` is the caller's stream (cuda), 0 for none. Called without the group lock.
+  virtual int copy_now(Path &p, Chunk &c, uint64_t stream) {
+    if (stream) return GE_ENOTSUP;
+    int rc = issue(p, c);
+    return rc ? rc : complete(p, c);
+  }
   virtual int alloc_device(int gpu, uint64_t n, uint64_t *ptr) = 0;
   virtual int free_device(uint64_t ptr) = 0;
   virtual int alloc_host(uint64_t n, uint64_t *ptr) = 0;

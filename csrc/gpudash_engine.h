@@ -139,8 +139,9 @@ int ge_copy_chunks(ge_engine *e, uint64_t handle, uint64_t *chunks, int *paths_u
 /* ge_wait, then (unless GE_ETIMEOUT) ge_copy_chunks and ge_release: one call to finish a copy. */
 int ge_finish(ge_engine *e, uint64_t handle, double timeout_s, uint64_t *chunks, int *paths_used);
 /* A synchronous ge_copy + ge_finish: returns once the copy has landed (or failed), with no handle;
- * out[0] = chunks, out[1] = paths used. A copy that takes the single direct path as one chunk is
- * issued and completed on the calling thread (no dispatcher or worker hand-off). */
+ * out[0] = chunks, out[1] = paths used. A copy that takes the single direct path while that path is
+ * idle is one driver copy and one stream sync on the calling thread (on `stream` when given), with no
+ * dispatcher, worker or event; others are started and waited for. */
 int ge_copy_sync(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, uint64_t nbytes,
                  int host_mode, uint64_t stream, uint64_t out[2]);
 int ge_release(ge_engine *e, uint64_t handle);

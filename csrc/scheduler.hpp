@@ -284,19 +284,10 @@ class Engine {
     for (auto &g : groups) g->cv.notify_all();
   }
 
-  // A one-shot destination is often fresh memory: fault its pages in with one call per chunk rather
-  // than one page fault per 4 KiB inside memcpy. Advice only; errors are ignored.
-  static void populate(uint64_t addr, uint64_t len) {
-    const uint64_t page = 4096;
-    uint64_t lo = (addr + page - 1) & ~(page - 1), hi = (addr + len) & ~(page - 1);
-    if (hi <= lo) return;
-#ifdef MADV_POPULATE_WRITE
-    madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_POPULATE_WRITE);
-#endif
-  }
-
-  // A staged D2H destination is usually fresh memory: ask for huge pages over all of it at once, so
-  // the per-chunk populate() faults 2 MiB pages whatever the chunk size. Advice only.
+  // A staged D2H destination is usually fresh memory: ask for huge pages over all of it at once, so the
+  // staging threads' memcpy faults (and the kernel zeroes) 2 MiB pages, not 4 KiB ones. Advice only.
+  // (Faulting each chunk ahead with MADV_POPULATE_WRITE was slower on the H200 host: 20.8 vs 27 GB/s
+  // with 12 threads, and it collapsed with 16.)
   static void advise_huge(uint64_t addr, uint64_t len) {
     const uint64_t huge = 2ull << 20;
     uint64_t lo = (addr + huge - 1) & ~(huge - 1), hi = (addr + len) & ~(huge - 1);
@@ -488,15 +479,13 @@ class Engine {
     }
   }
 
-  // Issue a chunk on a path (group lock held) and hand it to the path's worker, or with `enqueue`
-  // false leave it to the caller, who completes it with run_chunk.
-  int issue_on(Path &p, Chunk &ch, bool enqueue = true) {
+  // Issue a chunk on a path (group lock held) and hand it to the path's worker.
+  int issue_on(Path &p, Chunk &ch) {
     ch.issue_t = real_now();
     int rc = be->issue(p, ch);
     if (rc) return rc;
     ch.copy->path_used[p.id] = 1;
     p.depth++;
-    if (!enqueue) return GE_OK;
     if (ch.copy->nchunks == 1) ch.copy->sole_path = &p;
     p.q.push_back(&ch);
     p.cv.notify_one();
@@ -527,11 +516,10 @@ class Engine {
   }
 
   // Waits for a chunk the caller took off the path's queue, then settles it (group lock not held).
-  // `account`: add this thread's CPU time to the path (false when the caller accounts for it).
-  void run_chunk(Path &p, Chunk *ch, std::unique_lock<std::mutex> &lk, bool account = true) {
-    uint64_t t0 = account ? thread_cpu_ns() : 0;
+  void run_chunk(Path &p, Chunk *ch, std::unique_lock<std::mutex> &lk) {
+    uint64_t t0 = thread_cpu_ns();
     int rc = be->complete(p, *ch);
-    if (account) p.cpu_ns += thread_cpu_ns() - t0;
+    p.cpu_ns += thread_cpu_ns() - t0;
     if (ch->relay) relay_put(p.via, ch->relay), ch->relay = 0;
     lk.lock();
     settle(p, ch, rc, lk);
@@ -567,7 +555,6 @@ class Engine {
       submit_staging([this, ch, &p] {
         uint64_t t1 = thread_cpu_ns();
         const Copy &c = *ch->copy;
-        populate(c.dst + ch->off, ch->len);
         std::memcpy(reinterpret_cast<void *>(c.dst + ch->off), reinterpret_cast<const void *>(ch->host), ch->len);
         p.cpu_ns += thread_cpu_ns() - t1;
         release_stage(ch->stage);
@@ -613,11 +600,10 @@ class Engine {
     }
   }
 
-  // Starts a copy. With `sync` the caller is about to wait for it: a one-chunk copy on an idle group
-  // is then issued on the caller's thread and handed back in *mine for the caller to complete (no
-  // worker, no futex wake-up); other copies are queued for the dispatcher.
+  // Starts a copy: a one-chunk copy on an idle group is issued from the caller's thread (no dispatcher
+  // hop) and handed to the path's worker, unless its waiter completes it first; others are queued.
   int start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
-                 bool sync, std::shared_ptr<Copy> *out, Chunk **mine) {
+                 std::shared_ptr<Copy> *out) {
     if (stopping) return GE_ECLOSED;
     if (dir != GE_H2D && dir != GE_D2H) return GE_EINVAL;
     bool direct_only = (host_mode & GE_COPY_DIRECT_ONLY) != 0;
@@ -663,13 +649,10 @@ class Engine {
       if (c->single_path && c->nchunks == 1 && host_mode == GE_HOST_DIRECT && g.copies.empty() &&
           g.ready.empty() && g.retry.empty() && !direct->failed) {
         Chunk *ch = make_chunk(c, c->next_chunk++);
-        uint64_t t0 = sync ? 0 : thread_cpu_ns();  // copy_sync accounts for the whole copy at once
-        int rc2 = issue_on(*direct, *ch, !sync);
-        if (!sync) direct->cpu_ns += thread_cpu_ns() - t0;
-        if (rc2 == GE_OK) {
-          if (sync) *mine = ch;
-          return GE_OK;
-        }
+        uint64_t t0 = thread_cpu_ns();
+        int rc2 = issue_on(*direct, *ch);
+        direct->cpu_ns += thread_cpu_ns() - t0;
+        if (rc2 == GE_OK) return GE_OK;
         c->next_chunk = 0;  // let the dispatcher retry it (and fail over) the normal way
         delete ch;
       }
@@ -713,26 +696,67 @@ class Engine {
     *paths_used = int(std::count(c.path_used.begin(), c.path_used.end(), 1));
   }
 
-  // A whole copy on the caller's thread: start, then complete the chunk inline or wait.
+  // A whole copy on the caller's thread: one driver copy and one stream sync when it can (see
+  // copy_now), else start it and wait (a one-chunk copy is then completed inline by wait()).
   int copy_sync(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
                 uint64_t *chunks, int *paths_used) {
-    std::shared_ptr<Copy> c;
-    Chunk *mine = nullptr;
     *chunks = 0;
     *paths_used = 0;
-    uint64_t t0 = thread_cpu_ns();
-    int rc = start_copy(dir, gpu, dst, src, n, host_mode, stream, true, &c, &mine);
-    if (rc) return rc;
-    if (mine) {  // clock_gettime of the thread CPU clock is a system call: read it twice, not four times
-      precise_timers();
-      Path &direct = *groups[gpu * 2 + dir]->paths[0];
-      std::unique_lock<std::mutex> lk(direct.group->m, std::defer_lock);
-      run_chunk(direct, mine, lk, false);
-      direct.cpu_ns += thread_cpu_ns() - t0;
+    int rc = copy_now(dir, gpu, dst, src, n, host_mode, stream);
+    if (rc != kNotNow) {
+      if (rc == GE_OK) *chunks = 1, *paths_used = 1;
+      return rc;
     }
+    std::shared_ptr<Copy> c;
+    if ((rc = start_copy(dir, gpu, dst, src, n, host_mode, stream, &c))) return rc;
     rc = wait(*c, -1.0);
     progress(*c, chunks, paths_used);
     return rc;
+  }
+
+  // The synchronous fast path: a single-path direct copy while its group is idle and its direct path
+  // has nothing in flight is issued and completed by the backend on this thread, with no Copy, no
+  // chunk queue, no event and no other thread woken (a small copy then costs what the driver calls
+  // cost). kNotNow: not eligible (or it failed while relays could take it): use the general path.
+  static constexpr int kNotNow = 1;
+  int copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream) {
+    bool direct_only = (host_mode & GE_COPY_DIRECT_ONLY) != 0;
+    if ((host_mode & ~GE_COPY_DIRECT_ONLY) != GE_HOST_DIRECT || (dir != GE_H2D && dir != GE_D2H) || gpu < 0 ||
+        gpu >= ngpu || !dst || !src || !n || stopping)
+      return kNotNow;
+    Group &g = *groups[gpu * 2 + dir];
+    uint64_t fallback;
+    {
+      std::lock_guard<std::mutex> lk(knob_m);
+      fallback = dir == GE_H2D ? knobs.h2d_fallback_bytes : knobs.d2h_fallback_bytes;
+    }
+    if (!direct_only && n >= fallback && g.paths.size() > 1) return kNotNow;
+    Path &p = *g.paths[0];
+    {
+      std::lock_guard<std::mutex> lk(g.m);
+      if (!g.copies.empty() || !g.ready.empty() || !g.retry.empty() || p.depth || p.failed) return kNotNow;
+      p.depth++;
+    }
+    Chunk ch;
+    ch.len = n;
+    ch.host = dir == GE_H2D ? src : dst;
+    ch.dev = dir == GE_H2D ? dst : src;
+    // The caller spins in the driver's sync (CPU time == wall time here), so the path is charged the
+    // call's wall time: reading the thread CPU clock is a system call (~0.6 us), twice per copy.
+    ch.issue_t = real_now();
+    int rc = be->copy_now(p, ch, stream);
+    p.cpu_ns += uint64_t((real_now() - ch.issue_t) * 1e9);
+    if (rc == GE_OK) {
+      p.bytes += n;
+      p.chunks += 1;
+      (dir == GE_H2D ? link_h2d : link_d2h)[gpu] += n;
+      mark_rate(p);
+    }
+    std::lock_guard<std::mutex> lk(g.m);
+    p.depth--;
+    if (rc && rc != GE_ENOTSUP) p.failed = true;
+    if (!g.copies.empty() || !g.ready.empty() || !g.retry.empty()) g.cv.notify_all();  // a chunk may wait for room
+    return rc && rc != GE_ENOTSUP && g.paths.size() > 1 ? kNotNow : rc;
   }
 
   std::shared_ptr<Copy> find(uint64_t h) {

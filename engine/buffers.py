@@ -24,7 +24,6 @@ class Span(NamedTuple):
     kind: int  # N.MEM_*
     gpu: int | None
     readonly: bool
-    keep: Any  # the object that must stay alive while a copy uses the range
     owner: Any = None  # weakref-able object owning the whole allocation (registration cache key)
     owner_ptr: int = 0
     owner_nbytes: int = 0
@@ -128,15 +127,15 @@ def _from_cai(obj: Any, arg: str, classify: Callable[[int], tuple[int, int | Non
     nbytes = math.prod(shape) * itemsize
     gpu = _device_index(obj)
     if gpu is not None:
-        return Span(ptr, nbytes, N.MEM_DEVICE, gpu, bool(readonly), obj)
+        return Span(ptr, nbytes, N.MEM_DEVICE, gpu, bool(readonly))
     kind, gpu, _avail = classify(ptr) if ptr else (N.MEM_DEVICE, None, 0)
     if kind != N.MEM_DEVICE and nbytes:
         raise EngineArgumentError(f"{arg} exposes __cuda_array_interface__ but its pointer is not device memory "
                                   f"this engine's backend knows (CuPy/torch GPU arrays need backend='cuda')")
-    return Span(ptr, nbytes, N.MEM_DEVICE, gpu, bool(readonly), obj)
+    return Span(ptr, nbytes, N.MEM_DEVICE, gpu, bool(readonly))
 
 
-def _from_numpy(arr: np.ndarray, arg: str, keep: Any,
+def _from_numpy(arr: np.ndarray, arg: str,
                 classify: Callable[[int], tuple[int, int | None, int]]) -> Span:
     if not arr.flags.c_contiguous:
         raise _contig_error(arg)
@@ -146,7 +145,7 @@ def _from_numpy(arr: np.ndarray, arg: str, keep: Any,
         raise EngineArgumentError(f"{arg} is a host array whose memory belongs to a device allocation; "
                                   f"pass the DeviceBuffer itself")
     owner, optr, onb = _owner_of(arr)
-    return Span(ptr, arr.nbytes, kind, None, not arr.flags.writeable, keep, owner, optr, onb)
+    return Span(ptr, arr.nbytes, kind, None, not arr.flags.writeable, owner, optr, onb)
 
 
 def resolve(obj: Any, arg: str, nbytes: int | None, classify: Callable[[int], tuple[int, int | None, int]],
@@ -159,7 +158,7 @@ def resolve(obj: Any, arg: str, nbytes: int | None, classify: Callable[[int], tu
         if obj.freed:
             raise EngineArgumentError(f"{arg} is a freed {type(obj).__name__}; allocate a new one")
         kind = N.MEM_PINNED if isinstance(obj, HostBuffer) else N.MEM_DEVICE
-        return Span(obj.ptr, obj.nbytes, kind, None if kind == N.MEM_PINNED else obj.gpu, False, obj)
+        return Span(obj.ptr, obj.nbytes, kind, None if kind == N.MEM_PINNED else obj.gpu, False)
     if isinstance(obj, bool):
         raise EngineArgumentError(f"{arg} must be an array, a buffer or an integer pointer, got a boolean")
     if isinstance(obj, (int, np.integer)):
@@ -169,17 +168,17 @@ def resolve(obj: Any, arg: str, nbytes: int | None, classify: Callable[[int], tu
         if nbytes is None:
             raise EngineArgumentError(f"{arg} is a raw pointer; pass nbytes= to say how many bytes to copy")
         kind, gpu, avail = classify(obj)
-        return Span(obj, avail if avail else nbytes, kind, gpu, False, None)
+        return Span(obj, avail if avail else nbytes, kind, gpu, False)
     if hasattr(obj, "__cuda_array_interface__"):
         return _from_cai(obj, arg, kind_of)
     if isinstance(obj, np.ndarray):
-        return _from_numpy(obj, arg, obj, kind_of)
+        return _from_numpy(obj, arg, kind_of)
     if hasattr(obj, "__dlpack_device__"):
         dev_type, _dev_id = obj.__dlpack_device__()
         if dev_type in (_DL_CPU, _DL_CUDA_HOST):
             if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
                 raise _contig_error(arg)
-            return _from_numpy(np.from_dlpack(obj), arg, obj, kind_of)
+            return _from_numpy(np.from_dlpack(obj), arg, kind_of)
         raise EngineArgumentError(f"{arg} is a DLPack tensor on device type {dev_type} without "
                                   f"__cuda_array_interface__; pass a CuPy array or a torch CUDA tensor")
     try:
@@ -192,7 +191,7 @@ def resolve(obj: Any, arg: str, nbytes: int | None, classify: Callable[[int], tu
     arr = np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, dtype=np.uint8)
     if mv.readonly:
         arr.flags.writeable = False
-    return _from_numpy(arr, arg, obj, kind_of)
+    return _from_numpy(arr, arg, kind_of)
 
 
 class SpanCache:
@@ -216,7 +215,7 @@ class SpanCache:
             _ref, ptr, n, kind, gpu, readonly, owner_ref, optr, onb = hit
             if readonly is None:  # numpy: the writeable flag can change
                 readonly = not obj.flags.writeable
-            return Span(ptr, n, kind, gpu, readonly, obj, owner_ref() if owner_ref else None, optr, onb)
+            return Span(ptr, n, kind, gpu, readonly, owner_ref() if owner_ref else None, optr, onb)
         span = resolve(obj, arg, nbytes, classify, kind_of)
         is_np = isinstance(obj, np.ndarray)
         if not (is_np or hasattr(obj, "__cuda_array_interface__")):

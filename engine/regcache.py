@@ -1,12 +1,13 @@
-"""Pageable host memory: the policy choosing between a cached registration (pin once, reuse) and the
-pinned staging ring, and the registration cache itself (LRU with a byte cap).
+"""Pageable host memory: the policy choosing between a cached registration (pin once, reuse), the
+pinned staging ring and a plain driver copy, and the registration cache itself (LRU with a byte cap).
 
-Policy: a buffer seen for the first time is a one-shot buffer: it goes through the staging ring (no
-pinning cost). A buffer seen again is a reused buffer: its whole allocation is registered once and
-later copies run at pinned speed. Only numpy arrays that own their memory are cached, because only
-their lifetime is known: a weakref finalizer unregisters the range before numpy frees it, so a new
+Policy: a buffer seen for the first time is a one-shot buffer: a large copy of it goes through the
+staging ring (no pinning cost), a small one (below the `*_staging_bytes` knob) is one driver copy,
+which beats the ring there. A buffer seen again is a reused buffer: its whole allocation is registered
+once and later copies run at pinned speed. Only numpy arrays that own their memory are cached, because
+only their lifetime is known: a weakref finalizer unregisters the range before numpy frees it, so a new
 allocation at the same address can never hit a stale registration (safe invalidation). Raw pointers
-and foreign buffers always use the staging ring. Eviction skips entries used by copies in flight.
+and foreign buffers are always one-shot. Eviction skips entries used by copies in flight.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable
-
-from engine.buffers import Span
+from typing import Any, Callable
 
 
 @dataclass
@@ -37,7 +36,7 @@ class RegistrationCache:
         self._cap = cap_bytes
         self._lock = threading.RLock()  # finalizers may run inside acquire() (GC)
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # by ptr, LRU order
-        self._seen: OrderedDict[tuple[int, int], None] = OrderedDict()
+        self._seen: OrderedDict[tuple[int, int], weakref.ref[Any]] = OrderedDict()
         self._refused: set[tuple[int, int]] = set()  # ranges the backend would not register (already pinned)
         self.bytes = 0
 
@@ -46,38 +45,39 @@ class RegistrationCache:
             self._cap = cap_bytes
             self._evict(0)
 
-    def acquire(self, span: Span, now: bool = False) -> int | None:
-        """Registration key covering `span` (caller must release()), or None: use the staging ring.
-        `now`: register on first sight instead of waiting for the buffer to be reused."""
-        owner = span.owner
+    def acquire(self, owner: Any, owner_ptr: int, owner_nbytes: int, now: bool = False,
+                new: bool = True) -> int | None:
+        """Registration key covering the allocation of `owner` (caller must release()), or None: use the
+        staging ring or a driver copy. `now`: register on first sight instead of waiting for the buffer
+        to be reused; `new=False`: only take a registration that exists (so eviction cannot unpin it
+        under the copy), never make one."""
         if owner is None:
             return None
-        key = (span.owner_ptr, span.owner_nbytes)
+        key = (owner_ptr, owner_nbytes)
         with self._lock:
-            e = self._entries.get(span.owner_ptr)
-            if e is not None and e.nbytes == span.owner_nbytes:
+            e = self._entries.get(owner_ptr)
+            if e is not None and e.nbytes == owner_nbytes:
                 e.in_use += 1
-                self._entries.move_to_end(span.owner_ptr)
-                return span.owner_ptr
-            if key in self._refused:
+                self._entries.move_to_end(owner_ptr)
+                return owner_ptr
+            if not new or key in self._refused:
                 return None
-            if key not in self._seen and not now:  # one-shot so far
-                self._seen[key] = None
+            if key not in self._seen and not now:  # one-shot so far; forgotten when the owner dies
+                self._seen[key] = weakref.ref(owner, lambda _r, k=key: self._forget(k))
                 if len(self._seen) > 4096:
                     self._seen.popitem(last=False)
-                weakref.finalize(owner, self._forget, key).atexit = False
                 return None
-            if span.owner_nbytes > self._cap or not self._evict(span.owner_nbytes):
+            if owner_nbytes > self._cap or not self._evict(owner_nbytes):
                 return None
-            if not self._register(span.owner_ptr, span.owner_nbytes):
+            if not self._register(owner_ptr, owner_nbytes):
                 self._refused.add(key)
                 return None
-            e = _Entry(span.owner_ptr, span.owner_nbytes, in_use=1)
-            e.finalizer = weakref.finalize(owner, self._drop, span.owner_ptr)
+            e = _Entry(owner_ptr, owner_nbytes, in_use=1)
+            e.finalizer = weakref.finalize(owner, self._drop, owner_ptr)
             e.finalizer.atexit = False
-            self._entries[span.owner_ptr] = e
+            self._entries[owner_ptr] = e
             self.bytes += e.nbytes
-            return span.owner_ptr
+            return owner_ptr
 
     def release(self, key: int) -> None:
         with self._lock:

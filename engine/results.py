@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +63,13 @@ class Topology:
     peer: tuple[tuple[float | None, ...], ...]  # peer[a][b]: GB/s a->b; 0.0 P2P of unknown rate; None: none
 
 
-@dataclass(frozen=True, slots=True)
-class CopyInfo:
-    """What a finished copy did: its chunks and how many paths carried them."""
+class CopyInfo(NamedTuple):
+    """What a finished copy did: its chunks and how many paths carried them (a NamedTuple: one is
+    built for every copy, small ones included)."""
 
     direction: str
     gpu: int
     nbytes: int
-    host_mode: str  # "device" (no host side) | "pinned" | "registered" | "staged"
+    host_mode: str  # "pinned" | "registered" | "staged" | "driver" (pageable memory, one driver copy)
     chunks: int
     paths_used: int

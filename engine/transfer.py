@@ -13,15 +13,18 @@ from typing import Any
 import numpy as np
 
 from engine import _native as N
-from engine.buffers import DeviceBuffer, HostBuffer, SpanCache, page_aligned
+from engine.buffers import DeviceBuffer, HostBuffer, Span, SpanCache, page_aligned
 from engine.config import KNOBS, SIM_REAL_GBPS, EngineConfig, validate_knobs
 from engine.errors import EngineArgumentError, EngineError
+from engine.plan import CopyPlan, PlanCache, plan_copy
 from engine.pools import EnginePool
 from engine.profiles import get_profile, pcie_payload_gbps
 from engine.regcache import RegistrationCache
 from engine.results import CopyInfo, EngineStats, GpuInfo, LinkStats, PathStats, Topology
 
 _DIR_NAME = {N.H2D: "h2d", N.D2H: "d2h"}
+_STAGING_KNOB = {N.H2D: "h2d_staging_bytes", N.D2H: "d2h_staging_bytes"}
+PAGEABLE_POLICIES = ("auto", "stage", "register", "driver")
 
 
 def path_name(gpu: int, via: int, direction: int) -> str:
@@ -163,6 +166,7 @@ class TransferEngine:
         self._c_classify, self._c_kind = lib.ge_classify, lib.ge_kind
         self._c_copy, self._c_copy_sync, self._c_finish = lib.ge_copy, lib.ge_copy_sync, lib.ge_finish
         self._spans = SpanCache()
+        self._plans = PlanCache()
         self._tls = threading.local()
         self._regcache = RegistrationCache(self._register, self._unregister, self._knobs["registration_cache_bytes"])
         self._path_meta = [(p.gpu, p.via, p.direction) for p in self._raw_stats()[0]]
@@ -320,16 +324,61 @@ class TransferEngine:
              pageable: str = "auto", paths: str = "auto", sync: bool = False) -> CopyHandle:
         """Copy host->GPU or GPU->host (decided from the buffers). `nbytes` defaults to all of src.
         With `stream` (cuda), the copy starts after work queued there and later work there waits for it.
-        `sync=True` returns only once the copy has landed (raising if it failed), in one C call that
-        issues and completes a single-path copy on this thread; the handle it returns is finished.
-        `pageable` overrides the policy for pageable host memory: "auto" (stage one-shot buffers, register
-        reused ones), "stage" (always the staging ring) or "register" (pin through the cache now).
-        `paths="direct"` keeps the copy on the single direct path with no chunking (the baseline)."""
-        self._check_open()
+        `sync=True` returns only once the copy has landed (raising if it failed); a single-path copy
+        is then one driver copy and one stream sync on this thread, and the handle is born finished.
+        `pageable` overrides the policy for pageable host memory: "auto" (one-shot buffers: a driver
+        copy below the `*_staging_bytes` knob, the staging ring above; reused ones: register once),
+        "stage" (always the staging ring), "register" (pin through the cache now) or "driver" (one
+        plain driver copy on the direct path). `paths="direct"` keeps the copy on the single direct
+        path with no chunking (the baseline)."""
+        if self._closed:
+            self._check_open()
         if paths not in ("auto", "direct"):
             raise EngineArgumentError(f"paths must be 'auto' or 'direct', got {paths!r}")
-        if pageable not in ("auto", "stage", "register"):
-            raise EngineArgumentError(f"pageable must be 'auto', 'stage' or 'register', got {pageable!r}")
+        if pageable not in PAGEABLE_POLICIES:
+            raise EngineArgumentError(f"pageable must be one of {', '.join(map(repr, PAGEABLE_POLICIES))}, "
+                                      f"got {pageable!r}")
+        plan = self._plans.get(dst, src) if nbytes is None else None
+        if plan is None:
+            plan = self._plan(dst, src, nbytes)
+        sptr = 0
+        if stream is not None:
+            if self.backend != "cuda":
+                raise EngineArgumentError("stream= needs backend='cuda'; the sim backend has no streams")
+            sptr = _stream_ptr(stream)
+        if plan.host_kind == N.MEM_PINNED and plan.owner_ref is None:  # not ours to register: as it is
+            mode, mode_name, reg_key = N.HOST_DIRECT, "pinned", None
+        else:
+            mode, mode_name, reg_key = self._host_path(plan, pageable)
+        for b in plan.devbufs:
+            b.in_flight += 1
+        flags = mode | (N.COPY_DIRECT_ONLY if paths == "direct" else 0)
+        info = (_DIR_NAME[plan.direction], plan.gpu, plan.nbytes, mode_name)
+        if sync:
+            out = self._sync_out()
+            rc = self._c_copy_sync(self._ptr, plan.direction, plan.gpu, plan.dst_ptr, plan.src_ptr, plan.nbytes,
+                                   flags, sptr, out)
+            h = CopyHandle(self, 0, info, (), reg_key, plan.devbufs)
+            h._finish(rc, out[0], out[1])
+            if rc != N.OK:
+                h.wait()  # raises the copy's error
+            return h
+        handle = ctypes.c_uint64()
+        rc = self._c_copy(self._ptr, plan.direction, plan.gpu, plan.dst_ptr, plan.src_ptr, plan.nbytes, flags, sptr,
+                          ctypes.byref(handle))
+        if rc != N.OK:
+            for b in plan.devbufs:
+                b.in_flight -= 1
+            if reg_key is not None:
+                self._regcache.release(reg_key)
+            N.check(rc, f"starting a {info[0]} copy of {plan.nbytes} bytes")
+        h = CopyHandle(self, handle.value, info, (dst, src), reg_key, plan.devbufs)
+        with self._lock:
+            self._inflight.add(h)
+        return h
+
+    def _plan(self, dst: Any, src: Any, nbytes: Any) -> CopyPlan:
+        """Resolve and check a copy's buffers (memoized for whole-buffer copies between arrays)."""
         if nbytes is not None:
             n_ = _as_int(nbytes)
             if n_ is None or n_ < 0:
@@ -339,69 +388,29 @@ class TransferEngine:
                                        hasattr(src, "__cuda_array_interface__")):
             raise EngineArgumentError("CuPy arrays and torch CUDA tensors need backend='cuda'; on the sim backend "
                                       "use alloc_device() buffers")
-        d = self._spans.resolve(dst, "dst", nbytes, self._classify, self._kind)
-        s = self._spans.resolve(src, "src", nbytes, self._classify, self._kind)
-        n = s.nbytes if nbytes is None else nbytes
-        if d.nbytes < n or s.nbytes < n:
-            span, arg = (d, "dst") if d.nbytes < n else (s, "src")
-            raise EngineArgumentError(f"{arg} is too small: it holds {span.nbytes} bytes and the copy needs {n}; "
-                                      f"pass a larger {arg} or a smaller nbytes")
-        if d.readonly:
-            raise EngineArgumentError("dst is read-only; pass a writable array or buffer")
-        if n and d.ptr < s.ptr + n and s.ptr < d.ptr + n:
-            raise EngineArgumentError("dst and src overlap; pass separate buffers")
-        if d.kind == N.MEM_DEVICE and s.kind != N.MEM_DEVICE:
-            direction, gpu, host = N.H2D, d.gpu, s
-        elif s.kind == N.MEM_DEVICE and d.kind != N.MEM_DEVICE:
-            direction, gpu, host = N.D2H, s.gpu, d
-        elif s.kind == N.MEM_DEVICE:
-            raise EngineArgumentError("dst and src are both GPU memory; this engine copies between host and GPU")
-        else:
-            raise EngineArgumentError("dst and src are both host memory; one of them must be GPU memory "
-                                      "(a DeviceBuffer, CuPy array or torch CUDA tensor)")
-        if type(gpu) is not int or not 0 <= gpu < self.num_gpus:
-            gpu = self._check_gpu(gpu, "the GPU of " + ("dst" if direction == N.H2D else "src"))
-        sptr = 0
-        if stream is not None:
-            if self.backend != "cuda":
-                raise EngineArgumentError("stream= needs backend='cuda'; the sim backend has no streams")
-            sptr = _stream_ptr(stream)
-        # our own registrations first (so eviction cannot unpin them under this copy), then pinned, else staged
-        reg_key = None if pageable == "stage" else self._regcache.acquire(host, now=pageable == "register")
+        plan = plan_copy(dst, src, nbytes, self._resolve, self.num_gpus, self._check_gpu)
+        if nbytes is None:
+            self._plans.put(dst, src, plan)
+        return plan
+
+    def _resolve(self, obj: Any, arg: str, nbytes: int | None) -> Span:
+        return self._spans.resolve(obj, arg, nbytes, self._classify, self._kind)
+
+    def _host_path(self, plan: CopyPlan, pageable: str) -> tuple[int, str, int | None]:
+        """(host mode flags, its name, registration key or None) for the host side of `plan`. Our own
+        registrations are taken first, whatever the policy, so eviction cannot unpin them under the copy."""
+        owner = plan.host_owner()
+        reg_key = None
+        if owner is not None:
+            reg_key = self._regcache.acquire(owner, plan.owner_ptr, plan.owner_nbytes, now=pageable == "register",
+                                             new=pageable in ("auto", "register"))
         if reg_key is not None:
-            mode, mode_name = N.HOST_DIRECT, "registered"
-        elif host.kind == N.MEM_PINNED:
-            mode, mode_name = N.HOST_DIRECT, "pinned"
-        else:
-            mode, mode_name = N.HOST_STAGED, "staged"
-        devbufs: tuple[DeviceBuffer, ...] = ()
-        if isinstance(dst, DeviceBuffer) or isinstance(src, DeviceBuffer):
-            devbufs = tuple(b for b in (dst, src) if isinstance(b, DeviceBuffer))
-            for b in devbufs:
-                b.in_flight += 1
-        flags = mode | (N.COPY_DIRECT_ONLY if paths == "direct" else 0)
-        info = (_DIR_NAME[direction], gpu, n, mode_name)
-        keep = (dst, src, d.keep, s.keep)
-        if sync:
-            out = self._sync_out()
-            rc = self._c_copy_sync(self._ptr, direction, gpu, d.ptr, s.ptr, n, flags, sptr, out)
-            h = CopyHandle(self, 0, info, keep, reg_key, devbufs)
-            h._finish(rc, out[0], out[1])
-            if rc != N.OK:
-                h.wait()  # raises the copy's error
-            return h
-        handle = ctypes.c_uint64()
-        rc = self._c_copy(self._ptr, direction, gpu, d.ptr, s.ptr, n, flags, sptr, ctypes.byref(handle))
-        if rc != N.OK:
-            for b in devbufs:
-                b.in_flight -= 1
-            if reg_key is not None:
-                self._regcache.release(reg_key)
-            N.check(rc, f"starting a {_DIR_NAME[direction]} copy of {n} bytes")
-        h = CopyHandle(self, handle.value, info, keep, reg_key, devbufs)
-        with self._lock:
-            self._inflight.add(h)
-        return h
+            return N.HOST_DIRECT, "registered", reg_key
+        if plan.host_kind == N.MEM_PINNED:
+            return N.HOST_DIRECT, "pinned", None
+        if pageable == "driver" or (pageable == "auto" and plan.nbytes < self._knobs[_STAGING_KNOB[plan.direction]]):
+            return N.HOST_DIRECT | N.COPY_DIRECT_ONLY, "driver", None
+        return N.HOST_STAGED, "staged", None
 
     def _sync_out(self) -> Any:
         """This thread's (chunks, paths used) buffer for ge_copy_sync (one per thread: no allocation per copy)."""

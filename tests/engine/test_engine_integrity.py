@@ -158,11 +158,33 @@ def test_sync_copy_returns_a_finished_handle(fast_engine: TransferEngine) -> Non
     eng = fast_engine
     dev = eng.alloc_device(0, 3 * MiB)
     data = np.arange(3 * MiB, dtype=np.uint8)
-    h = eng.copy(dev, data, sync=True)  # first sight of a pageable buffer: staged
-    assert h.done() and h.wait().host_mode == "staged"
+    h = eng.copy(dev, data, sync=True)  # first sight of a small pageable buffer: one driver copy
+    assert h.done() and h.wait().host_mode == "driver" and (h.wait().chunks, h.wait().paths_used) == (1, 1)
     out = np.zeros(3 * MiB, dtype=np.uint8)
     info = eng.d2h(out, dev, sync=True).wait()
     assert np.array_equal(out, data) and (info.chunks, info.paths_used) == (1, 1)
+
+
+def test_one_shot_pageable_copies_below_the_staging_threshold_are_one_driver_copy(fast_engine: TransferEngine) -> None:
+    eng = fast_engine
+    eng.set(h2d_staging_bytes=2 * MiB, d2h_staging_bytes=1 * MiB)
+    dev = eng.alloc_device(0, 8 * MiB)
+    # (size, expected h2d mode, expected d2h mode): the threshold itself already stages
+    for n, up_mode, down_mode in [(MiB, "driver", "staged"), (2 * MiB, "staged", "staged"),
+                                  (512 * 1024, "driver", "driver")]:
+        src = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+        up = eng.copy(dev, src, sync=n == MiB).wait()
+        back = np.empty(n, dtype=np.uint8)
+        down = eng.copy(back, dev, nbytes=n).wait()
+        assert (up.host_mode, down.host_mode) == (up_mode, down_mode), n
+        assert np.array_equal(back, src)
+    big = np.full(8 * MiB, 4, dtype=np.uint8)
+    assert eng.copy(dev, big, pageable="driver").wait().host_mode == "driver"  # forced, whatever the size
+    # forced policies leave no trace: the first "auto" copy is a first sight, the next one a reuse
+    assert [eng.copy(dev, big).wait().host_mode for _ in range(2)] == ["staged", "registered"]
+    eng.set(h2d_staging_bytes=0)
+    assert eng.copy(dev, np.ones(64, dtype=np.uint8)).wait().host_mode == "staged"  # 0: always stage
+    assert (dev.host_view()[:64] == 1).all() and (dev.host_view()[64:] == 4).all()
 
 
 def test_memoized_arrays_are_still_checked_and_forgotten_when_they_die(fast_engine: TransferEngine) -> None:

@@ -51,7 +51,7 @@ def test_copies_below_fallback_take_the_single_direct_path(make_engine: Callable
     src = np.ones(8 * MiB, dtype=np.uint8)
     dev = eng.alloc_device(2, 8 * MiB)
     small = eng.copy(dev, src).wait()  # 8 MiB < 11.3 MB
-    assert small.host_mode == "staged" and small.paths_used == 1  # pageable: 4 MiB staging slots, direct only
+    assert small.host_mode == "driver" and small.paths_used == 1  # one-shot pageable below 16 MiB: one driver copy
     assert all(p.chunks == 0 for p in eng.stats().paths if p.via is not None)
     eng.set(h2d_fallback_bytes=1 * MiB, h2d_chunk_bytes=256 * 1024)
     pinned = eng.alloc_host(8 * MiB)

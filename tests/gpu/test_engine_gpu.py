@@ -129,3 +129,38 @@ def test_stats_count_the_bytes(eng: TransferEngine) -> None:
     assert after[0] > before[0]
     assert eng.topology().backend == "cuda"
     dev.free()
+
+
+def test_sync_copies_on_a_stream_keep_its_order(eng: TransferEngine) -> None:
+    """A synchronous single-path copy is one driver copy on the caller's stream: it sees work queued
+    there before it, and later work there sees its bytes."""
+    s = cp.cuda.Stream(non_blocking=True)
+    dev = cp.zeros(MiB, dtype=cp.uint8)
+    back = cupyx.empty_pinned((MiB,), dtype=np.uint8)
+    with s:
+        dev.fill(3)  # queued, not yet run when the copy is issued
+        info = eng.copy(back, dev, stream=s, sync=True).wait()
+    assert (info.chunks, info.paths_used, info.host_mode) == (1, 1, "pinned") and (back == 3).all()
+    src = np.full(MiB, 5, dtype=np.uint8)  # pageable, first sight, small: one driver copy
+    with s:
+        assert eng.copy(dev, src, stream=s, sync=True).wait().host_mode == "driver"
+        total = dev.sum(dtype=cp.uint64)
+    assert int(total) == 5 * MiB
+
+
+def test_repeated_copies_of_the_same_arrays_stay_exact_and_checked(eng: TransferEngine) -> None:
+    before = sum(p.bytes for p in eng.stats().paths if p.direction == "h2d")
+    for round_ in range(3):  # new arrays each round: addresses (and ids) get reused
+        dev = cp.empty(64 * 1024 + round_, dtype=cp.uint8)
+        host = cupyx.empty_pinned((dev.size,), dtype=np.uint8)
+        for i in range(5):
+            host[:] = i + round_
+            eng.copy(dev, host, sync=True)
+            assert int(dev.sum(dtype=cp.uint64)) == (i + round_) * dev.size
+        out = np.zeros(dev.size, dtype=np.uint8)
+        eng.copy(out, dev, sync=True)
+        out.flags.writeable = False
+        with pytest.raises(EngineArgumentError, match="dst is read-only"):
+            eng.copy(out, dev, sync=True)
+    after = sum(p.bytes for p in eng.stats().paths if p.direction == "h2d")
+    assert after - before == sum(5 * (64 * 1024 + r) for r in range(3))  # the fast path counts its bytes

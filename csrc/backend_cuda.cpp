@@ -44,6 +44,7 @@ struct Api {
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventQuery)(CUevent);
   CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamQuery)(CUstream);
   CUresult (*cuCtxGetCurrent)(CUcontext *);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
@@ -100,6 +101,7 @@ int load_api() {
   get("cuEventSynchronize", "cuEventSynchronize", api.cuEventSynchronize);
   get("cuEventQuery", "cuEventQuery", api.cuEventQuery);
   get("cuStreamSynchronize", "cuStreamSynchronize", api.cuStreamSynchronize);
+  get("cuStreamQuery", "cuStreamQuery", api.cuStreamQuery);
   get("cuCtxGetCurrent", "cuCtxGetCurrent", api.cuCtxGetCurrent);
   get("cuStreamWaitEvent", "cuStreamWaitEvent", api.cuStreamWaitEvent);
   get("cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2", api.cuMemcpyHtoDAsync);
@@ -263,6 +265,7 @@ class CudaBackend : public Backend {
 
   // One async copy and a stream sync, as a native caller would do it: on the caller's stream (in its
   // context) when there is one, else on the path's stream, which has nothing in flight (copy_now).
+  // Long copies are waited for like chunks (await: napping through most of the copy), not spun on.
   int copy_now(Path &p, Chunk &c, uint64_t stream) override {
     CUstream st = p.stream;
     CUcontext sc = ctx_[p.via];
@@ -273,33 +276,41 @@ class CudaBackend : public Backend {
     CtxSwitch sw(sc);
     CUresult r = p.dir == GE_H2D ? api.cuMemcpyHtoDAsync(c.dev, reinterpret_cast<const void *>(c.host), c.len, st)
                                  : api.cuMemcpyDtoHAsync(reinterpret_cast<void *>(c.host), c.dev, c.len, st);
-    return cu(r ? r : api.cuStreamSynchronize(st));
+    if (r) return cu(r);
+    if (c.len < kSpinBytes) return cu(api.cuStreamSynchronize(st));  // short: spin in the driver, as native does
+    return await(p, c.len, c.issue_t, [&] { return api.cuStreamQuery(st); }, [&] { return api.cuStreamSynchronize(st); });
   }
 
-  // Sleep through the first half of the chunk's predicted time (from the best rate this path has
-  // shown), then poll the event: spin (yielding) through the rest of the predicted time and 400 us more,
-  // then naps growing with the wait; after 50 ms block in the driver. On a VM a timer wake-up lands tens
-  // of microseconds late, so only the first half of a copy, where that costs nothing, is slept through
-  // (the driver's blocking sync, and naps near the end, both cost several percent).
-  int complete(Path &p, Chunk &c) override {
+  // Waits until query() stops answering NOT_READY for a copy of `len` bytes issued at `issue_t`: sleep
+  // through the first half of its predicted time (from the best rate this path has shown), then spin
+  // (yielding) through the rest of the predicted time and 400 us more, then naps growing with the wait;
+  // after 50 ms block(). On a VM a timer wake-up lands tens of microseconds late, so only the first half
+  // of a copy, where that costs nothing, is slept through (the driver's blocking sync, and naps near
+  // the end, both cost several percent). Copies of 8 MiB and more teach the path its best rate.
+  template <class Query, class Block>
+  int await(Path &p, uint64_t len, double issue_t, Query query, Block block) {
     double best = p.rate_max.load();
     double spin = 400e-6;
     if (best > 0) {
-      double predicted = double(c.len) / best;
-      double nap = c.issue_t + 0.5 * predicted - now();
+      double predicted = double(len) / best;
+      double nap = issue_t + 0.5 * predicted - now();
       if (nap > 200e-6) std::this_thread::sleep_for(std::chrono::duration<double>(nap));
-      spin += std::max(0.0, c.issue_t + predicted - now());
+      spin += std::max(0.0, issue_t + predicted - now());
     }
     CUresult q = 0;
-    bool ok = poll_until([&] { return (q = api.cuEventQuery(c.event)) != 600 /* NOT_READY */; },
-                         spin, 128.0, 50e-6, 0.05);
-    if (!ok) q = api.cuEventSynchronize(c.event);
+    if (!poll_until([&] { return (q = query()) != 600 /* NOT_READY */; }, spin, 128.0, 50e-6, 0.05)) q = block();
     int rc = cu(q);
-    double took = now() - c.issue_t;  // includes queueing behind earlier chunks: only ever too low
-    if (rc == GE_OK && c.len >= (8u << 20) && took > 0) {
-      double r = double(c.len) / took;
+    double took = now() - issue_t;  // includes queueing behind earlier work: only ever too low
+    if (rc == GE_OK && len >= kSpinBytes && took > 0) {
+      double r = double(len) / took;
       if (r > best) p.rate_max.store(r);
     }
+    return rc;
+  }
+
+  int complete(Path &p, Chunk &c) override {
+    int rc = await(p, c.len, c.issue_t, [&] { return api.cuEventQuery(c.event); },
+                   [&] { return api.cuEventSynchronize(c.event); });
     std::lock_guard<std::mutex> lk(ev_m_);
     events_[p.via].push_back(c.event);
     c.event = nullptr;

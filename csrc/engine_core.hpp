@@ -18,6 +18,10 @@
 
 namespace ge {
 
+// Below this size a synchronous copy spins in the driver's stream sync all the way (CPU time == wall
+// time); from it on, the CUDA backend naps through most of the copy instead.
+constexpr uint64_t kSpinBytes = 8ull << 20;
+
 struct Path;
 struct Group;
 
@@ -30,6 +34,7 @@ struct Copy {
   int host_mode = GE_HOST_DIRECT;
   ge_knobs knobs{};          // the settings the copy started with
   uint64_t chunk = 0;        // chunk size in use
+  uint64_t skew = 0;         // the chunk grid starts `skew` bytes before the copy (huge_skew)
   uint64_t nchunks = 0;
   bool single_path = false;  // below the fallback threshold (or one path only): direct path alone
   uint64_t stream = 0;       // user stream (cuda)

@@ -284,6 +284,17 @@ class Engine {
     for (auto &g : groups) g->cv.notify_all();
   }
 
+  // Shift of a staged D2H copy's chunk grid (the first chunk is `chunk - skew` bytes) that puts chunk
+  // boundaries on 2 MiB boundaries of the destination (or on multiples of a chunk that divides 2 MiB):
+  // then no two staging threads fault the same fresh huge page, where one would wait while the other
+  // has the kernel zero it.
+  static uint64_t huge_skew(uint64_t dst, uint64_t chunk) {
+    const uint64_t huge = 2ull << 20;
+    uint64_t a = chunk % huge == 0 ? huge : huge % chunk == 0 ? chunk : 0;
+    uint64_t first = a ? (a - dst % a) % a : 0;
+    return first ? chunk - first : 0;
+  }
+
   // A staged D2H destination is usually fresh memory: ask for huge pages over all of it at once, so the
   // staging threads' memcpy faults (and the kernel zeroes) 2 MiB pages, not 4 KiB ones. Advice only.
   // (Faulting each chunk ahead with MADV_POPULATE_WRITE was slower on the H200 host: 20.8 vs 27 GB/s
@@ -348,8 +359,8 @@ class Engine {
   Chunk *make_chunk(const std::shared_ptr<Copy> &c, uint64_t idx) {
     auto *ch = new Chunk;
     ch->copy = c;
-    ch->off = idx * c->chunk;
-    ch->len = std::min(c->chunk, c->nbytes - ch->off);
+    ch->off = idx ? idx * c->chunk - c->skew : 0;
+    ch->len = std::min((idx + 1) * c->chunk - c->skew, c->nbytes) - ch->off;
     if (c->dir == GE_H2D) {
       ch->host = c->src + ch->off;
       ch->dev = c->dst + ch->off;
@@ -629,7 +640,8 @@ class Engine {
     c->single_path = direct_only || n < fallback || g.paths.size() == 1;
     if (host_mode == GE_HOST_STAGED) c->chunk = std::min(c->chunk, kSlotBytes);
     else if (c->single_path) c->chunk = std::max<uint64_t>(n, 1);
-    c->nchunks = n ? (n + c->chunk - 1) / c->chunk : 0;
+    if (host_mode == GE_HOST_STAGED && dir == GE_D2H) c->skew = huge_skew(dst, c->chunk);
+    c->nchunks = n ? (n + c->skew + c->chunk - 1) / c->chunk : 0;
     c->remaining = c->nchunks;
     c->path_waited.assign(paths.size(), 0);
     c->path_used.assign(paths.size(), 0);
@@ -741,11 +753,14 @@ class Engine {
     ch.len = n;
     ch.host = dir == GE_H2D ? src : dst;
     ch.dev = dir == GE_H2D ? dst : src;
-    // The caller spins in the driver's sync (CPU time == wall time here), so the path is charged the
-    // call's wall time: reading the thread CPU clock is a system call (~0.6 us), twice per copy.
+    // A short copy spins in the driver's sync (CPU time == wall time), so it is charged its wall time:
+    // reading the thread CPU clock is a system call (~0.6 us), which would show in a 10 us copy.
+    bool exact = n >= kSpinBytes;
+    if (exact) precise_timers();  // the backend may nap through a long copy
+    uint64_t c0 = exact ? thread_cpu_ns() : 0;
     ch.issue_t = real_now();
     int rc = be->copy_now(p, ch, stream);
-    p.cpu_ns += uint64_t((real_now() - ch.issue_t) * 1e9);
+    p.cpu_ns += exact ? thread_cpu_ns() - c0 : uint64_t((real_now() - ch.issue_t) * 1e9);
     if (rc == GE_OK) {
       p.bytes += n;
       p.chunks += 1;

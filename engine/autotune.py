@@ -104,13 +104,29 @@ def tune(eng: TransferEngine, size: int = 256 * MiB, progress: Callable[[str], N
     pinned = side.pinned(size)
     pageable = np.full(size, 5, dtype=np.uint8)
     try:
+        if eng.backend == "cuda":  # first, how many memcpy threads the staging ring needs (both directions)
+            best_t = (0.0, saved["staging_threads"])
+            for threads in STAGING_THREADS:
+                if progress:
+                    progress(f"staging threads {threads}")
+                eng.set(staging_threads=threads)
+                up = _rate(eng, side, lambda: eng.copy(dev, pageable, pageable="stage").wait(), size)
+                down = _rate(eng, side, lambda: eng.copy(np.empty(size, np.uint8), dev, pageable="stage").wait(), size)
+                res.table.append(("h2d staged threads", str(threads), up))
+                res.table.append(("d2h staged threads", str(threads), down))
+                best_t = max(best_t, (up + down, threads))
+            res.knobs["staging_threads"] = best_t[1]
+            eng.set(staging_threads=best_t[1])
         for direction in ("h2d", "d2h"):
             h2d = direction == "h2d"
             host = pinned if multipath else pageable
             mode = "auto" if multipath else "stage"
 
             def copy(n: int = size) -> Any:
-                return (eng.copy(dev, host, n, pageable=mode) if h2d else eng.copy(host, dev, n, pageable=mode)).wait()
+                if h2d:
+                    return eng.copy(dev, host, n, pageable=mode).wait()
+                # staged D2H serves one-shot destinations: time it into fresh memory, as it meets them
+                return eng.copy(host if multipath else np.empty(n, np.uint8), dev, n, pageable=mode).wait()
 
             best = (0.0, saved[f"{direction}_chunk_bytes"])
             eng.set(**{f"{direction}_fallback_bytes": 0})
@@ -138,18 +154,7 @@ def tune(eng: TransferEngine, size: int = 256 * MiB, progress: Callable[[str], N
                 res.table.append((f"{direction} multipath/single", str(n), multi / single))
                 wins.append((n, multi >= single))
             res.knobs[f"{direction}_fallback_bytes"] = _threshold(wins)
-        if eng.backend == "cuda":  # how many memcpy threads the staging ring needs (both directions)
-            best_t = (0.0, saved["staging_threads"])
-            for threads in STAGING_THREADS:
-                if progress:
-                    progress(f"staging threads {threads}")
-                eng.set(staging_threads=threads)
-                up = _rate(eng, side, lambda: eng.copy(dev, pageable, pageable="stage").wait(), size)
-                down = _rate(eng, side, lambda: eng.copy(np.empty(size, np.uint8), dev, pageable="stage").wait(), size)
-                res.table.append(("h2d staged threads", str(threads), up))
-                res.table.append(("d2h staged threads", str(threads), down))
-                best_t = max(best_t, (up + down, threads))
-            res.knobs["staging_threads"] = best_t[1]
+        if eng.backend == "cuda":
             eng.set(**res.knobs)  # the thresholds are measured with the knobs just tuned
             staging_thresholds(eng, side, dev, size, res, progress)
         else:

@@ -37,7 +37,7 @@ class BenchRow:
     vs_pinned_native: float  # engine / native pinned at this size and direction
     engine_core_s_per_gb: float
     native_core_s_per_gb: float
-    engine_path: str  # how the engine reached host memory: pinned | registered | staged
+    engine_path: str  # how the engine reached host memory: pinned | registered | staged | driver
     reps: int
 
     def as_dict(self) -> dict[str, Any]:

@@ -86,11 +86,14 @@ def page_aligned(nbytes: int) -> np.ndarray:
     return raw[off:off + nbytes]
 
 
-def _owner_of(arr: np.ndarray) -> tuple[Any, int, int]:
-    """The weakref-able object owning `arr`'s memory and that memory's range, or (None, 0, 0)."""
+def _owner_of(arr: np.ndarray, ptr: int) -> tuple[Any, int, int]:
+    """The weakref-able object owning `arr`'s memory (`arr` starts at `ptr`) and that memory's range,
+    or (None, 0, 0)."""
     base: Any = arr
     while isinstance(base, np.ndarray) and not base.flags.owndata and base.base is not None:
         base = base.base
+    if base is arr and arr.flags.owndata:
+        return arr, ptr, arr.nbytes
     if isinstance(base, np.ndarray) and base.flags.owndata:
         return base, base.__array_interface__["data"][0], base.nbytes
     return None, 0, 0  # foreign owners (mmap, bytes...): lifetime unknown to us, never cached
@@ -144,7 +147,7 @@ def _from_numpy(arr: np.ndarray, arg: str,
     if kind == N.MEM_DEVICE:
         raise EngineArgumentError(f"{arg} is a host array whose memory belongs to a device allocation; "
                                   f"pass the DeviceBuffer itself")
-    owner, optr, onb = _owner_of(arr)
+    owner, optr, onb = _owner_of(arr, ptr)
     return Span(ptr, arr.nbytes, kind, None, not arr.flags.writeable, owner, optr, onb)
 
 

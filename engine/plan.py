@@ -84,6 +84,7 @@ class PlanCache:
 
     def __init__(self) -> None:
         self._memo: dict[tuple[int, int], tuple[Any, Any, CopyPlan, bool]] = {}
+        self._missed: tuple[int, int] | None = None  # the pair of the last miss
 
     def get(self, dst: Any, src: Any) -> CopyPlan | None:
         """The memoized plan, or None (then plan_copy() and put())."""
@@ -98,11 +99,16 @@ class PlanCache:
         return plan
 
     def put(self, dst: Any, src: Any, plan: CopyPlan) -> None:
+        """Memoize `plan` once the same pair misses twice in a row (a one-shot buffer's pair is never
+        seen again: its weak references would be wasted work)."""
+        key = (id(dst), id(src))
+        if key != self._missed:
+            self._missed = key
+            return
         if not (_memoizable(dst) and _memoizable(src)):
             return
         if plan.host_kind == N.MEM_PINNED and plan.owner_ref is not None:
             return
-        key = (id(dst), id(src))
         try:
             dref = weakref.ref(dst, lambda r, k=key: self._drop(k, r))
             sref = weakref.ref(src, lambda r, k=key: self._drop(k, r))

@@ -28,6 +28,8 @@ def test_hit_only_for_the_same_live_pair_and_dropped_when_an_array_dies() -> Non
     cache, dev, host = PlanCache(), FakeGpuArray(), np.zeros(64, dtype=np.uint8)
     plan = _plan()
     cache.put(host, dev, plan)
+    assert cache.get(host, dev) is None  # one miss: maybe a one-shot buffer, not memoized yet
+    cache.put(host, dev, plan)  # the same pair missed again: memoized
     assert cache.get(host, dev) is plan
     assert cache.get(dev, host) is None  # the reverse direction is another pair
     assert cache.get(np.zeros(64, dtype=np.uint8), dev) is None
@@ -38,15 +40,19 @@ def test_hit_only_for_the_same_live_pair_and_dropped_when_an_array_dies() -> Non
 
 def test_a_numpy_destination_made_read_only_misses_so_the_copy_is_checked_again() -> None:
     cache, dev, host = PlanCache(), FakeGpuArray(), np.zeros(64, dtype=np.uint8)
-    cache.put(host, dev, _plan())
+    for _ in range(2):
+        cache.put(host, dev, _plan())
+    assert cache.get(host, dev) is not None
     host.flags.writeable = False
     assert cache.get(host, dev) is None
 
 
 def test_engine_buffers_and_registrable_pinned_memory_are_not_memoized(fast_engine: TransferEngine) -> None:
     cache, dev, host = PlanCache(), FakeGpuArray(), np.zeros(64, dtype=np.uint8)
-    cache.put(host, dev, _plan(N.MEM_PINNED, owner=host))  # numpy-owned pinned: may be our registration
+    for _ in range(2):
+        cache.put(host, dev, _plan(N.MEM_PINNED, owner=host))  # numpy-owned pinned: may be our registration
     buf = fast_engine.alloc_device(0, 64)
-    cache.put(host, buf, _plan())  # engine buffers can be freed
+    for _ in range(2):
+        cache.put(host, buf, _plan())  # engine buffers can be freed
     assert not cache._memo
 

@@ -204,18 +204,16 @@ int ge_kind(ge_engine *e, uint64_t ptr) {
 int ge_host_register(ge_engine *e, uint64_t ptr, uint64_t n) { return e->eng.be->host_register(ptr, n); }
 int ge_host_unregister(ge_engine *e, uint64_t ptr) { return e->eng.be->host_unregister(ptr); }
 
-int ge_copy(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, uint64_t nbytes, int host_mode,
-            uint64_t stream, uint64_t *handle) {
+int ge_copy(ge_engine *e, const ge_copy_desc *d, int host_mode, uint64_t stream, uint64_t *handle) {
   std::shared_ptr<ge::Copy> c;
-  int rc = e->eng.start_copy(direction, gpu, dst, src, nbytes, host_mode, stream, &c);
+  int rc = e->eng.start_copy(d->direction, d->gpu, d->dst, d->src, d->nbytes, host_mode, stream, &c);
   if (rc == GE_OK) *handle = e->eng.add_handle(c);
   return rc;
 }
 
-int ge_copy_sync(ge_engine *e, int direction, int gpu, uint64_t dst, uint64_t src, uint64_t nbytes, int host_mode,
-                 uint64_t stream, uint64_t out[2]) {
+int ge_copy_sync(ge_engine *e, const ge_copy_desc *d, int host_mode, uint64_t stream, uint64_t out[2]) {
   int paths_used = 0;
-  int rc = e->eng.copy_sync(direction, gpu, dst, src, nbytes, host_mode, stream, &out[0], &paths_used);
+  int rc = e->eng.copy_sync(d->direction, d->gpu, d->dst, d->src, d->nbytes, host_mode, stream, &out[0], &paths_used);
   out[1] = uint64_t(paths_used);
   return rc;
 }

@@ -18,7 +18,7 @@ from pathlib import Path
 from engine.errors import EngineArgumentError, EngineError
 
 LIB_NAME = "libgpudash_engine.so"
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 OK, EINVAL, ENOMEM, ENODEV, EFREED, ERANGE, EPATH, ETIMEOUT, ENOTSUP, ECLOSED, ENOCUDA, EBUSY = (
     0, -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11)
@@ -59,6 +59,13 @@ class PoolShardStatsC(ctypes.Structure):
         ("largest_free", ctypes.c_uint64), ("free_blocks", ctypes.c_uint64), ("failures", ctypes.c_uint64),
         ("allocations", ctypes.c_uint64), ("extents", ctypes.c_uint64), ("fragmentation", ctypes.c_double),
     ]
+
+
+class CopyDescC(ctypes.Structure):
+    """ge_copy_desc: what a copy moves, built once per copy plan."""
+
+    _fields_ = [("direction", ctypes.c_int32), ("gpu", ctypes.c_int32), ("dst", ctypes.c_uint64),
+                ("src", ctypes.c_uint64), ("nbytes", ctypes.c_uint64)]
 
 
 class PoolReplayC(ctypes.Structure):
@@ -106,11 +113,11 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ge_kind": (_I, [_P, _U64]),
     "ge_host_register": (_I, [_P, _U64, _U64]),
     "ge_host_unregister": (_I, [_P, _U64]),
-    "ge_copy": (_I, [_P, _I, _I, _U64, _U64, _U64, _I, _U64, _PU64]),
+    "ge_copy": (_I, [_P, ctypes.POINTER(CopyDescC), _I, _U64, _PU64]),
     "ge_wait": (_I, [_P, _U64, _D]),
     "ge_copy_chunks": (_I, [_P, _U64, _PU64, _PI]),
     "ge_finish": (_I, [_P, _U64, _D, _PU64, _PI]),
-    "ge_copy_sync": (_I, [_P, _I, _I, _U64, _U64, _U64, _I, _U64, _PU64]),
+    "ge_copy_sync": (_I, [_P, ctypes.POINTER(CopyDescC), _I, _U64, _PU64]),
     "ge_release": (_I, [_P, _U64]),
     "gp_pool_create": (_I, [_U64, _U64, _U64, ctypes.POINTER(_P)]),
     "gp_pool_destroy": (None, [_P]),

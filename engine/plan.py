@@ -29,6 +29,7 @@ class CopyPlan(NamedTuple):
     owner_ptr: int
     owner_nbytes: int
     devbufs: tuple[DeviceBuffer, ...]  # engine buffers counted in flight while the copy runs
+    desc: N.CopyDescC  # the same for the C ABI (read-only there: one plan may serve several threads)
 
     def host_owner(self) -> Any:
         return self.owner_ref() if self.owner_ref is not None else None
@@ -65,7 +66,7 @@ def plan_copy(dst: Any, src: Any, nbytes: int | None, resolve: Resolve, num_gpus
     devbufs = tuple(b for b in (dst, src) if isinstance(b, DeviceBuffer))
     owner_ref = weakref.ref(host.owner) if host.owner is not None else None
     return CopyPlan(direction, gpu, d.ptr, s.ptr, n, host.kind, owner_ref, host.owner_ptr, host.owner_nbytes,
-                    devbufs)
+                    devbufs, N.CopyDescC(direction, gpu, d.ptr, s.ptr, n))
 
 
 def _memoizable(obj: Any) -> bool:

@@ -82,6 +82,14 @@ class CopyHandle:
         self._rc: int | None = None
         self._result: CopyInfo | None = None
 
+    @classmethod
+    def _landed(cls, result: CopyInfo) -> "CopyHandle":
+        """The handle of a synchronous copy that landed and holds nothing (no registration, no engine
+        buffer): only what done() and wait() read is set; built for every small copy, so kept cheap."""
+        h = cls.__new__(cls)
+        h._h, h._rc, h._result = 0, N.OK, result
+        return h
+
     def _finish(self, rc: int, chunks: int, paths_used: int) -> None:
         self._result = CopyInfo(*self._info, chunks, paths_used)
         if self._reg_key is not None:
@@ -341,38 +349,42 @@ class TransferEngine:
         plan = self._plans.get(dst, src) if nbytes is None else None
         if plan is None:
             plan = self._plan(dst, src, nbytes)
-        sptr = 0
+        cu_stream = 0
         if stream is not None:
             if self.backend != "cuda":
                 raise EngineArgumentError("stream= needs backend='cuda'; the sim backend has no streams")
-            sptr = _stream_ptr(stream)
-        if plan.host_kind == N.MEM_PINNED and plan.owner_ref is None:  # not ours to register: as it is
+            cu_stream = _stream_ptr(stream)
+        direction, gpu, _dptr, _sptr, n, host_kind, owner_ref, _optr, _onb, devbufs, desc = plan
+        if host_kind == N.MEM_PINNED and owner_ref is None:  # not ours to register: as it is
             mode, mode_name, reg_key = N.HOST_DIRECT, "pinned", None
         else:
             mode, mode_name, reg_key = self._host_path(plan, pageable)
-        for b in plan.devbufs:
+        for b in devbufs:
             b.in_flight += 1
         flags = mode | (N.COPY_DIRECT_ONLY if paths == "direct" else 0)
-        info = (_DIR_NAME[plan.direction], plan.gpu, plan.nbytes, mode_name)
+        info = (_DIR_NAME[direction], gpu, n, mode_name)
         if sync:
-            out = self._sync_out()
-            rc = self._c_copy_sync(self._ptr, plan.direction, plan.gpu, plan.dst_ptr, plan.src_ptr, plan.nbytes,
-                                   flags, sptr, out)
-            h = CopyHandle(self, 0, info, (), reg_key, plan.devbufs)
+            try:
+                out = self._tls.out  # this thread's (chunks, paths used): no allocation per copy
+            except AttributeError:
+                out = self._tls.out = (ctypes.c_uint64 * 2)()
+            rc = self._c_copy_sync(self._ptr, desc, flags, cu_stream, out)
+            if rc == N.OK and reg_key is None and not devbufs:
+                return CopyHandle._landed(CopyInfo(*info, out[0], out[1]))
+            h = CopyHandle(self, 0, info, (), reg_key, devbufs)
             h._finish(rc, out[0], out[1])
             if rc != N.OK:
                 h.wait()  # raises the copy's error
             return h
         handle = ctypes.c_uint64()
-        rc = self._c_copy(self._ptr, plan.direction, plan.gpu, plan.dst_ptr, plan.src_ptr, plan.nbytes, flags, sptr,
-                          ctypes.byref(handle))
+        rc = self._c_copy(self._ptr, desc, flags, cu_stream, ctypes.byref(handle))
         if rc != N.OK:
-            for b in plan.devbufs:
+            for b in devbufs:
                 b.in_flight -= 1
             if reg_key is not None:
                 self._regcache.release(reg_key)
-            N.check(rc, f"starting a {info[0]} copy of {plan.nbytes} bytes")
-        h = CopyHandle(self, handle.value, info, (dst, src), reg_key, plan.devbufs)
+            N.check(rc, f"starting a {info[0]} copy of {n} bytes")
+        h = CopyHandle(self, handle.value, info, (dst, src), reg_key, devbufs)
         with self._lock:
             self._inflight.add(h)
         return h
@@ -411,14 +423,6 @@ class TransferEngine:
         if pageable == "driver" or (pageable == "auto" and plan.nbytes < self._knobs[_STAGING_KNOB[plan.direction]]):
             return N.HOST_DIRECT | N.COPY_DIRECT_ONLY, "driver", None
         return N.HOST_STAGED, "staged", None
-
-    def _sync_out(self) -> Any:
-        """This thread's (chunks, paths used) buffer for ge_copy_sync (one per thread: no allocation per copy)."""
-        try:
-            return self._tls.out
-        except AttributeError:
-            self._tls.out = (ctypes.c_uint64 * 2)()
-            return self._tls.out
 
     def h2d(self, dst_dev: Any, src_host: Any, nbytes: int | None = None, stream: Any = None,
             sync: bool = False) -> CopyHandle:

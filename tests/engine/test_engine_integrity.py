@@ -208,3 +208,13 @@ def test_memoized_arrays_are_still_checked_and_forgotten_when_they_die(fast_engi
     del a
     gc.collect()
     assert not memo._memo
+
+
+def test_sync_copy_between_raw_pointers_returns_a_landed_handle(fast_engine: TransferEngine) -> None:
+    """No registration and no engine buffer to account for: the cheap finished handle."""
+    eng = fast_engine
+    dev, host = eng.alloc_device(0, MiB), eng.alloc_host(MiB)
+    host.array()[:] = 7
+    h = eng.copy(dev.ptr, host.ptr, nbytes=MiB, sync=True)
+    assert h.done() and h.wait() == h.wait(timeout=1.0)
+    assert tuple(h.wait()) == ("h2d", 0, MiB, "pinned", 1, 1) and (dev.host_view() == 7).all()

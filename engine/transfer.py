@@ -84,8 +84,9 @@ class CopyHandle:
 
     @classmethod
     def _landed(cls, result: CopyInfo) -> "CopyHandle":
-        """The handle of a synchronous copy that landed and holds nothing (no registration, no engine
-        buffer): only what done() and wait() read is set; built for every small copy, so kept cheap."""
+        """The handle of a synchronous copy that landed and holds nothing (its registration already
+        released, no engine buffer): only what done() and wait() read is set; built for every small
+        copy, so kept cheap."""
         h = cls.__new__(cls)
         h._h, h._rc, h._result = 0, N.OK, result
         return h
@@ -369,7 +370,9 @@ class TransferEngine:
             except AttributeError:
                 out = self._tls.out = (ctypes.c_uint64 * 2)()
             rc = self._c_copy_sync(self._ptr, desc, flags, cu_stream, out)
-            if rc == N.OK and reg_key is None and not devbufs:
+            if rc == N.OK and not devbufs:
+                if reg_key is not None:
+                    self._regcache.release(reg_key)
                 return CopyHandle._landed(CopyInfo(*info, out[0], out[1]))
             h = CopyHandle(self, 0, info, (), reg_key, devbufs)
             h._finish(rc, out[0], out[1])

@@ -218,3 +218,14 @@ def test_sync_copy_between_raw_pointers_returns_a_landed_handle(fast_engine: Tra
     h = eng.copy(dev.ptr, host.ptr, nbytes=MiB, sync=True)
     assert h.done() and h.wait() == h.wait(timeout=1.0)
     assert tuple(h.wait()) == ("h2d", 0, MiB, "pinned", 1, 1) and (dev.host_view() == 7).all()
+
+
+def test_sync_copies_of_a_registered_buffer_give_the_registration_back(fast_engine: TransferEngine) -> None:
+    """A registration in use by a copy cannot be evicted; a landed synchronous copy must release it."""
+    eng = fast_engine
+    src = np.full(MiB, 3, dtype=np.uint8)
+    dev = eng.alloc_device(0, MiB)
+    modes = [eng.copy(dev, src, sync=True).wait().host_mode for _ in range(3)]
+    assert modes == ["driver", "registered", "registered"] and eng._regcache.bytes == MiB
+    eng.set(registration_cache_bytes=0)
+    assert eng._regcache.bytes == 0 and (dev.host_view() == 3).all()

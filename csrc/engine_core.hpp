@@ -1,4 +1,5 @@
-// Internal types shared by the scheduler (engine.cpp) and the backends (backend_sim.cpp, backend_cuda.cpp).
+// Internal types shared by the scheduler (scheduler.hpp and its engine_setup.cpp, dispatch.cpp, copies.cpp)
+// and the backends (backend_sim.cpp, backend_cuda.cpp).
 #pragma once
 
 #include <algorithm>

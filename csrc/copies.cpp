@@ -1,0 +1,207 @@
+// Copies as the C ABI sees them: starting one (ge_copy), running one on the caller's thread
+// (ge_copy_sync, with its synchronous fast path), waiting for one, its progress and its handle. The
+// Engine class is in scheduler.hpp; the chunks themselves run in dispatch.cpp.
+#include <sys/mman.h>
+
+#include "scheduler.hpp"
+
+namespace ge {
+
+// Shift of a staged D2H copy's chunk grid (the first chunk is `chunk - skew` bytes) that puts chunk
+// boundaries on 2 MiB boundaries of the destination (or on multiples of a chunk that divides 2 MiB):
+// then no two staging threads fault the same fresh huge page, where one would wait while the other
+// has the kernel zero it.
+uint64_t Engine::huge_skew(uint64_t dst, uint64_t chunk) {
+  uint64_t a = chunk % kHugeBytes == 0 ? kHugeBytes : kHugeBytes % chunk == 0 ? chunk : 0;
+  uint64_t first = a ? (a - dst % a) % a : 0;
+  return first ? chunk - first : 0;
+}
+
+// A staged D2H destination is usually fresh memory: ask for huge pages over all of it at once, so the
+// staging threads' memcpy faults (and the kernel zeroes) 2 MiB pages, not 4 KiB ones. Advice only.
+// (Faulting each chunk ahead with MADV_POPULATE_WRITE was slower on the H200 host: 20.8 vs 27 GB/s
+// with 12 threads, and it collapsed with 16.)
+void Engine::advise_huge(uint64_t addr, uint64_t len) {
+  uint64_t lo = (addr + kHugeBytes - 1) & ~(kHugeBytes - 1), hi = (addr + len) & ~(kHugeBytes - 1);
+  if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_HUGEPAGE);
+}
+
+// A waiter that finds its copy's only chunk still queued completes it itself: one thread polls the
+// event instead of a worker polling and then waking the waiter (a futex wake-up costs tens of us).
+void Engine::wait_inline(Copy &c) {
+  Group &g = *groups[c.gpu * 2 + c.dir];
+  std::unique_lock<std::mutex> lk(g.m);
+  Path *p = c.sole_path;
+  if (!p || c.finished) return;
+  for (auto it = p->q.begin(); it != p->q.end(); ++it) {
+    if ((*it)->copy.get() != &c) continue;
+    Chunk *ch = *it;
+    p->q.erase(it);
+    c.sole_path = nullptr;
+    lk.unlock();
+    run_chunk(*p, ch, lk);
+    return;
+  }
+}
+
+int Engine::start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
+                       std::shared_ptr<Copy> *out) {
+  if (stopping) return GE_ECLOSED;
+  if (dir != GE_H2D && dir != GE_D2H) return GE_EINVAL;
+  bool direct_only = (host_mode & GE_COPY_DIRECT_ONLY) != 0;
+  host_mode &= ~GE_COPY_DIRECT_ONLY;
+  if (host_mode != GE_HOST_DIRECT && host_mode != GE_HOST_STAGED) return GE_EINVAL;
+  if (gpu < 0 || gpu >= ngpu) return GE_ENODEV;
+  if (!dst || !src) return GE_EINVAL;
+  auto c = std::make_shared<Copy>();
+  {
+    std::lock_guard<std::mutex> lk(knob_m);
+    c->knobs = knobs;
+  }
+  c->dir = dir;
+  c->gpu = gpu;
+  c->dst = dst;
+  c->src = src;
+  c->nbytes = n;
+  c->host_mode = host_mode;
+  c->stream = stream;
+  Group &g = *groups[gpu * 2 + dir];
+  uint64_t fallback = dir == GE_H2D ? c->knobs.h2d_fallback_bytes : c->knobs.d2h_fallback_bytes;
+  c->chunk = dir == GE_H2D ? c->knobs.h2d_chunk_bytes : c->knobs.d2h_chunk_bytes;
+  c->single_path = direct_only || n < fallback || g.paths.size() == 1;
+  // A staged D2H chunk is at most one huge page: each staging task then faults (and has the kernel
+  // zero) one fresh page of its own; on the H200 host 2 MiB beat 1 and 4 MiB (32 vs 25 and 28 GB/s).
+  if (host_mode == GE_HOST_STAGED) c->chunk = std::min(c->chunk, dir == GE_D2H ? kHugeBytes : kSlotBytes);
+  else if (c->single_path) c->chunk = std::max<uint64_t>(n, 1);
+  if (host_mode == GE_HOST_STAGED && dir == GE_D2H) c->skew = huge_skew(dst, c->chunk);
+  c->nchunks = n ? (n + c->skew + c->chunk - 1) / c->chunk : 0;
+  c->remaining = c->nchunks;
+  c->path_waited.assign(paths.size(), 0);
+  c->path_used.assign(paths.size(), 0);
+  int rc = be->stream_begin(*c);
+  if (rc) return rc;
+  *out = c;
+  if (c->nchunks == 0) {
+    finish_copy(*c);
+    return GE_OK;
+  }
+  if (host_mode == GE_HOST_STAGED && dir == GE_D2H) advise_huge(dst, n);
+  {
+    std::lock_guard<std::mutex> lk(g.m);
+    Path *direct = g.paths[0];
+    // Fast path: a one-chunk copy on an idle group is issued from the caller's thread (no dispatcher
+    // hop); order is kept because nothing of this group is queued ahead of it.
+    if (c->single_path && c->nchunks == 1 && host_mode == GE_HOST_DIRECT && g.copies.empty() &&
+        g.ready.empty() && g.retry.empty() && !direct->failed) {
+      Chunk *ch = make_chunk(c, c->next_chunk++);
+      uint64_t t0 = thread_cpu_ns();
+      int rc2 = issue_on(*direct, *ch);
+      direct->cpu_ns += thread_cpu_ns() - t0;
+      if (rc2 == GE_OK) return GE_OK;
+      c->next_chunk = 0;  // let the dispatcher retry it (and fail over) the normal way
+      delete ch;
+    }
+    g.copies.push_back(c);
+  }
+  g.cv.notify_all();
+  return GE_OK;
+}
+
+uint64_t Engine::add_handle(const std::shared_ptr<Copy> &c) {
+  std::lock_guard<std::mutex> lk(copies_m);
+  c->id = next_id++;
+  copies[c->id] = c;
+  return c->id;
+}
+
+int Engine::wait(Copy &c, double timeout_s) {
+  precise_timers();
+  // Unbounded waits on one-chunk copies complete the chunk in this thread (bounded ones must not block).
+  if (timeout_s < 0 && c.nchunks == 1 && !c.landed.load(std::memory_order_acquire)) wait_inline(c);
+  // Poll first (the worker's futex wake-up of a blocked waiter costs tens of microseconds), then block.
+  double poll_for = timeout_s < 0 ? 0.05 : std::min(timeout_s, 0.05);
+  if (poll_until([&] { return c.landed.load(std::memory_order_acquire); }, 200e-6, 256.0, 20e-6, poll_for)) {
+    std::lock_guard<std::mutex> lk(c.m);
+    return c.status;
+  }
+  std::unique_lock<std::mutex> lk(c.m);
+  if (timeout_s < 0) c.cv.wait(lk, [&] { return c.finished; });
+  else if (!c.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, timeout_s - poll_for)),
+                          [&] { return c.finished; }))
+    return GE_ETIMEOUT;
+  return c.status;
+}
+
+void Engine::progress(Copy &c, uint64_t *chunks, int *paths_used) {
+  *chunks = c.chunks_done.load();
+  std::lock_guard<std::mutex> lk(groups[c.gpu * 2 + c.dir]->m);
+  *paths_used = int(std::count(c.path_used.begin(), c.path_used.end(), 1));
+}
+
+int Engine::copy_sync(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
+                      uint64_t *chunks, int *paths_used) {
+  *chunks = 0;
+  *paths_used = 0;
+  int rc = copy_now(dir, gpu, dst, src, n, host_mode, stream);
+  if (rc != kNotNow) {
+    if (rc == GE_OK) *chunks = 1, *paths_used = 1;
+    return rc;
+  }
+  std::shared_ptr<Copy> c;
+  if ((rc = start_copy(dir, gpu, dst, src, n, host_mode, stream, &c))) return rc;
+  rc = wait(*c, -1.0);
+  progress(*c, chunks, paths_used);
+  return rc;
+}
+
+// The synchronous fast path (see kNotNow in scheduler.hpp).
+int Engine::copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream) {
+  bool direct_only = (host_mode & GE_COPY_DIRECT_ONLY) != 0;
+  if ((host_mode & ~GE_COPY_DIRECT_ONLY) != GE_HOST_DIRECT || (dir != GE_H2D && dir != GE_D2H) || gpu < 0 ||
+      gpu >= ngpu || !dst || !src || !n || stopping)
+    return kNotNow;
+  Group &g = *groups[gpu * 2 + dir];
+  uint64_t fallback;
+  {
+    std::lock_guard<std::mutex> lk(knob_m);
+    fallback = dir == GE_H2D ? knobs.h2d_fallback_bytes : knobs.d2h_fallback_bytes;
+  }
+  if (!direct_only && n >= fallback && g.paths.size() > 1) return kNotNow;
+  Path &p = *g.paths[0];
+  {
+    std::lock_guard<std::mutex> lk(g.m);
+    if (!g.copies.empty() || !g.ready.empty() || !g.retry.empty() || p.depth || p.failed) return kNotNow;
+    p.depth++;
+  }
+  Chunk ch;
+  ch.len = n;
+  ch.host = dir == GE_H2D ? src : dst;
+  ch.dev = dir == GE_H2D ? dst : src;
+  // A short copy spins in the driver's sync (CPU time == wall time), so it is charged its wall time:
+  // reading the thread CPU clock is a system call (~0.6 us), which would show in a 10 us copy.
+  bool exact = n >= kSpinBytes;
+  if (exact) precise_timers();  // the backend may nap through a long copy
+  uint64_t c0 = exact ? thread_cpu_ns() : 0;
+  ch.issue_t = real_now();
+  int rc = be->copy_now(p, ch, stream);
+  p.cpu_ns += exact ? thread_cpu_ns() - c0 : uint64_t((real_now() - ch.issue_t) * 1e9);
+  if (rc == GE_OK) {
+    p.bytes += n;
+    p.chunks += 1;
+    (dir == GE_H2D ? link_h2d : link_d2h)[gpu] += n;
+    mark_rate(p);
+  }
+  std::lock_guard<std::mutex> lk(g.m);
+  p.depth--;
+  if (rc && rc != GE_ENOTSUP) p.failed = true;
+  if (!g.copies.empty() || !g.ready.empty() || !g.retry.empty()) g.cv.notify_all();  // a chunk may wait for room
+  return rc && rc != GE_ENOTSUP && g.paths.size() > 1 ? kNotNow : rc;
+}
+
+std::shared_ptr<Copy> Engine::find(uint64_t h) {
+  std::lock_guard<std::mutex> lk(copies_m);
+  auto it = copies.find(h);
+  return it == copies.end() ? nullptr : it->second;
+}
+
+}  // namespace ge

@@ -282,7 +282,8 @@ class CudaBackend : public Backend {
   }
 
   // Waits until query() stops answering NOT_READY for a copy of `len` bytes issued at `issue_t`: sleep
-  // through the first half of its predicted time (from the best rate this path has shown), then spin
+  // through the first half of its predicted time (from the best rate this path has shown; a nap under
+  // 50 us is not worth its late wake-up), then spin
   // (yielding) through the rest of the predicted time and 400 us more, then naps growing with the wait;
   // after 50 ms block(). On a VM a timer wake-up lands tens of microseconds late, so only the first half
   // of a copy, where that costs nothing, is slept through (the driver's blocking sync, and naps near
@@ -294,7 +295,7 @@ class CudaBackend : public Backend {
     if (best > 0) {
       double predicted = double(len) / best;
       double nap = issue_t + 0.5 * predicted - now();
-      if (nap > 200e-6) std::this_thread::sleep_for(std::chrono::duration<double>(nap));
+      if (nap > 50e-6) std::this_thread::sleep_for(std::chrono::duration<double>(nap));  // shorter: no gain
       spin += std::max(0.0, issue_t + predicted - now());
     }
     CUresult q = 0;

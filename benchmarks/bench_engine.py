@@ -13,7 +13,7 @@ import sys
 
 from engine import EngineConfig, TransferEngine
 from engine.autotune import tune
-from engine.bench import check_engine, relay_figure, render, render_tune, run_bench, side_for
+from engine.bench import bench_title, check_engine, relay_figure, render, render_tune, run_bench, side_for
 from engine.profiles import PROFILES
 
 SIZE_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                               "tune": res.knobs if res else None,
                               "relay_8xh20_sim": {"measured_gbps": fig.measured_gbps, "model_gbps": fig.model_gbps}}))
         else:
-            print(render(eng, eng.knobs(), side_for(eng).label, rows, fig))
+            print(render(bench_title(eng), eng.knobs(), side_for(eng).label, rows, fig))
     return 0
 
 

@@ -244,11 +244,14 @@ def _size(n: int) -> str:
     return f"{n / 1e6:.2f} MB"
 
 
-def render(eng: TransferEngine, knobs: dict[str, Any], baseline: str, rows: list[BenchRow],
-           fig: RelayFigure | None) -> str:
-    """The side-by-side table (sim runs say SIM in the title and the relay line)."""
-    where = (f"SIM rig {eng.profile} (simulated seconds; not GPU numbers)" if eng.backend == "sim"
-             else f"cuda: {eng.topology().gpus[0].name}")
+def bench_title(eng: TransferEngine) -> str:
+    """What the bench ran on, for render() (read while the engine is open)."""
+    return (f"SIM rig {eng.profile} (simulated seconds; not GPU numbers)" if eng.backend == "sim"
+            else f"cuda: {eng.topology().gpus[0].name}")
+
+
+def render(where: str, knobs: dict[str, Any], baseline: str, rows: list[BenchRow], fig: RelayFigure | None) -> str:
+    """The side-by-side table; `where` is bench_title() (sim runs say SIM in it and in the relay line)."""
     head = (f"{'dir':<4} {'memory':<18} {'size':>9} {'engine GB/s':>12} {'native GB/s':>12} {'ratio':>7} "
             f"{'x pinned-nat':>12} {'eng core-s/GB':>13} {'nat core-s/GB':>13} {'engine path':<11} {'reps':>4}")
     lines = [f"gpudash bench engine: {where}", f"knobs: {knobs}",

@@ -15,7 +15,7 @@ import click
 import tomli_w
 
 from engine import EngineConfig, EngineError, TransferEngine
-from engine.bench import render, render_tune
+from engine.bench import bench_title, render, render_tune
 from engine.profiles import PROFILES
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_source, usage_error
 from gpudash.config import Config, ConfigError, default_config_path, parse_size, validate
@@ -105,6 +105,7 @@ def bench_engine(ctx: click.Context, cfg: Config, backend: str | None, profile: 
         out["knobs"] = eng.knobs()
         out["device"] = eng.topology().gpus[0].name
         out["baseline"] = side_for(eng).label
+        title = bench_title(eng)
     out["rows"] = [r.as_dict() for r in rows]
     fig = relay_figure("8xh20")
     out["relay_8xh20_sim"] = {"measured_gbps": fig.measured_gbps, "model_gbps": fig.model_gbps,
@@ -120,5 +121,5 @@ def bench_engine(ctx: click.Context, cfg: Config, backend: str | None, profile: 
     if tune:
         click.echo(f"autotune ({source}): wrote {tuned} into [engine] of {out['tune']['config']}")
         click.echo(render_tune(res))
-    click.echo(render(eng, out["knobs"], out["baseline"], rows, fig))
+    click.echo(render(title, out["knobs"], out["baseline"], rows, fig))
     click.echo(out["store"] if "store" in out else "")

@@ -45,22 +45,29 @@ class RegistrationCache:
             self._cap = cap_bytes
             self._evict(0)
 
-    def acquire(self, owner: Any, owner_ptr: int, owner_nbytes: int, now: bool = False,
-                new: bool = True) -> int | None:
+    def hold(self, owner_ptr: int, owner_nbytes: int) -> int | None:
+        """The key of an existing registration of exactly this allocation, now held by one more copy
+        (release() it; eviction skips it meanwhile), or None. The hot path of a reused buffer."""
+        with self._lock:
+            e = self._entries.get(owner_ptr)
+            if e is None or e.nbytes != owner_nbytes:
+                return None
+            e.in_use += 1
+            self._entries.move_to_end(owner_ptr)
+            return owner_ptr
+
+    def acquire(self, owner: Any, owner_ptr: int, owner_nbytes: int, now: bool = False) -> int | None:
         """Registration key covering the allocation of `owner` (caller must release()), or None: use the
-        staging ring or a driver copy. `now`: register on first sight instead of waiting for the buffer
-        to be reused; `new=False`: only take a registration that exists (so eviction cannot unpin it
-        under the copy), never make one."""
+        staging ring or a driver copy. An existing registration is held (hold()); a new one is made on
+        the buffer's second sight, or on the first with `now`."""
         if owner is None:
             return None
         key = (owner_ptr, owner_nbytes)
         with self._lock:
-            e = self._entries.get(owner_ptr)
-            if e is not None and e.nbytes == owner_nbytes:
-                e.in_use += 1
-                self._entries.move_to_end(owner_ptr)
-                return owner_ptr
-            if not new or key in self._refused:
+            held = self.hold(owner_ptr, owner_nbytes)  # the lock is re-entrant
+            if held is not None:
+                return held
+            if key in self._refused:
                 return None
             if key not in self._seen and not now:  # one-shot so far; forgotten when the owner dies
                 self._seen[key] = weakref.ref(owner, lambda _r, k=key: self._forget(k))

@@ -413,12 +413,14 @@ class TransferEngine:
 
     def _host_path(self, plan: CopyPlan, pageable: str) -> tuple[int, str, int | None]:
         """(host mode flags, its name, registration key or None) for the host side of `plan`. Our own
-        registrations are taken first, whatever the policy, so eviction cannot unpin them under the copy."""
-        owner = plan.host_owner()
+        registrations are taken first, whatever the policy, so eviction cannot unpin them under the copy;
+        new ones are made only under the "auto" and "register" policies."""
         reg_key = None
-        if owner is not None:
-            reg_key = self._regcache.acquire(owner, plan.owner_ptr, plan.owner_nbytes, now=pageable == "register",
-                                             new=pageable in ("auto", "register"))
+        if plan.owner_ref is not None:
+            reg_key = self._regcache.hold(plan.owner_ptr, plan.owner_nbytes)
+            if reg_key is None and pageable in ("auto", "register"):
+                reg_key = self._regcache.acquire(plan.host_owner(), plan.owner_ptr, plan.owner_nbytes,
+                                                 pageable == "register")
         if reg_key is not None:
             return N.HOST_DIRECT, "registered", reg_key
         if plan.host_kind == N.MEM_PINNED:

@@ -22,15 +22,20 @@ from engine import _native as N
 SIZES = (4096, 64 * 1024, 1 << 20)
 
 
-def median_us(fn: Callable[[], object], reps: int) -> float:
-    for _ in range(reps // 10):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter_ns()
-        fn()
-        times.append(time.perf_counter_ns() - t0)
-    return statistics.median(times) / 1e3
+def medians_us(rows: dict[str, Callable[[], object]], reps: int, rounds: int = 10) -> dict[str, float]:
+    """Median microseconds per call of each row, the rows taking turns in `rounds` rounds (a machine's
+    speed drifts over seconds; interleaving makes the drift hit every row alike)."""
+    times: dict[str, list[int]] = {name: [] for name in rows}
+    for name, fn in rows.items():  # warm-up
+        for _ in range(reps // 10):
+            fn()
+    for _ in range(rounds):
+        for name, fn in rows.items():
+            for _ in range(reps // rounds):
+                t0 = time.perf_counter_ns()
+                fn()
+                times[name].append(time.perf_counter_ns() - t0)
+    return {name: statistics.median(t) / 1e3 for name, t in times.items()}
 
 
 def main() -> int:
@@ -71,11 +76,11 @@ def main() -> int:
                 "engine: copy(cupy, reused pageable, sync=True).wait()": lambda: eng.copy(dev, reused, sync=True).wait(),
                 "engine: copy(cupy, pinned numpy).wait() (async API)": lambda: eng.copy(dev, host).wait(),
             }
-            for name, fn in rows.items():
-                results.setdefault(name, []).append(median_us(fn, args.reps))
+            for name, us in medians_us(rows, args.reps).items():
+                results.setdefault(name, []).append(us)
     native = results["native: CuPy memcpyAsync + synchronize (the bench's baseline)"]
     head = f"{'H2D, synchronous, median us per copy':58s}" + "".join(f"{_size(n):>17s}" for n in SIZES)
-    print(f"{args.reps} copies per cell; ratio = native time / this time (>1: faster than native)")
+    print(f"{args.reps} copies per cell, rows interleaved in 10 rounds; ratio = native time / this time (>1: faster)")
     print(head)
     print("-" * len(head))
     for name, us in results.items():

@@ -615,11 +615,13 @@ class GpudashApp(App[None]):
         self._worker(self.close_feed, "feed.close", "close")
 
     def close_feed(self) -> None:
+        """Close the feed once; a second caller (on_unmount while the quit worker is still closing) waits
+        until the first has finished, so nothing outlives the app (the last events reach the store)."""
         with self._feed_close_lock:
             if self._feed_closed:
                 return
+            self.feed.close()
             self._feed_closed = True
-        self.feed.close()
         self.post_message(msg.FeedClosed())
 
     def on_feed_closed(self, message: msg.FeedClosed) -> None:

@@ -227,3 +227,29 @@ async def test_quit_during_start_up_leaves_nothing_running(live_feed) -> None:
     children = [p for p in psutil.Process().children(recursive=True) if "llama-server" in p.name()]
     assert not [p for p in children if p.status() != psutil.STATUS_ZOMBIE]
     assert live_feed.stack is None and live_feed.sampler is None
+
+
+async def test_leaving_the_app_waits_for_a_quit_that_is_still_closing_the_feed() -> None:
+    """`q` closes the feed on a worker; an unmount meanwhile (the app leaving) must wait for that close
+    to finish rather than return early, or the last events may not have reached the store yet."""
+    import threading
+    import time
+
+    from fixtures import FixedFeed, sim_snapshot
+
+    feed = FixedFeed([sim_snapshot(tick=0)])
+    closing = threading.Event()
+    done: list[float] = []
+
+    def slow_close() -> None:
+        closing.set()
+        time.sleep(0.5)  # a recorder flushing its last batch
+        done.append(time.monotonic())
+
+    feed.close = slow_close  # type: ignore[method-assign]
+    app = GpudashApp(feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await wait_for(pilot, closing.is_set, what="the quit worker closing the feed")
+    left = time.monotonic()
+    assert done and done[0] <= left

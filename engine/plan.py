@@ -19,10 +19,8 @@ class CopyPlan(NamedTuple):
     """A validated copy. It holds no strong reference to the caller's arrays (memoized plans must not
     keep them alive): the caller keeps them for the copy's lifetime."""
 
-    direction: int  # N.H2D | N.D2H
+    direction: int  # N.H2D | N.D2H (this and gpu, nbytes: also in desc, read here without ctypes)
     gpu: int
-    dst_ptr: int
-    src_ptr: int
     nbytes: int
     host_kind: int  # N.MEM_PINNED | N.MEM_PAGEABLE
     owner_ref: Any  # weakref to the numpy array owning the host memory (registration cache key), or None
@@ -65,8 +63,8 @@ def plan_copy(dst: Any, src: Any, nbytes: int | None, resolve: Resolve, num_gpus
         gpu = check_gpu(gpu, "the GPU of " + ("dst" if direction == N.H2D else "src"))
     devbufs = tuple(b for b in (dst, src) if isinstance(b, DeviceBuffer))
     owner_ref = weakref.ref(host.owner) if host.owner is not None else None
-    return CopyPlan(direction, gpu, d.ptr, s.ptr, n, host.kind, owner_ref, host.owner_ptr, host.owner_nbytes,
-                    devbufs, N.CopyDescC(direction, gpu, d.ptr, s.ptr, n))
+    return CopyPlan(direction, gpu, n, host.kind, owner_ref, host.owner_ptr, host.owner_nbytes, devbufs,
+                    N.CopyDescC(direction, gpu, d.ptr, s.ptr, n))
 
 
 def _memoizable(obj: Any) -> bool:

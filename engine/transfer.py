@@ -355,7 +355,7 @@ class TransferEngine:
             if self.backend != "cuda":
                 raise EngineArgumentError("stream= needs backend='cuda'; the sim backend has no streams")
             cu_stream = _stream_ptr(stream)
-        direction, gpu, _dptr, _sptr, n, host_kind, owner_ref, _optr, _onb, devbufs, desc = plan
+        direction, gpu, n, host_kind, owner_ref, _optr, _onb, devbufs, desc = plan
         if host_kind == N.MEM_PINNED and owner_ref is None:  # not ours to register: as it is
             mode, mode_name, reg_key = N.HOST_DIRECT, "pinned", None
         else:

@@ -20,8 +20,8 @@ class FakeGpuArray:
 def _plan(kind: int = N.MEM_PAGEABLE, owner: object | None = None) -> CopyPlan:
     import weakref
 
-    return CopyPlan(N.D2H, 0, 0x20000, 0x10000, 64, kind, weakref.ref(owner) if owner is not None else None,
-                    0x20000, 64, (), N.CopyDescC(N.D2H, 0, 0x20000, 0x10000, 64))
+    return CopyPlan(N.D2H, 0, 64, kind, weakref.ref(owner) if owner is not None else None, 0x20000, 64, (),
+                    N.CopyDescC(N.D2H, 0, 0x20000, 0x10000, 64))
 
 
 def test_hit_only_for_the_same_live_pair_and_dropped_when_an_array_dies() -> None:

@@ -8,13 +8,14 @@ SQLite scalars (an Event's `old`/`new`) are stored as JSON text; booleans as 0/1
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
 import typing
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import sqlite_utils
 
@@ -111,11 +112,24 @@ def current_version(db: sqlite_utils.Database) -> int:
     return row[0] or 0
 
 
+@contextlib.contextmanager
+def immediate(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
+    """A write transaction that takes the write lock at BEGIN. A deferred one that reads first and then
+    writes fails at once with "database is locked" when another connection committed meanwhile (WAL
+    cannot upgrade a stale snapshot), instead of waiting out the busy timeout like this one does."""
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.conn.rollback()
+        raise
+    db.conn.commit()
+
+
 def migrate(db: sqlite_utils.Database, target: int = SCHEMA_VERSION) -> int:
     """Apply the forward migrations up to `target` in one IMMEDIATE transaction (two processes opening a
     new file at once cannot both migrate it); returns the new version."""
-    db.conn.execute("BEGIN IMMEDIATE")
-    try:
+    with immediate(db):
         db["schema_version"].create({"version": int, "applied": float}, pk="version", if_not_exists=True)
         version = current_version(db)
         if version > SCHEMA_VERSION:
@@ -125,10 +139,6 @@ def migrate(db: sqlite_utils.Database, target: int = SCHEMA_VERSION) -> int:
             db["schema_version"].insert({"version": step + 1, "applied": time.time()})
         if target == SCHEMA_VERSION:
             sync_columns(db)
-    except BaseException:
-        db.conn.rollback()
-        raise
-    db.conn.commit()
     return current_version(db)
 
 

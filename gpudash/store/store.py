@@ -20,7 +20,7 @@ import sqlite_utils
 from gpudash.config import Config, to_toml
 from gpudash.records import SAMPLE_TABLES, Event, RequestSample, Snapshot
 from gpudash.store import codec
-from gpudash.store.schema import SchemaTooNew, decode_json, migrate
+from gpudash.store.schema import SchemaTooNew, decode_json, immediate, migrate
 
 # Tables a session's rows live in, in export order.
 SESSION_TABLES: tuple[str, ...] = ("sessions", "ticks", *SAMPLE_TABLES)
@@ -185,7 +185,7 @@ class Store:
     def _write_tick(self, sid: int, ts: float, table: str, records: list[Any]) -> None:
         self.session_row(sid)
         enc = codec.encoder(table)
-        with self.db.atomic():
+        with immediate(self.db):  # it reads the last tick, then writes: take the write lock first
             last = self.db.execute("SELECT max(tick) FROM ticks WHERE session_id = ?", [sid]).fetchone()[0]
             tick = 0 if last is None else last + 1
             self.db.execute(codec.TICK_SQL, [sid, tick, ts, None])

@@ -187,3 +187,17 @@ def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path: Path, monkeypat
     with pytest.raises(RuntimeError, match="disk on fire"):
         migrate(db)
     assert current_version(db) == 1 and "ticks" not in db.table_names()
+
+
+def test_direct_write_waits_for_another_writer_instead_of_failing(store, config, tmp_path) -> None:
+    """record_event reads the last tick, then writes. Begun deferred, it failed at once with "database
+    is locked" whenever another connection committed in between (a stale WAL snapshot cannot become a
+    write); begun IMMEDIATE, it waits for the other writer and then writes."""
+    sid = store.begin_session("nvml", config)
+    other = sqlite3.connect(tmp_path / "g.db", timeout=10.0, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("UPDATE sessions SET note = 'busy' WHERE id = ?", [sid])
+    threading.Timer(0.3, lambda: other.execute("COMMIT")).start()
+    store.record_event(sid, Event(time.time(), "cli", "engine.knob", "engine", 1, 2))
+    other.close()
+    assert [r[0] for r in store.db.execute("SELECT kind FROM events WHERE session_id = ?", [sid])] == ["engine.knob"]

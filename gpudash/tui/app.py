@@ -143,6 +143,11 @@ class GpudashApp(App[None]):
     def active_view(self) -> str:
         return self.query_one(TabbedContent).active or "overview"
 
+    def _alive(self) -> bool:
+        """False once the app is shutting down and its widgets are gone: timers and queued messages
+        (a snapshot, the log-tail chain) can still fire then, and must not query the DOM."""
+        return bool(self.query(TabbedContent))
+
     # ---- the feed ------------------------------------------------------------------------------------
 
     def _start_feed(self) -> None:
@@ -177,6 +182,8 @@ class GpudashApp(App[None]):
         self.state.knobs = dict(info.knobs)
         self.state.update_warnings()
         self._read_model_sizes()
+        if not self._alive():
+            return
         h = self.header
         h.source, h.db_path, h.recording = info.source, info.db_path or "—", info.recording
         if self.selected_server is None and info.specs:
@@ -233,6 +240,8 @@ class GpudashApp(App[None]):
 
     def refresh_views(self) -> None:
         """Redraw only the view on screen (the others redraw when shown)."""
+        if not self._alive():
+            return
         self.header.warnings = len(self.state.warnings)
         view = self.active_view
         if view == "overview":
@@ -450,7 +459,7 @@ class GpudashApp(App[None]):
     # ---- servers: log tail as a chain ----------------------------------------------------------------
 
     def _poll_log(self, rechain: bool = True) -> None:
-        if self.active_view != "servers" or self.controller is None or self.controller.supervisor is None \
+        if not self._alive() or self.active_view != "servers" or self.controller is None or self.controller.supervisor is None \
                 or self.selected_server is None:
             self._log_chain = False
             return

@@ -253,3 +253,17 @@ async def test_leaving_the_app_waits_for_a_quit_that_is_still_closing_the_feed()
         await wait_for(pilot, closing.is_set, what="the quit worker closing the feed")
     left = time.monotonic()
     assert done and done[0] <= left
+
+
+async def test_timers_and_messages_firing_after_shutdown_leave_the_gone_dom_alone() -> None:
+    """A snapshot or the log-tail timer can still arrive while the app shuts down (seen on CI as
+    NoMatches for TabbedContent / SourceHeader); once the widgets are gone they must do nothing."""
+    from fixtures import FixedFeed, sim_snapshot
+
+    app = GpudashApp(FixedFeed([sim_snapshot(tick=0)]))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        assert app.active_view == "servers"
+    assert not app._alive()
+    app.refresh_views()
+    app._poll_log()

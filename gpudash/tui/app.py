@@ -28,6 +28,7 @@ from gpudash.control import Command, ServerAction, SetRecording, SetSplit, descr
 from gpudash.records import Event, Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.feeds import Feed, FeedInfo, Player
+from gpudash.tui.replay_controls import ReplayControls
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_servers, ts_ratios
 from gpudash.tui.widgets.header import SourceHeader
 from gpudash.tui.widgets.latency import LatencyView
@@ -40,7 +41,6 @@ VIEW_NAMES = ("Overview", "Split balance", "Servers", "Latency", "Engine", "Pool
 VIEW_WIDGETS = (OverviewView, SplitView, ServersView, LatencyView, EngineView, PoolsView, HistoryView, EventsView)
 MAX_PENDING = 256  # snapshots waiting for the UI; older ones are folded into newer ones beyond this
 LOG_POLL_S = 1.0
-SEEK_TICKS = 10
 REPLAY_ONLY = {"replay_pause", "replay_step", "replay_back", "replay_forward", "replay_slower", "replay_faster"}
 LIVE_ONLY = {"edit_split", "apply_plan", "edit_share", "edit_knobs", "apply", "server_start", "server_stop",
              "server_restart", "toggle_recording"}
@@ -80,7 +80,7 @@ for _b in _bindings():
     ACTION_IDS.setdefault(_b.action.split("(")[0], set()).add(_b.id or "")
 
 
-class GpudashApp(App[None]):
+class GpudashApp(ReplayControls, App[None]):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "gpudash"
     ENABLE_COMMAND_PALETTE = True
@@ -529,61 +529,6 @@ class GpudashApp(App[None]):
 
     def on_exported(self, message: msg.Exported) -> None:
         self.notify(message.text, severity="information" if message.ok else "error")
-
-    # ---- replay --------------------------------------------------------------------------------------
-
-    def _replay_tick(self) -> None:
-        """One step of the playback chain: show the next tick, then schedule the one after."""
-        p = self.player
-        if p is None or p.paused:
-            return
-        snap = p.step()
-        if snap is not None:
-            self.state.ingest(snap)
-            self.refresh_views()
-        if not p.done:
-            self.set_timer(p.delay_to_next(), self._replay_tick)
-        else:
-            self.refresh_views()
-
-    def action_replay_pause(self) -> None:
-        if self.player is None:
-            return
-        self.player.paused = not self.player.paused
-        if not self.player.paused:
-            self._replay_tick()
-        self.refresh_views()
-
-    def action_replay_step(self) -> None:
-        if self.player is None:
-            return
-        self.player.paused = True
-        snap = self.player.step()
-        if snap is not None:
-            self.state.ingest(snap)
-        self.refresh_views()
-
-    def action_replay_seek(self, direction: int) -> None:
-        if self.player is None or not self.player.snaps:
-            return
-        self.seek_to(self.player.index + direction * SEEK_TICKS)
-
-    def seek_to(self, index: int) -> None:
-        """Show tick `index` as it was: plots from the ticks before it, events up to that moment."""
-        p = self.player
-        if p is None or not p.snaps:
-            return
-        i = p.seek(index)
-        self.state = ViewState()  # from the recorded settings, moved on by the events up to tick i
-        if self.info is not None:
-            self.state.specs, self.state.knobs = dict(self.info.specs), dict(self.info.knobs)
-        self.state.ingest_all(p.snaps[: i + 1])
-        self.refresh_views()
-
-    def action_replay_speed(self, up: bool) -> None:
-        if self.player is not None:
-            self.player.faster(up)
-            self.refresh_views()
 
     # ---- bindings: availability, help, command palette -----------------------------------------------
 

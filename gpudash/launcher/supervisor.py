@@ -204,8 +204,6 @@ class Supervisor:
                     raise LaunchError(name, f"{err.cause}; restarting with the previous settings failed too: "
                                             f"{err2.cause}") from None
                 raise LaunchError(name, f"{err.cause}; it runs again with its previous settings") from None
-            with self._lock:
-                srv.restarts += 1
 
     # ---- internals -----------------------------------------------------------------------------------
 
@@ -262,7 +260,8 @@ class Supervisor:
         return fitted
 
     def _launch(self, srv: _Server, spec: ServerSpec, actor_kind: str, old: Any = None) -> None:
-        """Start `spec` for `srv` and wait for health; on any failure nothing of it is left running."""
+        """Start `spec` for `srv` and wait for health; on any failure nothing of it is left running. A
+        "server.restart" that comes up counts in `restarts` (also a fall-back to the previous settings)."""
         name = spec.name
         try:
             cmd, port = self._prepare(spec, reuse_port=srv.port if spec.port is None else None)
@@ -303,8 +302,9 @@ class Supervisor:
             cause += f" (full log: {srv.log_path})"
             self._event("server.fail", name, new=_spec_dict(spec), ok=False, reason=cause)
             raise LaunchError(name, cause) from None
-        with self._lock:
+        with self._lock:  # counted with the state change: whoever sees "ready" sees the count too
             srv.state, srv.started = "ready", ready_ts
+            srv.restarts += actor_kind == "server.restart"
         address = f"{url_host(spec.host)}:{port}"
         build = build_info(f"http://{address}") if spec.kind == "llama.cpp" else None
         self._event("server.ready", name, new=address if build is None else f"{address} ({build})", ts=ready_ts)
@@ -359,8 +359,6 @@ class Supervisor:
                         srv.crashes_in_row += 1
                         dead = srv.proc
                     continue
-                with self._lock:
-                    srv.restarts += 1
                 return
 
     def _terminate(self, srv: _Server) -> None:

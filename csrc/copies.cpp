@@ -185,12 +185,7 @@ int Engine::copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, i
   ch.issue_t = real_now();
   int rc = be->copy_now(p, ch, stream);
   p.cpu_ns += exact ? thread_cpu_ns() - c0 : uint64_t((real_now() - ch.issue_t) * 1e9);
-  if (rc == GE_OK) {
-    p.bytes += n;
-    p.chunks += 1;
-    (dir == GE_H2D ? link_h2d : link_d2h)[gpu] += n;
-    mark_rate(p);
-  }
+  if (rc == GE_OK) count_landed(p, n);
   std::lock_guard<std::mutex> lk(g.m);
   p.depth--;
   if (rc && rc != GE_ENOTSUP) p.failed = true;

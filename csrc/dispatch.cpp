@@ -193,7 +193,10 @@ int Engine::issue_on(Path &p, Chunk &ch) {
   return GE_OK;
 }
 
-void Engine::mark_rate(Path &p) {
+void Engine::count_landed(Path &p, uint64_t len) {
+  p.bytes += len;
+  p.chunks += 1;
+  (p.dir == GE_H2D ? link_h2d : link_d2h)[p.via] += len;
   double now = real_now();
   std::lock_guard<std::mutex> lk(p.rate_m);
   int last = (p.mark_i + 15) % 16;
@@ -243,12 +246,9 @@ void Engine::settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk
     lk.lock();
     return;
   }
-  p.bytes += ch->len;
-  p.chunks += 1;
-  (p.dir == GE_H2D ? link_h2d : link_d2h)[p.via] += ch->len;
   g.cv.notify_all();
   lk.unlock();
-  mark_rate(p);
+  count_landed(p, ch->len);
   if (ch->stage && ch->copy->dir == GE_D2H) {
     submit_staging([this, ch, &p] {
       uint64_t t1 = thread_cpu_ns();

@@ -144,7 +144,8 @@ class Engine {
   // Issue a chunk on a path (group lock held) and hand it to the path's worker.
   int issue_on(Path &p, Chunk &ch);
 
-  void mark_rate(Path &p);
+  // Books `len` bytes landed on path p: its counters, its host link's, and a mark for its recent rate.
+  void count_landed(Path &p, uint64_t len);
   double rate(Path &p);
 
   // Waits for a chunk the caller took off the path's queue, then settles it (group lock not held).

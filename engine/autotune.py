@@ -35,7 +35,7 @@ SIM_STAGING_NOTE = "the sim does not model the pageable-memory penalty; *_stagin
 @dataclass
 class TuneResult:
     knobs: dict[str, int] = field(default_factory=dict)  # values to write into [engine]
-    table: list[tuple[str, str, float]] = field(default_factory=list)  # (what, value, GB/s)
+    table: list[tuple[str, str, float]] = field(default_factory=list)  # (what, value, GB/s or a speed ratio)
     notes: list[str] = field(default_factory=list)
 
 

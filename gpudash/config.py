@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 import platformdirs
 import tomli_w
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
+                      field_validator, model_validator)
 
 from engine.config import KNOB, KNOB_TABLE
 
@@ -95,7 +95,21 @@ class SimConfig(_Section):
 
 class _EngineSection(_Section):
     """The transfer engine's knobs: one field per row of engine/config.py's KNOB_TABLE, with its default,
-    doc and range; sizes take 4MiB, 2.81MB or bytes."""
+    doc and range; sizes take 4MiB, 2.81MB or bytes. A knob the config file leaves unset takes this
+    machine's tuned value when there is one (gpudash/tuned.py), else the table's default."""
+
+    _tuned_from: Path | None = PrivateAttr(None)
+    _tuned: frozenset[str] = PrivateAttr(frozenset())
+
+    def mark_tuned(self, path: Path, knobs: Iterable[str]) -> None:
+        """Record that `knobs` came from the tuned file at `path`."""
+        self._tuned_from, self._tuned = path, frozenset(knobs)
+
+    def origin(self, knob: str) -> str:
+        """Where the knob's value came from: 'config', 'tuned (<file>)' or 'default'."""
+        if knob in self._tuned:
+            return f"tuned ({self._tuned_from})"
+        return "config" if knob in self.model_fields_set else "default"
 
     @field_validator("*", mode="before")
     @classmethod

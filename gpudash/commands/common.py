@@ -12,6 +12,7 @@ import click
 
 from engine.profiles import PROFILES
 from gpudash.config import Config, ConfigError, load_config
+from gpudash.tuned import with_tuned
 
 
 def usage_error(message: str) -> NoReturn:
@@ -26,7 +27,7 @@ def get_config(ctx: click.Context) -> Config:
     root.ensure_object(dict)
     if "config" not in root.obj:
         try:
-            root.obj["config"] = load_config(root.obj.get("config_path"))
+            root.obj["config"] = with_tuned(load_config(root.obj.get("config_path")))
         except ConfigError as err:
             for line in err.problems:
                 click.echo(f"gpudash: {line}", err=True)

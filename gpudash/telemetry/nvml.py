@@ -90,6 +90,13 @@ def driver_available() -> str | None:
     return reason
 
 
+def driver_version() -> str | None:
+    """The NVIDIA driver's version string, or None without NVML."""
+    if _init() is not None:
+        return None
+    return _text(none(call(pynvml.nvmlSystemGetDriverVersion)) or "") or None
+
+
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`fn(*args)`, or NA when NVML says the value is unavailable for this GPU."""
     try:

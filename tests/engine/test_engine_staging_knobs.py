@@ -16,8 +16,8 @@ from engine import EngineConfig, TransferEngine
 from engine.autotune import SIM_STAGING_NOTE, STAGING_SIZES, staging_thresholds, tune, TuneResult
 from engine.config import KNOB, KNOBS
 from engine.errors import EngineArgumentError
-from gpudash.commands.bench_engine import write_engine_knobs
 from gpudash.config import Config, ConfigError, EngineSettings, validate
+from gpudash.tuned import save_tuned
 
 MiB = 2**20
 STAGING = ("h2d_staging_bytes", "d2h_staging_bytes")
@@ -94,14 +94,14 @@ def test_config_refuses_bad_values_in_one_line(knob: str, value: Any, message: s
     assert err.value.problems == [f"c.toml: engine.{knob}: {message}"]
 
 
-def test_tuned_staging_knobs_are_written_into_the_config(tmp_path: Path) -> None:
-    path = tmp_path / "config.toml"
-    path.write_text("[engine]\noutstanding = 3\n")
-    write_engine_knobs(path, {"h2d_staging_bytes": 32 * MiB, "d2h_staging_bytes": 2**50})
+def test_tuned_staging_knobs_are_stored_for_the_machine(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    path = save_tuned({"outstanding": 3}, "box")
+    save_tuned({"h2d_staging_bytes": 32 * MiB, "d2h_staging_bytes": 2**50}, "box")
     assert tomllib.loads(path.read_text())["engine"] == {"outstanding": 3, "h2d_staging_bytes": 32 * MiB,
                                                          "d2h_staging_bytes": 2**50}
     with pytest.raises(ConfigError, match="engine.d2h_staging_bytes: staging threshold must be between"):
-        write_engine_knobs(path, {"d2h_staging_bytes": 2**51})
+        save_tuned({"d2h_staging_bytes": 2**51}, "box")
     assert tomllib.loads(path.read_text())["engine"]["d2h_staging_bytes"] == 2**50  # bad result never written
 
 

@@ -8,7 +8,7 @@ import ctypes
 import pytest
 
 from engine import _native as N
-from engine.config import KNOB, KNOB_TABLE, KNOBS, EngineConfig, c_layout
+from engine.config import KNOB, KNOB_TABLE, KNOBS, EngineConfig, c_layout, default_staging_threads
 from engine.knob_header import HEADER, render
 from gpudash.config import ConfigError, EngineSettings, validate
 from gpudash.control import ENGINE_KNOBS
@@ -60,3 +60,10 @@ def test_config_ranges_come_from_the_table(knob: str, value: object, message: st
     with pytest.raises(ConfigError) as err:
         validate({"engine": {knob: value}}, "c.toml")
     assert err.value.problems == [f"c.toml: engine.{knob}: {message}"]
+
+
+def test_staging_threads_default_to_half_the_usable_cores_within_range() -> None:
+    assert [default_staging_threads(c) for c in (1, 2, 3, 8, 16, 64, 256)] == [1, 1, 1, 4, 8, 16, 16]
+    k = KNOB["staging_threads"]
+    assert k.default == default_staging_threads() and k.low <= k.default <= k.high
+    assert "sched_getaffinity" in k.doc

@@ -11,12 +11,13 @@ from typing import Any
 
 import click
 
-from engine import EngineConfig, EngineError, TransferEngine
+from engine import EngineError
 from engine.bench import bench_title, render, render_tune
 from engine.profiles import PROFILES
-from gpudash.commands.common import db_option, db_path, pass_config, resolve_source, usage_error
+from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, usage_error
 from gpudash.config import Config, ConfigError, parse_size
 from gpudash.records import Event
+from gpudash.rig import NvmlRig, SimulatedRig
 from gpudash.tuned import save_tuned
 
 
@@ -77,11 +78,11 @@ def bench_engine(cfg: Config, backend: str | None, profile: str | None, as_json:
     if size_list and any(n <= 0 for n in size_list):
         usage_error("--sizes: every size must be at least 1 byte")
     if backend is None:
-        backend = "cuda" if resolve_source(cfg, None, False, quiet=True) == "nvml" else "sim"
-    prof = profile or cfg.sim.profile
-    source = "cuda" if backend == "cuda" else f"sim:{prof}"
+        backend = "sim" if resolve_rig(cfg, None, False, quiet=True).is_sim else "cuda"
+    rig = SimulatedRig(profile or cfg.sim.profile) if backend == "sim" else NvmlRig()
+    source = rig.label if rig.is_sim else "cuda"  # the session label says which backend ran the bench
     try:
-        eng = TransferEngine(EngineConfig(**cfg.engine.model_dump(), backend=backend, profile=prof))
+        eng = rig.make_engine(cfg)
         check_engine(eng)
     except EngineError as err:
         usage_error(f"cannot run the {backend} engine bench: {err}")

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from gpudash.commands.common import db_option, db_path, pass_config, resolve_source, sim_options, usage_error
+from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
 from gpudash.records import Snapshot
 
@@ -68,10 +68,11 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
            db: str | None, listen: str | None, quiet: bool) -> None:
     """Record telemetry to SQLite without a screen, until Ctrl-C, SIGTERM or --duration."""
     from gpudash.store import Store, StoreError, StoreWriter
-    from gpudash.telemetry.factory import build_sources, sim_engine
+    from gpudash.telemetry.factory import build_sources
     from gpudash.telemetry.sampler import Sampler
 
-    source = resolve_source(cfg, sim, no_sim)
+    rig = resolve_rig(cfg, sim, no_sim)
+    source = rig.label
     interval = interval or cfg.sampling.interval_s
     path = db_path(cfg, db)
     prom = _start_prometheus(listen or cfg.prometheus.listen)
@@ -84,9 +85,9 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
 
     engine = None
     try:
-        if source.startswith("sim:"):
-            engine = sim_engine(source.removeprefix("sim:"), cfg)
-        sources = build_sources(source, cfg, engine=engine)
+        if rig.is_sim:  # a sim rig's links are its engine's; on real GPUs record starts no engine
+            engine = rig.make_engine(cfg)
+        sources = build_sources(rig, cfg, engine=engine)
     except Exception as err:  # a driver, native library or engine that will not start: say which, stop
         for opened in (engine, store, prom):
             if opened is not None:

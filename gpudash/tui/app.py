@@ -126,6 +126,7 @@ class GpudashApp(ReplayControls, App[None]):
         if self.keys:
             self.set_keymap(self.keys)
         self.header.source = "replay: loading…" if self.replay else f"{self.feed.source} (starting…)"
+        self.header.rig = "" if self.replay else self.feed.source
         for tabs in self.query("Tabs"):
             tabs.can_focus = False
         self.call_after_refresh(self._after_first_frame)
@@ -185,7 +186,7 @@ class GpudashApp(ReplayControls, App[None]):
         if not self._alive():
             return
         h = self.header
-        h.source, h.db_path, h.recording = info.source, info.db_path or "—", info.recording
+        h.source, h.rig, h.db_path, h.recording = info.source, info.rig, info.db_path or "—", info.recording
         if self.selected_server is None and info.specs:
             self.selected_server = next(iter(info.specs))
         for note in info.notes:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol
 
 from gpudash.config import Config, ServerSpec, validate
 from gpudash.records import Snapshot
+from gpudash.rig import Rig, rig_of
 
 Deliver = Callable[[Snapshot], None]
 
@@ -29,6 +30,10 @@ class FeedInfo:
     knobs: dict[str, Any] = field(default_factory=dict)
     snapshots: list[Snapshot] = field(default_factory=list)  # replay: the whole session, in tick order
     notes: list[str] = field(default_factory=list)  # what is missing and why (shown once)
+    rig: str = ""  # the rig's stored label ("nvml", "sim:<profile>"); unset: the source is the label
+
+    def __post_init__(self) -> None:
+        self.rig = self.rig or self.source
 
 
 class Feed(Protocol):
@@ -109,8 +114,10 @@ class Recorder:
 class LiveFeed:
     """A running rig: engine, inbox, sources, servers (LaunchStack), sampler, recorder, controller."""
 
-    def __init__(self, config: Config, source: str, db_path: Path, record: bool, log_dir: Path | None = None) -> None:
-        self.config, self.source, self.db_path, self.record = config, source, db_path, record
+    def __init__(self, config: Config, rig: Rig | str, db_path: Path, record: bool,
+                 log_dir: Path | None = None) -> None:
+        self.config, self.rig, self.db_path, self.record = config, rig_of(rig), db_path, record
+        self.source = self.rig.label
         self.log_dir = log_dir
         self.engine: Any = None
         self.inbox: Any = None
@@ -124,15 +131,6 @@ class LiveFeed:
         self.pools: dict[str, Any] = {}
         self._life = threading.Lock()
         self._closing = False
-
-    def _make_engine(self) -> Any:
-        if self.source.startswith("sim:"):
-            from gpudash.telemetry.factory import sim_engine
-
-            return sim_engine(self.source.removeprefix("sim:"), self.config)
-        from engine import EngineConfig, TransferEngine
-
-        return TransferEngine(EngineConfig(**self.config.engine.model_dump(), backend="cuda"))
 
     def start(self, deliver: Deliver) -> FeedInfo:
         with self._life:  # a quit during start-up waits for it, then stops everything it started
@@ -149,7 +147,7 @@ class LiveFeed:
 
         self.inbox = Inbox()
         try:
-            self.engine = self._make_engine()
+            self.engine = self.rig.make_engine(self.config)
         except Exception as err:  # noqa: BLE001 - the dashboard still runs; the note says why there is no engine
             self.notes.append(f"transfer engine unavailable: {err}")
         pc = self.config.pools
@@ -163,7 +161,7 @@ class LiveFeed:
                 self.notes.append(f"memory pools not created: {err}")
         self.stack = LaunchStack(self.config, self.inbox, self.log_dir)
         supervisor = self.stack.supervisor
-        sources = build_sources(self.source, self.config, inbox=self.inbox, engine=self.engine,
+        sources = build_sources(self.rig, self.config, inbox=self.inbox, engine=self.engine,
                                 pids=supervisor.pids, pools=lambda: list(self.all_pools().values()))
         self.sampler = Sampler(sources + self.stack.sources, self.config.sampling.interval_s, self.source,
                                sinks=[deliver], source_timeout_s=self.config.sampling.source_timeout_s)
@@ -242,7 +240,7 @@ class ReplayFeed:
             store.close()
         self.source = f"replay:{sid} ({row['source']})"
         specs, knobs = _session_settings(row.get("config"))
-        return FeedInfo(self.source, str(self.db_path), False, None, specs, knobs, snaps)
+        return FeedInfo(self.source, str(self.db_path), False, None, specs, knobs, snaps, rig=row["source"])
 
     def start_servers(self) -> list[str]:
         return []  # a replay starts nothing

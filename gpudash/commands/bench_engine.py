@@ -25,8 +25,7 @@ def _record(cfg: Config, db: str | None, source: str, rows: list[Any], tuned: di
     from gpudash.store import Store
 
     path = db_path(cfg, db)
-    store = Store.open(path)
-    try:
+    with Store.open(path) as store:
         sid = store.begin_session(source, cfg, note="bench engine")
         now = time.time()
         if tuned:
@@ -35,8 +34,6 @@ def _record(cfg: Config, db: str | None, source: str, rows: list[Any], tuned: di
             store.record_event(sid, Event(now, "bench", "bench.engine", f"{r.direction} {r.memory} {r.size}",
                                           {"native_gbps": r.native_gbps}, r.as_dict()))
         store.end_session(sid)
-    finally:
-        store.close()
     return f"recorded as session {sid} in {path}"
 
 

@@ -488,11 +488,8 @@ class GpudashApp(ReplayControls, App[None]):
         def load() -> None:
             from gpudash.store import Store
 
-            store = Store.open(db)
-            try:
+            with Store.open(db) as store:
                 self.post_message(msg.SessionsLoaded(store.sessions()))
-            finally:
-                store.close()
 
         self._worker(load, "history.load", "store")
 
@@ -517,14 +514,12 @@ class GpudashApp(ReplayControls, App[None]):
             from gpudash.store import Store
             from gpudash.store.export import ExportError, export_session
 
-            store = Store.open(db)
-            try:
-                done = export_session(store, sid, "csv", out, force=True)
-                self.post_message(msg.Exported(True, f"exported session {sid}: {len(done)} tables to {out}"))
-            except ExportError as err:
-                self.post_message(msg.Exported(False, str(err)))
-            finally:
-                store.close()
+            with Store.open(db) as store:
+                try:
+                    done = export_session(store, sid, "csv", out, force=True)
+                    self.post_message(msg.Exported(True, f"exported session {sid}: {len(done)} tables to {out}"))
+                except ExportError as err:
+                    self.post_message(msg.Exported(False, str(err)))
 
         self._worker(export, "history.export", "store")
 

@@ -21,6 +21,7 @@ from typing import Any
 import pynvml
 
 from gpudash.records import GpuProcessSample, GpuSample
+from gpudash.telemetry.pcie_cache import cached_overhead
 from gpudash.telemetry.pcie_counters import DEFAULT_WIRE_OVERHEAD, CounterPoller, TickRates
 
 
@@ -340,8 +341,6 @@ class NvmlSource:
 
     def __init__(self, pids: Callable[[], dict[int, str]] | None = None,
                  wire_overhead: dict[int, float] | None = None, counter_max_interval_s: float = 0.25) -> None:
-        from gpudash.telemetry.pcie_calibration import cached_overhead
-
         reason = driver_available()
         if reason is not None:
             raise RuntimeError(f"NVML unavailable: {reason}")

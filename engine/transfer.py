@@ -139,7 +139,8 @@ class CopyHandle:
 
 
 class TransferEngine:
-    """Multipath host<->GPU copies over the sim or CUDA backend (see ARCHITECTURE.md)."""
+    """Multipath host<->GPU copies over the sim or CUDA backend (the design: engine/__init__.py; the data
+    plane: csrc/scheduler.hpp)."""
 
     def __init__(self, config: EngineConfig | None = None, **overrides: Any):
         cfg = config or EngineConfig()

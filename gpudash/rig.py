@@ -132,8 +132,9 @@ def rig_of(label: str | Rig) -> Rig:
         return label
     if label == NVML_LABEL:
         return NvmlRig()
-    if label.startswith(SIM_PREFIX):
-        return SimulatedRig(label.removeprefix(SIM_PREFIX))
+    profile = sim_profile_of(label)
+    if profile is not None:
+        return SimulatedRig(profile)
     raise ValueError(f"unknown telemetry source {label!r}; expected 'nvml' or 'sim:<profile>'")
 
 

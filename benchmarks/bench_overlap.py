@@ -16,6 +16,7 @@ import argparse
 from engine.profiles import PROFILES
 from gpudash.advisor.baseline import measured_baseline, sim_baseline
 from gpudash.advisor.overlap import LayerShape
+from gpudash.rig import NvmlRig, SimulatedRig
 from gpudash.telemetry.topology import read_topology
 
 TOKENS = (1, 16, 128, 1024, 4096)
@@ -28,7 +29,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--ffn", type=int, default=14336)
     args = ap.parse_args()
-    topo = read_topology(f"sim:{args.sim}" if args.sim else "nvml")
+    topo = read_topology(SimulatedRig(args.sim) if args.sim else NvmlRig())
     tp = args.tp or len(topo.gpus)
     engine = None
     if not topo.is_sim:

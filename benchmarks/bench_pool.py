@@ -1,6 +1,6 @@
 """Sharded pool vs a baseline allocator on one recorded KV-cache trace: ops/s and fragmentation.
 
-The trace (engine.pools.kv_tenant_trace: four tenants with 0.5B/7B/32B/7B KV shapes, caches of
+The trace (engine.traces.kv_tenant_trace: four tenants with 0.5B/7B/32B/7B KV shapes, caches of
 1..64 blocks of 16 tokens freed in random order) is recorded to an .npz once and every allocator
 replays exactly that file. Allocators:
 
@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.pools import MemoryPool, PoolExhaustedError, Trace, kv_tenant_trace
+from engine.pools import MemoryPool, PoolExhaustedError
+from engine.traces import Trace, kv_tenant_trace
 
 CAPACITY_PER_TENANT = 512 << 20
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import click
 
 from gpudash.config import Config
+from gpudash.rig import SimulatedRig
 from gpudash.telemetry import nvml
-from gpudash.telemetry.factory import sim_engine
 from gpudash.telemetry.host import HostSource
 from gpudash.telemetry.inbox import Inbox
 from gpudash.telemetry.sampler import Sampler
@@ -55,7 +55,7 @@ def main(runs: int, polls: int) -> None:
     click.echo("| sweep                                  | GPUs | median ms | runs min-max  | target ms | ratio |")
     click.echo("|----------------------------------------|------|-----------|---------------|-----------|-------|")
     config = Config()
-    engine = sim_engine("8xh20", config)
+    engine = SimulatedRig("8xh20").make_engine(config)
     try:
         rig = SimRigSource("8xh20", engine, load="off")
         click.echo(row("sim:8xh20 rig source", 8, measure(rig.poll, runs, polls), 1.0))

@@ -1,15 +1,32 @@
 // Engine set-up and shut-down, the staging threads, the engine's own pools (staging slots and relay
 // buffers) and knob changes. The Engine class is declared in scheduler.hpp.
+#include <cstddef>
+#include <type_traits>
+
+#include "knob_limits.h"
 #include "scheduler.hpp"
 
 namespace ge {
 
+// ge_knobs must have the layout of the knob table in engine/config.py (the ctypes struct is built from it).
+#define GE_KNOB_LAYOUT(field, type, offset, lo, hi)                                                   \
+  static_assert(offsetof(ge_knobs, field) == (offset) &&                                             \
+                    std::is_same<decltype(ge_knobs::field), type>::value,                          \
+                "ge_knobs." #field " differs from engine/config.py's knob table: change both, then " \
+                "regenerate csrc/knob_limits.h with `python -m engine.knob_header`");
+GE_KNOB_TABLE(GE_KNOB_LAYOUT)
+#undef GE_KNOB_LAYOUT
+static_assert(sizeof(ge_knobs) == GE_KNOBS_SIZE, "ge_knobs differs in size from engine/config.py's knob table");
+
+template <typename T>
+static bool knob_in_range(T v, T lo, T hi) { return !(v < lo) && !(hi < v); }
+
+// The one range check of the native knobs; the limits come from the knob table through knob_limits.h.
 int validate_knobs(const ge_knobs &k) {
-  auto chunk_ok = [](uint64_t v) { return v >= 4096 && v <= (1ull << 30); };
-  if (!chunk_ok(k.h2d_chunk_bytes) || !chunk_ok(k.d2h_chunk_bytes)) return GE_EINVAL;
-  if (k.outstanding < 1 || k.outstanding > 64) return GE_EINVAL;
-  if (k.staging_threads < 1 || k.staging_threads > 64) return GE_EINVAL;
-  if (k.h2d_fallback_bytes > (1ull << 50) || k.d2h_fallback_bytes > (1ull << 50)) return GE_EINVAL;
+#define GE_KNOB_RANGE(field, type, offset, lo, hi) \
+  if (!knob_in_range<type>(k.field, (lo), (hi))) return GE_EINVAL;
+  GE_KNOB_TABLE(GE_KNOB_RANGE)
+#undef GE_KNOB_RANGE
   return GE_OK;
 }
 

@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from engine.config import c_layout
 from engine.errors import EngineArgumentError, EngineError
 
 LIB_NAME = "libgpudash_engine.so"
@@ -29,13 +30,18 @@ HOST_DIRECT, HOST_STAGED = 0, 1
 COPY_DIRECT_ONLY = 0x100
 
 
+_C = {"uint64_t": ctypes.c_uint64, "int32_t": ctypes.c_int32}
+
+
 class Knobs(ctypes.Structure):
-    _fields_ = [
-        ("h2d_chunk_bytes", ctypes.c_uint64), ("d2h_chunk_bytes", ctypes.c_uint64),
-        ("h2d_fallback_bytes", ctypes.c_uint64), ("d2h_fallback_bytes", ctypes.c_uint64),
-        ("outstanding", ctypes.c_int32), ("direct_first", ctypes.c_int32),
-        ("staging_threads", ctypes.c_int32), ("reserved", ctypes.c_int32),
-    ]
+    """ge_knobs, laid out from the knob table (engine.config.c_layout); fill it by name with `of()`."""
+
+    _fields_ = [(name, _C[ctype]) for name, ctype, _offset in c_layout()]
+
+    @classmethod
+    def of(cls, knobs: dict[str, object]) -> "Knobs":
+        """The struct for a knob dict (its native knobs; booleans as 0/1, reserved fields 0)."""
+        return cls(**{name: int(knobs[name]) for name, _t, _o in c_layout() if not name.startswith("reserved")})
 
 
 class PathStatsC(ctypes.Structure):

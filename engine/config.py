@@ -1,83 +1,167 @@
-"""EngineConfig and the live knobs' limits: one table that both construction and `set()` validate against."""
+"""The engine's knob table and EngineConfig: one row per knob (name, default, range, unit, doc, whether it
+is live, its C type), from which everything else that names a knob is derived: EngineConfig's fields,
+the engine's validation, the ctypes `Knobs` struct, gpudash's `[engine]` settings, its control and knob
+form, and csrc/knob_limits.h (the C++ range check). Adding a knob is one row here (plus, for a native
+knob, its field in ge_knobs, which a compile-time check holds to this table's layout)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import os
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import Any
 
 from engine.errors import EngineArgumentError
 from engine.profiles import PROFILES
 
 GiB = 2**30
-
-# knob -> (low, high) inclusive; bools are checked by type only.
-KNOB_LIMITS: dict[str, tuple[int, int]] = {
-    "h2d_chunk_bytes": (4096, GiB),
-    "d2h_chunk_bytes": (4096, GiB),
-    "outstanding": (1, 64),
-    "h2d_fallback_bytes": (0, 2**50),
-    "d2h_fallback_bytes": (0, 2**50),
-    "h2d_staging_bytes": (0, 2**50),  # Python-side policy only: not part of the native knob struct
-    "d2h_staging_bytes": (0, 2**50),
-    "staging_threads": (1, 64),
-    "registration_cache_bytes": (0, 2**50),
-}
-BOOL_KNOBS = ("direct_first",)
-KNOBS = (*KNOB_LIMITS, *BOOL_KNOBS)
+MAX_BYTES = 2**50
 
 # Real host memcpy throughput the sim aims for when it picks its own time scale (GB/s of real time).
 SIM_REAL_GBPS = 1.5
+
+# C types a native knob may have in ge_knobs, with their size in bytes.
+C_TYPES = {"uint64_t": 8, "int32_t": 4}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One engine knob. `native` is its C type in ge_knobs (None: policy in Python only); `live` knobs
+    reach a running engine, in this process and in a preloaded one, and the dashboard's knob form edits
+    them; `what` names the knob in messages and `zero_means` says what 0 does, where it is special."""
+
+    name: str
+    default: int | bool
+    low: int
+    high: int
+    unit: str  # "bytes", a plural noun ("chunks", "threads"), or "bool"
+    doc: str
+    live: bool = True
+    native: str | None = None
+    what: str = ""
+    zero_means: str = ""
+
+    @property
+    def is_bool(self) -> bool:
+        return self.unit == "bool"
+
+    @property
+    def is_size(self) -> bool:
+        return self.unit == "bytes"
+
+    def limits_text(self) -> str:
+        """'between 4 KiB and 1 GiB', as messages say it."""
+        low = _amount(self.low, self.is_size) + (f" ({self.zero_means})" if self.low == 0 and self.zero_means else "")
+        return f"between {low} and {_amount(self.high, self.is_size)}"
+
+    def range_problem(self, value: int) -> str | None:
+        """None when `value` is in range, else one sentence naming the limits."""
+        if self.low <= value <= self.high:
+            return None
+        unit = " bytes" if self.is_size else ""
+        return f"{self.what or self.name} must be {self.limits_text()}, got {value}{unit}"
+
+
+def _amount(n: int, size: bool) -> str:
+    if not size:
+        return str(n)
+    if n and n >= 2**40 and n & (n - 1) == 0:
+        return f"2**{n.bit_length() - 1} bytes"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n}" if n == 0 else f"{n} bytes"
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_staging_threads(cores: int | None = None) -> int:
+    """Half the usable cores, 1 to 16: on an H200 box with 16 cores, 8-16 memcpy threads moved one-shot
+    pageable copies at 44-45 GB/s where 4 managed 25; the other half is left to the caller's threads."""
+    return max(1, min(16, (usable_cores() if cores is None else cores) // 2))
+
+
+# The knob table, in the order settings and forms show them. The C layout of ge_knobs is the native
+# knobs, wider types first, each type in this order, padded to 8 bytes with `reserved` (see c_layout).
+KNOB_TABLE: tuple[Knob, ...] = (
+    Knob("h2d_chunk_bytes", 2_810_000, 4096, GiB, "bytes",
+         "Chunk size for host-to-device copies (MMA: 2.81 MB).", native="uint64_t", what="chunk size"),
+    Knob("d2h_chunk_bytes", 5_370_000, 4096, GiB, "bytes",
+         "Chunk size for device-to-host copies (MMA: 5.37 MB).", native="uint64_t", what="chunk size"),
+    Knob("outstanding", 2, 1, 64, "chunks",
+         "Chunks a path may have in flight at once (MMA: 2).", native="int32_t"),
+    Knob("h2d_fallback_bytes", 11_300_000, 0, MAX_BYTES, "bytes",
+         "H2D copies smaller than this take the single direct path (MMA: 11.3 MB).", native="uint64_t",
+         what="fallback threshold", zero_means="always multipath"),
+    Knob("d2h_fallback_bytes", 13_000_000, 0, MAX_BYTES, "bytes",
+         "D2H copies smaller than this take the single direct path (MMA: 13 MB).", native="uint64_t",
+         what="fallback threshold", zero_means="always multipath"),
+    Knob("h2d_staging_bytes", 16 * 2**20, 0, MAX_BYTES, "bytes",
+         "One-shot pageable H2D copies of at least this size go through the pinned staging ring; smaller "
+         "ones are one plain driver copy on the direct path, which measured faster (H200: 16 MiB). "
+         "0 always stages.", what="staging threshold", zero_means="always stage"),
+    Knob("d2h_staging_bytes", 4 * 2**20, 0, MAX_BYTES, "bytes",
+         "One-shot pageable D2H copies of at least this size go through the pinned staging ring; smaller "
+         "ones are one plain driver copy on the direct path, which measured faster (H200: 4 MiB). "
+         "0 always stages.", what="staging threshold", zero_means="always stage"),
+    Knob("direct_first", True, 0, 1, "bool",
+         "Use the target GPU's own PCIe link first; relays join only when its queue is full.",
+         native="int32_t"),
+    Knob("staging_threads", default_staging_threads(), 1, 64, "threads",
+         "memcpy threads filling the pinned staging ring for pageable copies. Default: half the cores this "
+         "process may use (sched_getaffinity), 1 to 16.", native="int32_t"),
+    Knob("registration_cache_bytes", 8 * GiB, 0, MAX_BYTES, "bytes",
+         "Byte cap of the pageable-memory registration cache (LRU); set per engine, not carried to a "
+         "preloaded process.", live=False, what="registration cache cap"),
+)
+KNOB = {k.name: k for k in KNOB_TABLE}
+KNOBS = tuple(KNOB)
+
+
+def c_layout() -> tuple[tuple[str, str, int], ...]:
+    """(field, C type, byte offset) of ge_knobs: the native knobs, wider types first (table order within
+    a type), then int32 `reserved` fields up to a multiple of 8 bytes."""
+    native = sorted((k for k in KNOB_TABLE if k.native), key=lambda k: -C_TYPES[k.native or ""])
+    out, offset = [], 0
+    for k in native:
+        out.append((k.name, k.native or "", offset))
+        offset += C_TYPES[k.native or ""]
+    pads = 0
+    while offset % 8:
+        out.append(("reserved" if pads == 0 else f"reserved{pads}", "int32_t", offset))
+        offset, pads = offset + 4, pads + 1
+    return tuple(out)
 
 
 def validate_knobs(values: dict[str, Any]) -> dict[str, Any]:
     """Checked copy of `values`; EngineArgumentError naming the first bad knob and its limit."""
     out: dict[str, Any] = {}
     for name, value in values.items():
-        if name in BOOL_KNOBS:
+        knob = KNOB.get(name)
+        if knob is None:
+            raise EngineArgumentError(f"unknown knob {name!r}; knobs are: {', '.join(KNOBS)}")
+        if knob.is_bool:
             if not isinstance(value, bool):
                 raise EngineArgumentError(f"knob {name} must be True or False, got {value!r}")
-        elif name in KNOB_LIMITS:
-            lo, hi = KNOB_LIMITS[name]
+        else:
+            lo, hi = knob.low, knob.high
             if isinstance(value, bool) or not isinstance(value, int):
                 raise EngineArgumentError(f"knob {name} must be an integer in [{lo}, {hi}], got {value!r}")
             if not lo <= value <= hi:
                 raise EngineArgumentError(f"knob {name}={value} is out of range; it must be in [{lo}, {hi}]")
-        else:
-            raise EngineArgumentError(f"unknown knob {name!r}; knobs are: {', '.join(KNOBS)}")
         out[name] = value
     return out
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    """How to build a TransferEngine. Knob defaults are the MMA paper's measured optima, except the
-    staging thresholds, which were measured on an H200.
-
-    `h2d_staging_bytes` / `d2h_staging_bytes`: a one-shot pageable host buffer (the first time the engine
-    sees it) goes through the pinned staging ring only when the copy is at least this many bytes; smaller
-    copies are one plain driver copy of the pageable memory on the single direct path (the driver stages
-    it itself; no engine threads), because below these sizes one driver copy measured faster than the
-    ring (H200: staging wins H2D only from somewhere in 8-64 MiB, D2H from somewhere in 2-8 MiB; `gpudash
-    bench engine --tune` measures this machine's). 0 always stages. They are policy in Python, never
-    passed to the native data plane.
-
-    `sim_time_scale`: real seconds per simulated second on the sim backend; None picks one so the
-    rig's summed host-link bandwidth needs about SIM_REAL_GBPS of real memcpy throughput.
-    """
-
-    backend: str = "sim"
-    profile: str = "h200"
-    h2d_chunk_bytes: int = 2_810_000
-    d2h_chunk_bytes: int = 5_370_000
-    outstanding: int = 2
-    h2d_fallback_bytes: int = 11_300_000
-    d2h_fallback_bytes: int = 13_000_000
-    h2d_staging_bytes: int = 16 * 2**20
-    d2h_staging_bytes: int = 4 * 2**20
-    direct_first: bool = True
-    staging_threads: int = 4
-    registration_cache_bytes: int = 8 * GiB
-    sim_time_scale: float | None = None
+class _EngineConfigMethods:
+    backend: str
+    profile: str
+    sim_time_scale: float | None
 
     def __post_init__(self) -> None:
         if self.backend not in ("sim", "cuda"):
@@ -90,7 +174,20 @@ class EngineConfig:
         validate_knobs(self.knobs())
 
     def knobs(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in KNOBS}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in KNOB}  # type: ignore[arg-type]
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self)  # type: ignore[call-overload]
+
+
+EngineConfig = make_dataclass(
+    "EngineConfig",
+    [("backend", str, field(default="sim")), ("profile", str, field(default="h200")),
+     *[(k.name, bool if k.is_bool else int, field(default=k.default)) for k in KNOB_TABLE],
+     ("sim_time_scale", float | None, field(default=None))],
+    bases=(_EngineConfigMethods,), frozen=True)
+EngineConfig.__module__ = __name__
+EngineConfig.__doc__ = """How to build a TransferEngine: the backend, the sim profile, one field per row of
+KNOB_TABLE (defaults: the MMA paper's measured optima, the staging thresholds measured on an H200), and
+`sim_time_scale`: real seconds per simulated second on the sim backend; None picks one so the rig's
+summed host-link bandwidth needs about SIM_REAL_GBPS of real memcpy throughput."""

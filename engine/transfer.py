@@ -139,7 +139,8 @@ class CopyHandle:
 
 
 class TransferEngine:
-    """Multipath host<->GPU copies over the sim or CUDA backend (see ARCHITECTURE.md)."""
+    """Multipath host<->GPU copies over the sim or CUDA backend (the design: engine/__init__.py; the data
+    plane: csrc/scheduler.hpp)."""
 
     def __init__(self, config: EngineConfig | None = None, **overrides: Any):
         cfg = config or EngineConfig()
@@ -152,7 +153,7 @@ class TransferEngine:
         self._inflight: set[CopyHandle] = set()
         self._closed = False
         self._ptr = ctypes.c_void_p()
-        kn = self._knob_struct(self._knobs)
+        kn = N.Knobs.of(self._knobs)
         self.profile = cfg.profile if cfg.backend == "sim" else None
         if cfg.backend == "sim":
             rig = get_profile(cfg.profile)
@@ -449,11 +450,6 @@ class TransferEngine:
             hasattr(obj, "__cuda_array_interface__")
 
     # ---- knobs ----------------------------------------------------------------------------------
-    @staticmethod
-    def _knob_struct(k: dict[str, Any]) -> N.Knobs:
-        return N.Knobs(k["h2d_chunk_bytes"], k["d2h_chunk_bytes"], k["h2d_fallback_bytes"], k["d2h_fallback_bytes"],
-                       k["outstanding"], int(k["direct_first"]), k["staging_threads"], 0)
-
     def set(self, **knobs: Any) -> dict[str, Any]:
         """Change knobs live; all are validated first, so a bad value changes nothing. Copies in flight
         keep the settings they started with; knobs whose chunks would not fit the engine's pools are
@@ -462,7 +458,7 @@ class TransferEngine:
         checked = validate_knobs(knobs)
         with self._lock:
             new = {**self._knobs, **checked}
-            struct = self._knob_struct(new)
+            struct = N.Knobs.of(new)
             rc = N.call("ge_set_knobs", self._ptr, ctypes.byref(struct))
             if rc == N.ENOMEM:
                 raise EngineArgumentError(self._pool_refusal(struct, checked), rc, "GE_ENOMEM")

@@ -10,11 +10,14 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 import platformdirs
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
+                      field_validator, model_validator)
+
+from engine.config import KNOB, KNOB_TABLE
 
 APP_NAME = "gpudash"
 
@@ -90,62 +93,42 @@ class SimConfig(_Section):
     """Background copies the sim rig pushes through the engine's sim backend so its PCIe plots move."""
 
 
-class EngineSettings(_Section):
-    """The transfer engine's live knobs. Defaults are the MMA paper's measured optima."""
+class _EngineSection(_Section):
+    """The transfer engine's knobs: one field per row of engine/config.py's KNOB_TABLE, with its default,
+    doc and range; sizes take 4MiB, 2.81MB or bytes. A knob the config file leaves unset takes this
+    machine's tuned value when there is one (gpudash/tuned.py), else the table's default."""
 
-    h2d_chunk_bytes: int = 2_810_000
-    """Chunk size for host-to-device copies (MMA: 2.81 MB)."""
+    _tuned_from: Path | None = PrivateAttr(None)
+    _tuned: frozenset[str] = PrivateAttr(frozenset())
 
-    d2h_chunk_bytes: int = 5_370_000
-    """Chunk size for device-to-host copies (MMA: 5.37 MB)."""
+    def mark_tuned(self, path: Path, knobs: Iterable[str]) -> None:
+        """Record that `knobs` came from the tuned file at `path`."""
+        self._tuned_from, self._tuned = path, frozenset(knobs)
 
-    outstanding: int = Field(2, ge=1, le=64)
-    """Chunks a path may have in flight at once (MMA: 2)."""
+    def origin(self, knob: str) -> str:
+        """Where the knob's value came from: 'config', 'tuned (<file>)' or 'default'."""
+        if knob in self._tuned:
+            return f"tuned ({self._tuned_from})"
+        return "config" if knob in self.model_fields_set else "default"
 
-    h2d_fallback_bytes: int = 11_300_000
-    """H2D copies smaller than this take the single direct path (MMA: 11.3 MB)."""
-
-    d2h_fallback_bytes: int = 13_000_000
-    """D2H copies smaller than this take the single direct path (MMA: 13 MB)."""
-
-    h2d_staging_bytes: int = 16 * 2**20
-    """One-shot pageable H2D copies of at least this size go through the pinned staging ring; smaller ones
-    are one plain driver copy on the direct path, which measured faster (H200: 16 MiB). 0 always stages."""
-
-    d2h_staging_bytes: int = 4 * 2**20
-    """One-shot pageable D2H copies of at least this size go through the pinned staging ring; smaller ones
-    are one plain driver copy on the direct path, which measured faster (H200: 4 MiB). 0 always stages."""
-
-    direct_first: bool = True
-    """Use the target GPU's own PCIe link first; relays join only when its queue is full."""
-
-    staging_threads: int = Field(4, ge=1, le=64)
-    """memcpy threads filling the pinned staging ring for pageable copies."""
-
-    registration_cache_bytes: int = 8 * 2**30
-    """Byte cap of the pageable-memory registration cache (LRU)."""
-
-    @field_validator(
-        "h2d_chunk_bytes", "d2h_chunk_bytes", "h2d_fallback_bytes", "d2h_fallback_bytes",
-        "h2d_staging_bytes", "d2h_staging_bytes", "registration_cache_bytes", mode="before",
-    )
+    @field_validator("*", mode="before")
     @classmethod
-    def _sizes(cls, v: Any) -> int:
-        return parse_size(v)
+    def _sizes(cls, v: Any, info: ValidationInfo) -> Any:
+        return parse_size(v) if KNOB[info.field_name or ""].is_size else v
 
-    @field_validator("h2d_chunk_bytes", "d2h_chunk_bytes")
+    @field_validator("*")
     @classmethod
-    def _chunk_range(cls, v: int) -> int:
-        if not 4096 <= v <= 1 << 30:
-            raise ValueError(f"chunk size must be between 4 KiB and 1 GiB, got {v} bytes")
+    def _range(cls, v: Any, info: ValidationInfo) -> Any:
+        knob = KNOB[info.field_name or ""]
+        problem = None if knob.is_bool else knob.range_problem(v)
+        if problem:
+            raise ValueError(problem)
         return v
 
-    @field_validator("h2d_staging_bytes", "d2h_staging_bytes")
-    @classmethod
-    def _staging_range(cls, v: int) -> int:
-        if not 0 <= v <= 1 << 50:
-            raise ValueError(f"staging threshold must be between 0 (always stage) and 2**50 bytes, got {v} bytes")
-        return v
+
+EngineSettings: type[_EngineSection] = create_model(  # type: ignore[call-overload]
+    "EngineSettings", __base__=_EngineSection, __module__=__name__,
+    **{k.name: (bool if k.is_bool else int, Field(k.default, description=k.doc)) for k in KNOB_TABLE})
 
 
 class ServerSpec(_Section):

@@ -1,7 +1,8 @@
 """The one place where a reconfiguration is validated, applied and recorded.
 
-Keys, the command palette and CLI tools all build a command and call `Controller.apply`. Each command is
-checked completely before anything changes; then it is applied, and an `Event` with the old and new
+Keys, the command palette and CLI tools all build a command and call `Controller.apply`. Each command
+class carries its own description, event, relaunch flag and application, so the controller dispatches
+once. Each command is checked completely before anything changes; then it is applied, and an `Event` with the old and new
 values goes to the inbox (so it lands in the store and the event log). A refused command changes
 nothing and is recorded too, with ok=False and the reason.
 """
@@ -10,67 +11,235 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Protocol
+from typing import Any, Callable, Iterable, Literal, Mapping, Protocol
 
 from pydantic import ValidationError
 
+from engine.config import KNOBS
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.records import Event
 from gpudash.shares import oversubscription_warnings, parse_share
 
-ENGINE_KNOBS = tuple(EngineSettings.model_fields)
+ENGINE_KNOBS = KNOBS
 
 
 class Refused(Exception):
     """A command that cannot be applied; the message is the one-sentence reason."""
 
 
+# ---- the collaborators, as far as control uses them ----------------------------------------------------
+
+class Engine(Protocol):
+    """A transfer engine (engine.TransferEngine): its live knobs."""
+
+    def knobs(self) -> dict[str, Any]: ...
+
+    def set(self, **knobs: Any) -> dict[str, Any]: ...
+
+
+class ServerState(Protocol):
+    server: str
+    state: str
+
+
+class Supervisor(Protocol):
+    """The servers' supervisor (gpudash.launcher.supervisor.Supervisor)."""
+
+    def specs(self) -> Mapping[str, ServerSpec]: ...
+
+    def states(self) -> Iterable[ServerState]: ...
+
+    def start(self, name: str) -> None: ...
+
+    def stop(self, name: str) -> None: ...
+
+    def restart(self, name: str, new_spec: ServerSpec | None = None) -> None: ...
+
+
+class EventSink(Protocol):
+    """Where applied and refused changes go (gpudash.telemetry.inbox.Inbox)."""
+
+    def push(self, record: Event) -> None: ...
+
+
+class Pool(Protocol):
+    """A memory pool (engine.pools.MemoryPool): its shards, their stats and a live resize."""
+
+    @property
+    def shards(self) -> tuple[str, ...]: ...
+
+    def shard_stats(self, shard: str) -> Any: ...
+
+    def resize(self, shard: str, capacity: int) -> Any: ...
+
+
+class Recorder(Protocol):
+    """What SetRecording drives: the sink that feeds the store writer (gpudash.session.StoreRecording)."""
+
+    @property
+    def on(self) -> bool: ...
+
+    def set(self, on: bool) -> None: ...
+
+
+# ---- commands: each knows its description, its event, whether it relaunches, and how it applies --------
+
+class ControlCommand(ABC):
+    """One reconfiguration. `perform` validates and applies it through the controller's collaborators,
+    raising Refused with the reason; `current` reads the value a refused command would have changed."""
+
+    def relaunches(self) -> bool:
+        """Whether applying it restarts a server (the UI asks for confirmation first)."""
+        return False
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line naming what the command will do."""
+
+    @abstractmethod
+    def event(self) -> tuple[str, str, Any]:
+        """(event kind, target, requested value) of the Event the command is recorded as."""
+
+    @abstractmethod
+    def perform(self, c: Controller) -> tuple[Any, Any]:
+        """Validate and apply; (old, new) values, or Refused."""
+
+    def current(self, c: Controller) -> Any:
+        return None
+
+
 @dataclass(frozen=True)
-class SetEngineKnobs:
+class SetEngineKnobs(ControlCommand):
     """Change live transfer-engine knobs, e.g. ``{"h2d_chunk_bytes": 4_000_000}``."""
 
     knobs: dict[str, Any] = field(default_factory=dict)
 
+    def describe(self) -> str:
+        return "set engine " + ", ".join(f"{k}={v}" for k, v in self.knobs.items())
+
+    def event(self) -> tuple[str, str, Any]:
+        return "engine.knobs", "engine", dict(self.knobs)
+
+    def perform(self, c: Controller) -> tuple[Any, Any]:
+        return c._set_knobs(dict(self.knobs))
+
+    def current(self, c: Controller) -> Any:
+        if c.engine is None:
+            return None
+        current = c.engine.knobs()
+        return {k: current[k] for k in self.knobs if k in current}
+
 
 @dataclass(frozen=True)
-class SetSplit:
+class SetSplit(ControlCommand):
     """Change a llama.cpp server's tensor split (``-ts``); re-launches the server."""
 
     server: str
     ratios: tuple[float, ...]
 
+    def relaunches(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return (f"set {self.server} tensor split to {','.join(f'{r:g}' for r in self.ratios)} "
+                f"(re-launches {self.server})")
+
+    def event(self) -> tuple[str, str, Any]:
+        return "server.split", self.server, list(self.ratios)
+
+    def perform(self, c: Controller) -> tuple[Any, Any]:
+        return c._respec(self.server, tensor_split=[float(r) for r in self.ratios])
+
+    def current(self, c: Controller) -> Any:
+        return c.supervisor.specs()[self.server].tensor_split if c.supervisor is not None else None
+
 
 @dataclass(frozen=True)
-class SetShare:
+class SetShare(ControlCommand):
     """Change the share of each of its GPUs' memory a server may hold; re-launches the server."""
 
     server: str
     share: float
 
+    def relaunches(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return f"set {self.server} memory share to {self.share:g} (re-launches {self.server})"
+
+    def event(self) -> tuple[str, str, Any]:
+        return "server.share", self.server, self.share
+
+    def perform(self, c: Controller) -> tuple[Any, Any]:
+        return c._respec(self.server, share=self.share)
+
+    def current(self, c: Controller) -> Any:
+        return c.supervisor.specs()[self.server].share if c.supervisor is not None else None
+
 
 @dataclass(frozen=True)
-class SetShardSize:
+class SetShardSize(ControlCommand):
     """Resize one shard of one memory pool (live; the pool refuses what live allocations forbid)."""
 
     pool: str
     shard: str
     capacity: int | str  # bytes, or a size like "256MiB"
 
+    def describe(self) -> str:
+        return f"resize shard {self.shard} of pool {self.pool} to {self.capacity}"
+
+    def event(self) -> tuple[str, str, Any]:
+        return "pool.shard_size", f"{self.pool}/{self.shard}", self.capacity
+
+    def perform(self, c: Controller) -> tuple[Any, Any]:
+        return c._resize_shard(self.pool, self.shard, self.capacity)
+
+    def current(self, c: Controller) -> Any:
+        return c.pools()[self.pool].shard_stats(self.shard).capacity if c.pools is not None else None
+
 
 @dataclass(frozen=True)
-class ServerAction:
+class ServerAction(ControlCommand):
     """Start, stop or restart one server."""
 
     server: str
     action: Literal["start", "stop", "restart"]
 
+    def relaunches(self) -> bool:
+        return self.action in ("stop", "restart")
+
+    def describe(self) -> str:
+        return f"{self.action} {self.server}"
+
+    def event(self) -> tuple[str, str, Any]:
+        return f"server.{self.action}.request", self.server, self.action
+
+    def perform(self, c: Controller) -> tuple[Any, Any]:
+        return c._server_action(self.server, self.action)
+
+    def current(self, c: Controller) -> Any:
+        return _state_of(c.supervisor, self.server) if c.supervisor is not None else None
+
 
 @dataclass(frozen=True)
-class SetRecording:
+class SetRecording(ControlCommand):
     """Turn recording to the store on or off."""
 
     on: bool
+
+    def describe(self) -> str:
+        return f"turn recording {'on' if self.on else 'off'}"
+
+    def event(self) -> tuple[str, str, Any]:
+        return "recording", "store", self.on
+
+    def perform(self, c: Controller) -> tuple[Any, Any]:
+        return c._set_recording(self.on)
+
+    def current(self, c: Controller) -> Any:
+        return c.recorder.on if c.recorder is not None else None
 
 
 Command = SetEngineKnobs | SetSplit | SetShare | SetShardSize | ServerAction | SetRecording
@@ -83,37 +252,14 @@ class Result:
     event: Event
 
 
-class Recorder(Protocol):
-    """What SetRecording drives: the sink that feeds the store writer."""
-
-    @property
-    def on(self) -> bool: ...
-
-    def set(self, on: bool) -> None: ...
-
-
-def relaunches(command: Command) -> bool:
+def relaunches(command: ControlCommand) -> bool:
     """Whether applying the command restarts a server (the UI asks for confirmation first)."""
-    return isinstance(command, (SetSplit, SetShare)) or (
-        isinstance(command, ServerAction) and command.action in ("stop", "restart"))
+    return command.relaunches()
 
 
-def describe(command: Command) -> str:
+def describe(command: ControlCommand) -> str:
     """One line naming what the command will do."""
-    match command:
-        case SetEngineKnobs(knobs):
-            return "set engine " + ", ".join(f"{k}={v}" for k, v in knobs.items())
-        case SetSplit(server, ratios):
-            return f"set {server} tensor split to {','.join(f'{r:g}' for r in ratios)} (re-launches {server})"
-        case SetShare(server, share):
-            return f"set {server} memory share to {share:g} (re-launches {server})"
-        case SetShardSize(pool, shard, capacity):
-            return f"resize shard {shard} of pool {pool} to {capacity}"
-        case ServerAction(server, action):
-            return f"{action} {server}"
-        case SetRecording(on):
-            return f"turn recording {'on' if on else 'off'}"
-    raise TypeError(f"not a control command: {command!r}")
+    return command.describe()
 
 
 class Controller:
@@ -123,8 +269,9 @@ class Controller:
     One lock serialises apply calls, so two changes never interleave.
     """
 
-    def __init__(self, *, engine: Any = None, supervisor: Any = None, inbox: Any = None,
-                 recorder: Recorder | None = None, pools: Callable[[], Mapping[str, Any]] | None = None,
+    def __init__(self, *, engine: Engine | None = None, supervisor: Supervisor | None = None,
+                 inbox: EventSink | None = None, recorder: Recorder | None = None,
+                 pools: Callable[[], Mapping[str, Pool]] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
         self.supervisor = supervisor
@@ -134,12 +281,15 @@ class Controller:
         self._clock = clock
         self._lock = threading.Lock()
 
-    def apply(self, command: Command, actor: str = "keyboard") -> Result:
+    def apply(self, command: ControlCommand, actor: str = "keyboard") -> Result:
         """Validate, apply, record. Never raises for a bad command: the Result carries the reason."""
-        kind, target, old, new = self._describe_change(command)
+        if not isinstance(command, ControlCommand):
+            raise TypeError(f"not a control command: {command!r}")
+        kind, target, new = command.event()
+        old: Any = None
         with self._lock:
             try:
-                old, new = self._apply(command)
+                old, new = command.perform(self)
                 ok, reason = True, None
             except Refused as err:
                 ok, reason = False, str(err)
@@ -150,60 +300,14 @@ class Controller:
             self.inbox.push(event)
         return Result(ok, reason, event)
 
-    def _current(self, command: Command) -> Any:
+    def _current(self, command: ControlCommand) -> Any:
         """The value a refused command would have changed, for the event row (None when unknown)."""
         try:
-            match command:
-                case SetEngineKnobs(knobs) if self.engine is not None:
-                    current = self.engine.knobs()
-                    return {k: current[k] for k in knobs if k in current}
-                case SetSplit(server) if self.supervisor is not None:
-                    return self.supervisor.specs()[server].tensor_split
-                case SetShare(server) if self.supervisor is not None:
-                    return self.supervisor.specs()[server].share
-                case SetShardSize(pool, shard) if self.pools is not None:
-                    return self.pools()[pool].shard_stats(shard).capacity
-                case ServerAction(server) if self.supervisor is not None:
-                    return _state_of(self.supervisor, server)
-                case SetRecording() if self.recorder is not None:
-                    return self.recorder.on
+            return command.current(self)
         except (KeyError, ValueError, RuntimeError):
             return None
-        return None
 
-    # -- per-command validation and application -------------------------------------------------------
-
-    def _describe_change(self, command: Command) -> tuple[str, str, Any, Any]:
-        match command:
-            case SetEngineKnobs(knobs):
-                return "engine.knobs", "engine", None, dict(knobs)
-            case SetSplit(server, ratios):
-                return "server.split", server, None, list(ratios)
-            case SetShare(server, share):
-                return "server.share", server, None, share
-            case SetShardSize(pool, shard, capacity):
-                return "pool.shard_size", f"{pool}/{shard}", None, capacity
-            case ServerAction(server, action):
-                return f"server.{action}.request", server, None, action
-            case SetRecording(on):
-                return "recording", "store", None, on
-        raise TypeError(f"not a control command: {command!r}")
-
-    def _apply(self, command: Command) -> tuple[Any, Any]:
-        match command:
-            case SetEngineKnobs(knobs):
-                return self._set_knobs(dict(knobs))
-            case SetSplit(server, ratios):
-                return self._respec(server, tensor_split=[float(r) for r in ratios])
-            case SetShare(server, share):
-                return self._respec(server, share=share)
-            case SetShardSize(pool, shard, capacity):
-                return self._resize_shard(pool, shard, capacity)
-            case ServerAction(server, action):
-                return self._server_action(server, action)
-            case SetRecording(on):
-                return self._set_recording(on)
-        raise TypeError(f"not a control command: {command!r}")
+    # -- validation and application, called by the commands ----------------------------------------------
 
     def _set_knobs(self, knobs: dict[str, Any]) -> tuple[Any, Any]:
         if self.engine is None:
@@ -320,7 +424,7 @@ class Controller:
         return dict(self.supervisor.specs()) if self.supervisor is not None else {}
 
 
-def _state_of(supervisor: Any, server: str) -> str | None:
+def _state_of(supervisor: Supervisor, server: str) -> str | None:
     for s in supervisor.states():
         if s.server == server:
             return s.state

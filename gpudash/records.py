@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudash.rig import is_sim_label
+
 
 @dataclass(frozen=True, slots=True)
 class GpuSample:
@@ -187,7 +189,7 @@ class Snapshot:
 
     @property
     def is_sim(self) -> bool:
-        return self.source.startswith("sim:")
+        return is_sim_label(self.source)
 
 
 # Record kinds that the store keeps as tables, keyed by table name.

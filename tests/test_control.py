@@ -156,3 +156,26 @@ def test_refused_events_carry_the_value_that_stayed(rig) -> None:
     sup, inbox = rig
     res = Controller(supervisor=sup, inbox=inbox).apply(SetShare("big", 0.7))  # GPU 1: 0.7 + side's 0.4 > 1
     assert not res.ok and (res.event.old, res.event.new) == (0.5, 0.7)
+
+
+def test_each_command_carries_its_description_event_and_relaunch_flag() -> None:
+    from gpudash.control import Command, ControlCommand
+
+    cases = [
+        (SetEngineKnobs({"outstanding": 3}), "set engine outstanding=3", ("engine.knobs", "engine", {"outstanding": 3}),
+         False),
+        (SetSplit("big", (2.0, 3.0)), "set big tensor split to 2,3 (re-launches big)",
+         ("server.split", "big", [2.0, 3.0]), True),
+        (SetShare("big", 0.5), "set big memory share to 0.5 (re-launches big)", ("server.share", "big", 0.5), True),
+        (SetShardSize("p", "kv", "1MiB"), "resize shard kv of pool p to 1MiB", ("pool.shard_size", "p/kv", "1MiB"),
+         False),
+        (ServerAction("big", "start"), "start big", ("server.start.request", "big", "start"), False),
+        (ServerAction("big", "stop"), "stop big", ("server.stop.request", "big", "stop"), True),
+        (SetRecording(False), "turn recording off", ("recording", "store", False), False),
+    ]
+    assert {type(c) for c, *_ in cases} == set(Command.__args__)
+    for command, text, event, relaunch in cases:
+        assert isinstance(command, ControlCommand)
+        assert (describe(command), command.event(), relaunches(command)) == (text, event, relaunch)
+    with pytest.raises(TypeError, match="not a control command"):
+        Controller().apply("outstanding=3")  # type: ignore[arg-type]

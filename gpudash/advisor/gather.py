@@ -11,7 +11,8 @@ from gpudash.advisor.facts import (CpuPlacement, DoctorFacts, LinkLoad, ServerLl
 from gpudash.advisor.linkload import links_under_load
 from gpudash.advisor.llama_build import read_llama_build
 from gpudash.config import Config, ServerSpec
-from gpudash.telemetry.topology import TopologyFacts, read_topology
+from gpudash.rig import Rig, rig_of
+from gpudash.telemetry.topology import TopologyFacts
 
 
 def llama_builds_for(config: Config) -> tuple[ServerLlama, ...]:
@@ -34,49 +35,39 @@ def llama_builds_for(config: Config) -> tuple[ServerLlama, ...]:
     return tuple(out)
 
 
-def _engine_for(source_label: str, config: Config) -> Any:
-    """A transfer engine with the config's knobs: the sim backend on a sim rig, else CUDA."""
-    from gpudash.telemetry.factory import sim_engine
-
-    if source_label.startswith("sim:"):
-        return sim_engine(source_label.removeprefix("sim:"), config)
-    from engine import EngineConfig, TransferEngine
-
-    return TransferEngine(EngineConfig(**config.engine.model_dump(), backend="cuda"))
-
-
-def busy_topology(source_label: str, config: Config, *, sim: Any = None, engine: Any = None,
+def busy_topology(rig: Rig | str, config: Config, *, sim: Any = None, engine: Any = None,
                   load_s: float = 0.4) -> tuple[TopologyFacts, tuple[LinkLoad, ...] | None, str]:
     """The topology read while the engine copies to every GPU, with each link's GB/s; on failure the
     idle topology, None and the reason. `sim` is a live SimRigSource (its degraded links show)."""
+    rig = rig_of(rig)
     owned = engine is None and sim is None
-    rig = sim
+    live = sim
 
     def read() -> TopologyFacts:
-        return read_topology(source_label, rig) if rig is not None else read_topology(source_label)
+        return rig.topology(live)
 
     try:
-        eng = sim.engine if sim is not None else engine if engine is not None else _engine_for(source_label, config)
+        eng = sim.engine if sim is not None else engine if engine is not None else rig.make_engine(config)
     except Exception as err:  # no native engine / no CUDA: the other checks still run
         return read(), None, f"the transfer engine could not start ({err})"
     try:
-        if rig is None and source_label.startswith("sim:"):
+        if live is None and rig.is_sim:  # the sim rig's links as the engine's load degrades them
             from gpudash.telemetry.sim import SimRigSource
 
-            rig = SimRigSource(source_label.removeprefix("sim:"), eng)
+            live = SimRigSource(rig.profile or "", eng)
         topo, loads = links_under_load(eng, [g.index for g in read().gpus], read, seconds=load_s)
         return topo, loads, ""
     except Exception as err:  # a refused copy or allocation: report it, keep the idle facts
-        return read_topology(source_label), None, f"the engine load failed ({err})"
+        return rig.topology(), None, f"the engine load failed ({err})"
     finally:
         if owned:
             eng.close()
 
 
-def gather(source_label: str, config: Config, *, sim: Any = None, engine: Any = None, load_s: float = 0.4,
+def gather(rig: Rig | str, config: Config, *, sim: Any = None, engine: Any = None, load_s: float = 0.4,
            cpu: CpuPlacement | None = None) -> DoctorFacts:
-    """Every fact the doctor checks need."""
-    topo, loads, note = busy_topology(source_label, config, sim=sim, engine=engine, load_s=load_s)
+    """Every fact the doctor checks need, for a rig (or its label)."""
+    topo, loads, note = busy_topology(rig, config, sim=sim, engine=engine, load_s=load_s)
     if cpu is None:
         cpu = sim_cpu_placement(topo) if topo.is_sim else cpu_placement()
     builds = llama_builds_for(config)

@@ -1,45 +1,31 @@
 """`gpudash bench engine`: the transfer engine against the native copy, in one table (ratio column,
 core-seconds per GB), plus the sim 8xh20 relay figure; `--tune` sweeps chunk sizes, fallback thresholds
-and (on cuda) the pageable staging thresholds and writes them into the user config's [engine] section.
+and (on cuda) the pageable staging thresholds and stores them for this machine (gpudash/tuned.py).
 Results go into the store."""
 
 from __future__ import annotations
 
 import json
 import time
-import tomllib
-from pathlib import Path
 from typing import Any
 
 import click
-import tomli_w
 
-from engine import EngineConfig, EngineError, TransferEngine
+from engine import EngineError
 from engine.bench import bench_title, render, render_tune
 from engine.profiles import PROFILES
-from gpudash.commands.common import db_option, db_path, pass_config, resolve_source, usage_error
-from gpudash.config import Config, ConfigError, default_config_path, parse_size, validate
+from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, usage_error
+from gpudash.config import Config, ConfigError, parse_size
 from gpudash.records import Event
-
-
-def write_engine_knobs(path: Path, knobs: dict[str, int]) -> None:
-    """Merge `knobs` into the [engine] table of the TOML file at `path` (created if missing), validated
-    as a whole first so a bad result never reaches the file. Comments in the file are not kept."""
-    data: dict[str, Any] = {}
-    if path.exists():
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    data.setdefault("engine", {}).update(knobs)
-    validate(data, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+from gpudash.rig import NvmlRig, SimulatedRig
+from gpudash.tuned import save_tuned
 
 
 def _record(cfg: Config, db: str | None, source: str, rows: list[Any], tuned: dict[str, int] | None) -> str:
     from gpudash.store import Store
 
     path = db_path(cfg, db)
-    store = Store.open(path)
-    try:
+    with Store.open(path) as store:
         sid = store.begin_session(source, cfg, note="bench engine")
         now = time.time()
         if tuned:
@@ -48,9 +34,19 @@ def _record(cfg: Config, db: str | None, source: str, rows: list[Any], tuned: di
             store.record_event(sid, Event(now, "bench", "bench.engine", f"{r.direction} {r.memory} {r.size}",
                                           {"native_gbps": r.native_gbps}, r.as_dict()))
         store.end_session(sid)
-    finally:
-        store.close()
     return f"recorded as session {sid} in {path}"
+
+
+def _store_tuned(backend: str, knobs: dict[str, int]) -> str:
+    """Store a cuda tuning for this machine (used wherever [engine] leaves a knob unset); a sim rig's
+    figures say nothing about this machine, so they are only shown."""
+    if backend != "cuda":
+        return "not stored: a sim rig's tuning says nothing about this machine"
+    try:
+        path = save_tuned(knobs)
+    except (ConfigError, OSError) as err:
+        usage_error(f"cannot store the tuned knobs: {err}")
+    return f"stored for this machine in {path} (used for every [engine] knob the config leaves unset)"
 
 
 @click.command("engine")
@@ -60,13 +56,13 @@ def _record(cfg: Config, db: str | None, source: str, rows: list[Any], tuned: di
               help="Sim rig for --backend sim (default: the config's [sim] profile).")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the results as JSON.")
 @click.option("--tune", is_flag=True, default=False,
-              help="Sweep chunk sizes, fallback and staging thresholds, write them into the user config, then bench.")
+              help="Sweep chunk sizes, fallback and staging thresholds, store them for this machine (cuda), "
+                   "then bench.")
 @click.option("--sizes", default=None, help="Comma-separated copy sizes, e.g. 64KiB,16MiB,1GiB.")
 @click.option("--no-store", is_flag=True, default=False, help="Do not record the results in the store.")
 @db_option
 @pass_config
-@click.pass_context
-def bench_engine(ctx: click.Context, cfg: Config, backend: str | None, profile: str | None, as_json: bool,
+def bench_engine(cfg: Config, backend: str | None, profile: str | None, as_json: bool,
                  tune: bool, sizes: str | None, no_store: bool, db: str | None) -> None:
     """Engine vs native copies (H2D/D2H; pinned, pageable one-shot and reused)."""
     from engine.autotune import tune as run_tune
@@ -79,11 +75,11 @@ def bench_engine(ctx: click.Context, cfg: Config, backend: str | None, profile: 
     if size_list and any(n <= 0 for n in size_list):
         usage_error("--sizes: every size must be at least 1 byte")
     if backend is None:
-        backend = "cuda" if resolve_source(cfg, None, False, quiet=True) == "nvml" else "sim"
-    prof = profile or cfg.sim.profile
-    source = "cuda" if backend == "cuda" else f"sim:{prof}"
+        backend = "sim" if resolve_rig(cfg, None, False, quiet=True).is_sim else "cuda"
+    rig = SimulatedRig(profile or cfg.sim.profile) if backend == "sim" else NvmlRig()
+    source = rig.label if rig.is_sim else "cuda"  # the session label says which backend ran the bench
     try:
-        eng = TransferEngine(EngineConfig(**cfg.engine.model_dump(), backend=backend, profile=prof))
+        eng = rig.make_engine(cfg)
         check_engine(eng)
     except EngineError as err:
         usage_error(f"cannot run the {backend} engine bench: {err}")
@@ -93,14 +89,10 @@ def bench_engine(ctx: click.Context, cfg: Config, backend: str | None, profile: 
     with eng:
         if tune:
             res = run_tune(eng, progress=say)
-            path = Path(ctx.find_root().obj.get("config_path") or default_config_path())
-            try:
-                write_engine_knobs(path, res.knobs)
-            except (ConfigError, tomllib.TOMLDecodeError, OSError) as err:
-                usage_error(f"cannot write the tuned knobs into {path}: {err}")
+            stored = _store_tuned(backend, res.knobs)
             eng.set(**res.knobs)
             tuned = res.knobs
-            out["tune"] = {"knobs": res.knobs, "table": res.table, "notes": res.notes, "config": str(path)}
+            out["tune"] = {"knobs": res.knobs, "table": res.table, "notes": res.notes, "stored": stored}
         rows = list(run_bench(eng, size_list, progress=say))
         out["knobs"] = eng.knobs()
         out["device"] = eng.topology().gpus[0].name
@@ -119,7 +111,7 @@ def bench_engine(ctx: click.Context, cfg: Config, backend: str | None, profile: 
         click.echo(json.dumps(out, indent=1))
         return
     if tune:
-        click.echo(f"autotune ({source}): wrote {tuned} into [engine] of {out['tune']['config']}")
+        click.echo(f"autotune ({source}): {tuned}; {out['tune']['stored']}")
         click.echo(render_tune(res))
     click.echo(render(title, out["knobs"], out["baseline"], rows, fig))
     click.echo(out["store"] if "store" in out else "")

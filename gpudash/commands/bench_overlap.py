@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpudash.commands.common import pass_config, resolve_source, sim_options, usage_error
+from gpudash.commands.common import pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
+from gpudash.rig import is_sim_label
 
 if TYPE_CHECKING:
     from gpudash.advisor.baseline import OverlapRow
@@ -24,7 +25,7 @@ def _ms(x: float | None) -> str:
 
 def render(source: str, shape: LayerShape, rows: list[OverlapRow]) -> str:
     """A side-by-side table: serial vs overlapped, ideal vs achieved."""
-    sim = source.startswith("sim:")
+    sim = is_sim_label(source)
     head = (f"gpudash bench overlap [{source}]"
             + (" SIM: arithmetic over the profile's rates, not a GPU measurement" if sim else ""))
     layer = (f"layer: hidden {shape.hidden}, ffn {shape.ffn}, tokens {shape.tokens}, tp {shape.tp}, fp16: "
@@ -65,16 +66,15 @@ def bench_overlap(cfg: Config, sim: str | None, no_sim: bool, hidden: int, ffn: 
     from gpudash.advisor.rates import RatesUnavailable
     from gpudash.telemetry.topology import read_topology
 
-    source = resolve_source(cfg, sim, no_sim, quiet=as_json)
-    topo = read_topology(source)
+    rig = resolve_rig(cfg, sim, no_sim, quiet=as_json)
+    source = rig.label
+    topo = read_topology(rig)
     try:
         shape = LayerShape(hidden, ffn, tokens, tp or len(topo.gpus))
         if topo.is_sim:
             rows = sim_baseline(topo, shape)
         else:
-            from engine import EngineConfig, TransferEngine
-
-            with TransferEngine(EngineConfig(**cfg.engine.model_dump(), backend="cuda")) as engine:
+            with rig.make_engine(cfg) as engine:
                 rows = measured_baseline(topo, shape, engine)
     except (ValueError, RatesUnavailable) as err:
         usage_error(str(err))

@@ -12,6 +12,8 @@ import click
 
 from engine.profiles import PROFILES
 from gpudash.config import Config, ConfigError, load_config
+from gpudash.rig import NvmlRig, Rig, SimulatedRig
+from gpudash.tuned import with_tuned
 
 
 def usage_error(message: str) -> NoReturn:
@@ -26,7 +28,7 @@ def get_config(ctx: click.Context) -> Config:
     root.ensure_object(dict)
     if "config" not in root.obj:
         try:
-            root.obj["config"] = load_config(root.obj.get("config_path"))
+            root.obj["config"] = with_tuned(load_config(root.obj.get("config_path")))
         except ConfigError as err:
             for line in err.problems:
                 click.echo(f"gpudash: {line}", err=True)
@@ -53,23 +55,24 @@ def sim_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def resolve_source(config: Config, sim: str | None, no_sim: bool, quiet: bool = False) -> str:
-    """``"nvml"`` on a machine with an NVIDIA driver, else ``"sim:<profile>"`` (said in one line on stderr)."""
+def resolve_rig(config: Config, sim: str | None, no_sim: bool, quiet: bool = False) -> Rig:
+    """The NVML rig on a machine with an NVIDIA driver, else the config's simulated rig (said in one line
+    on stderr); --sim picks a simulated rig, --no-sim makes a missing driver a usage error."""
     if sim and no_sim:
         usage_error("--sim and --no-sim contradict each other; pass only one")
     if sim:
-        return f"sim:{sim}"
+        return SimulatedRig(sim)
     from gpudash.telemetry.nvml import driver_available
 
     reason = driver_available()
     if reason is None:
-        return "nvml"
+        return NvmlRig()
     if no_sim:
         usage_error(f"no NVIDIA driver found ({reason}); install the driver or drop --no-sim to use a simulated rig")
-    profile = config.sim.profile
+    rig = SimulatedRig(config.sim.profile)
     if not quiet:
-        click.echo(f"gpudash: no NVIDIA driver found ({reason}); using the simulated rig sim:{profile}", err=True)
-    return f"sim:{profile}"
+        click.echo(f"gpudash: no NVIDIA driver found ({reason}); using the simulated rig {rig.label}", err=True)
+    return rig
 
 
 def pass_config(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpudash.commands.common import pass_config, resolve_source, sim_options
+from gpudash.commands.common import pass_config, resolve_rig, sim_options
 from gpudash.config import Config
+from gpudash.rig import is_sim_label
 
 if TYPE_CHECKING:
     from gpudash.advisor.checks import CheckResult
@@ -22,7 +23,7 @@ _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP"}
 
 def render(source: str, results: list[CheckResult]) -> str:
     """The human report: one block per check, evidence lines indented, the fix last."""
-    label = f"{source} (simulated rig, not real hardware)" if source.startswith("sim:") else source
+    label = f"{source} (simulated rig, not real hardware)" if is_sim_label(source) else source
     out = [f"gpudash doctor [{label}]", ""]
     for r in results:
         out.append(f"{_MARK[r.status]}  {r.title}")
@@ -46,12 +47,13 @@ def doctor(cfg: Config, sim: str | None, no_sim: bool, as_json: bool, load_secon
     from gpudash.advisor.checks import exit_code, run_checks
     from gpudash.advisor.gather import gather
 
-    source = resolve_source(cfg, sim, no_sim, quiet=as_json)
-    facts = gather(source, cfg, load_s=load_seconds)
+    rig = resolve_rig(cfg, sim, no_sim, quiet=as_json)
+    source = rig.label
+    facts = gather(rig, cfg, load_s=load_seconds)
     results = run_checks(facts)
     code = exit_code(results)
     if as_json:
-        click.echo(json.dumps({"source": source, "sim": source.startswith("sim:"), "exit_code": code,
+        click.echo(json.dumps({"source": source, "sim": rig.is_sim, "exit_code": code,
                                "checks": [dataclasses.asdict(r) for r in results]}, indent=2))
     else:
         click.echo(render(source, results))

@@ -27,11 +27,10 @@ def export(cfg: Config, session: str, db: str | None, fmt: str, out: str, force:
     if not path.exists():
         usage_error(f"no database at {path}; record a session with `gpudash record` or pass --db")
     try:
-        store = Store.open(path)
-        sid = store.resolve_session(session)
-        done = export_session(store, sid, fmt, Path(out).expanduser(), force=force)
+        with Store.open(path) as store:
+            sid = store.resolve_session(session)
+            done = export_session(store, sid, fmt, Path(out).expanduser(), force=force)
     except (StoreError, ExportError) as err:
         usage_error(str(err))
-    store.close()
     total = sum(e.rows for e in done)
     click.echo(f"exported session {sid}: {len(done)} files, {total} rows, into {Path(out).expanduser()}")

@@ -32,11 +32,10 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     if not path.exists():
         usage_error(f"no database at {path}; record a session with `gpudash record` or pass --db")
     try:
-        store = Store.open(path)
+        with Store.open(path) as store:
+            sessions = store.sessions()
     except StoreError as err:
         usage_error(str(err))
-    sessions = store.sessions()
-    store.close()
     if as_json:
         click.echo(json.dumps([s.as_dict() for s in sessions], indent=2))
         return

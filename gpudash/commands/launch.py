@@ -7,7 +7,7 @@ import signal
 
 import click
 
-from gpudash.commands.common import db_option, db_path, pass_config, resolve_source, sim_options, usage_error
+from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
 
 
@@ -28,7 +28,7 @@ def check_keys(keys: dict[str, str]) -> None:
 @pass_config
 def launch(config: Config, sim: str | None, no_sim: bool, db: str | None, no_record: bool) -> None:
     """Open the live dashboard: GPUs, PCIe, servers, latency, engine, pools, history, events."""
-    source = resolve_source(config, sim, no_sim)
+    rig = resolve_rig(config, sim, no_sim)
     check_keys(config.keys)
     path = db_path(config, db)
     if not no_record:  # a DB that cannot be used is a usage error now, not a failure inside the screen
@@ -41,7 +41,7 @@ def launch(config: Config, sim: str | None, no_sim: bool, db: str | None, no_rec
     from gpudash.tui.app import GpudashApp
     from gpudash.tui.feeds import LiveFeed
 
-    feed = LiveFeed(config, source, path, record=not no_record)
+    feed = LiveFeed(config, rig, path, record=not no_record)
     app = GpudashApp(feed, keys=config.keys)
     # SIGTERM (systemd, kill) quits like the quit key, so the servers stop and the session closes.
     signal.signal(signal.SIGTERM, lambda signum, frame: app.call_later(app.exit))

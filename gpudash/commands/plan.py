@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpudash.commands.common import pass_config, resolve_source, sim_options, usage_error
+from gpudash.commands.common import pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
+from gpudash.rig import is_sim_label
 
 if TYPE_CHECKING:
     from gpudash.advisor.planner import SplitPlan
@@ -20,7 +21,7 @@ GB = 10**9
 
 def render(source: str, plan: SplitPlan) -> str:
     """The plan as a table plus the -ts argument and the reason."""
-    label = f"{source} (simulated rig; rates from its profile)" if source.startswith("sim:") else source
+    label = f"{source} (simulated rig; rates from its profile)" if is_sim_label(source) else source
     lines = [f"gpudash plan [{label}] balance={plan.balance}, need {plan.need_bytes / GB:.1f} GB", "",
              f"{'GPU':<5}{'name':<28}{'usable GB':>10}{'share':>8}{'holds GB':>10}{'fill':>7}{'ms/token':>10}"]
     for s in plan.shares:
@@ -61,9 +62,10 @@ def plan(cfg: Config, model_gb: float | None, kv_gb: float, sim: str | None, no_
     from gpudash.advisor.rates import RatesUnavailable, budgets, rates_for
     from gpudash.telemetry.topology import read_topology
 
-    source = resolve_source(cfg, sim, no_sim, quiet=as_json)
+    rig = resolve_rig(cfg, sim, no_sim, quiet=as_json)
+    source = rig.label
     model = _model_bytes(cfg, model_gb)
-    topo = read_topology(source)
+    topo = read_topology(rig)
     try:
         rates = rates_for(topo)
     except RatesUnavailable as err:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from contextlib import ExitStack
 from typing import Any
 
 import click
 
-from gpudash.commands.common import db_option, db_path, pass_config, resolve_source, sim_options, usage_error
+from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
 from gpudash.records import Snapshot
 
@@ -67,47 +68,41 @@ def _start_prometheus(listen: str | None) -> Any:
 def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, interval: float | None,
            db: str | None, listen: str | None, quiet: bool) -> None:
     """Record telemetry to SQLite without a screen, until Ctrl-C, SIGTERM or --duration."""
-    from gpudash.store import Store, StoreError, StoreWriter
-    from gpudash.telemetry.factory import build_sources, sim_engine
-    from gpudash.telemetry.sampler import Sampler
+    from gpudash.session import Session
+    from gpudash.store import Store, StoreError
 
-    source = resolve_source(cfg, sim, no_sim)
-    interval = interval or cfg.sampling.interval_s
+    rig = resolve_rig(cfg, sim, no_sim)
     path = db_path(cfg, db)
-    prom = _start_prometheus(listen or cfg.prometheus.listen)
-    try:
-        store = Store.open(path)
-    except StoreError as err:
-        if prom:
-            prom.close()
-        usage_error(str(err))
-
-    engine = None
-    try:
-        if source.startswith("sim:"):
-            engine = sim_engine(source.removeprefix("sim:"), cfg)
-        sources = build_sources(source, cfg, engine=engine)
-    except Exception as err:  # a driver, native library or engine that will not start: say which, stop
-        for opened in (engine, store, prom):
-            if opened is not None:
-                opened.close()
-        raise click.ClickException(f"cannot start the {source} telemetry sources: {type(err).__name__}: {err}") from None
-    sid = store.begin_session(source, cfg, note="gpudash record")
-    writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max)
     progress = _Progress()
-    sinks = [writer.submit, progress] + ([prom] if prom else [])
-    sampler = Sampler(sources, interval, source, sinks=sinks, source_timeout_s=cfg.sampling.source_timeout_s)
+    with ExitStack() as running:
+        prom = _start_prometheus(listen or cfg.prometheus.listen)
+        if prom:
+            running.callback(prom.close)
+        try:
+            Store.open(path).close()  # a DB that cannot be used is a usage error before anything starts
+        except StoreError as err:
+            usage_error(str(err))
+        session = running.enter_context(Session(rig, cfg, path, note="gpudash record"))
+        try:
+            session.start_engine(live=False)  # a sim rig's engine; none on real GPUs (see gpudash/session.py)
+            sampler = session.wire([progress] + ([prom] if prom else []), interval_s=interval)
+        except Exception as err:  # a driver, native library or engine that will not start: say which, stop
+            raise click.ClickException(f"cannot start the {rig} telemetry sources: {type(err).__name__}: {err}") from None
+        session.recording.set(True)
+        writer, sid = session.recording.writer, session.recording.session_id
+        assert writer is not None and sid is not None
 
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-    if not quiet:
-        where = f", Prometheus on {prom.host}:{prom.port}" if prom else ""
-        click.echo(f"gpudash record: session {sid} [{source}] every {interval:g} s into {path}{where}", err=True)
-    started = time.monotonic()
-    end = None if duration is None else started + duration
-    next_status = started + STATUS_EVERY_S
-    sampler.start()
-    try:
+        stop = threading.Event()
+        previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+        running.callback(_restore_signals, previous)
+        if not quiet:
+            where = f", Prometheus on {prom.host}:{prom.port}" if prom else ""
+            click.echo(f"gpudash record: session {sid} [{rig}] every {sampler.interval_s:g} s into {path}{where}",
+                       err=True)
+        started = time.monotonic()
+        end = None if duration is None else started + duration
+        next_status = started + STATUS_EVERY_S
+        sampler.start()
         while not stop.is_set() and writer.error is None:
             now = time.monotonic()
             if end is not None and now >= end:
@@ -115,28 +110,20 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
             if now >= next_status:
                 next_status += STATUS_EVERY_S
                 if not quiet:
-                    _status(sid, source, progress, writer, now - started)
+                    _status(sid, rig.label, progress, writer, now - started)
             stop.wait(min(next_status, end or next_status) - now)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        sampler.stop()
-        failure = None
         try:
-            writer.close()
+            session.close()  # the sampler stops, the writer flushes, the session row gets its end time
         except StoreError as err:
-            failure = err
-        store.end_session(sid)
-        store.close()
-        if engine is not None:
-            engine.close()
-        if prom:
-            prom.close()
-    if failure is not None:
-        raise click.ClickException(f"{failure}; session {sid} holds the rows written before it")
+            raise click.ClickException(f"{err}; session {sid} holds the rows written before it") from None
     if not quiet:
         click.echo(f"gpudash record: session {sid} closed: {progress.ticks} ticks, {writer.rows_written} rows "
                    f"in {time.monotonic() - started:.1f} s", err=True)
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for s, handler in previous.items():
+        signal.signal(s, handler)
 
 
 def _status(sid: int, source: str, p: _Progress, writer: Any, elapsed: float) -> None:

@@ -19,15 +19,10 @@ def resolve(path: Path, session: str) -> int:
     from gpudash.store import Store, StoreError
 
     try:
-        store = Store.open(path)
+        with Store.open(path) as store:
+            return store.resolve_session(session)
     except StoreError as err:
         usage_error(str(err))
-    try:
-        return store.resolve_session(session)
-    except StoreError as err:
-        usage_error(str(err))
-    finally:
-        store.close()
 
 
 @click.command()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpudash.commands.common import db_option, db_path, get_config, resolve_source, sim_options, usage_error
+from gpudash.commands.common import db_option, db_path, get_config, resolve_rig, sim_options, usage_error
 from gpudash.records import RequestSample, Snapshot
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     if config_file is not None:
         ctx.find_root().obj["config_path"] = config_file
     cfg = get_config(ctx)
-    source = resolve_source(cfg, sim, no_sim, quiet=quiet)
+    rig = resolve_rig(cfg, sim, no_sim, quiet=quiet)
+    source = rig.label
     path = db_path(cfg, db)
     try:
         store = Store.open(path)
@@ -68,12 +69,12 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     inbox = Inbox()
     try:
         stack = LaunchStack(cfg, inbox, default_log_dir(),
-                            gpu_memory=functools.partial(gpu_memory_totals, source))
+                            gpu_memory=functools.partial(gpu_memory_totals, rig))
     except OSError as err:
         store.close()
         usage_error(f"cannot write the demo model ({err}); check the user cache directory is writable")
     # No engine passed: a sim rig brings (and closes) its own; serve records servers, not engine paths.
-    sources = build_sources(source, cfg, inbox=inbox, pids=stack.supervisor.pids) + stack.sources
+    sources = build_sources(rig, cfg, inbox=inbox, pids=stack.supervisor.pids) + stack.sources
     sid = store.begin_session(source, cfg, note="gpudash serve" + (" (demo)" if stack.demo else ""))
     writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max)
     requests = _Requests()

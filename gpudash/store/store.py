@@ -93,6 +93,12 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ---- sessions ----------------------------------------------------------------------------------
 
     def begin_session(self, source: str, config: Config, note: str = "") -> int:

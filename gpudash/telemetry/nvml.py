@@ -21,6 +21,7 @@ from typing import Any
 import pynvml
 
 from gpudash.records import GpuProcessSample, GpuSample
+from gpudash.telemetry.pcie_cache import cached_overhead
 from gpudash.telemetry.pcie_counters import DEFAULT_WIRE_OVERHEAD, CounterPoller, TickRates
 
 
@@ -88,6 +89,13 @@ def driver_available() -> str | None:
     if reason is None and device_count() == 0:
         return "NVML reports no GPUs"
     return reason
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version string, or None without NVML."""
+    if _init() is not None:
+        return None
+    return _text(none(call(pynvml.nvmlSystemGetDriverVersion)) or "") or None
 
 
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -333,8 +341,6 @@ class NvmlSource:
 
     def __init__(self, pids: Callable[[], dict[int, str]] | None = None,
                  wire_overhead: dict[int, float] | None = None, counter_max_interval_s: float = 0.25) -> None:
-        from gpudash.telemetry.pcie_calibration import cached_overhead
-
         reason = driver_available()
         if reason is not None:
             raise RuntimeError(f"NVML unavailable: {reason}")

@@ -13,51 +13,16 @@ user cache directory, where `NvmlSource` picks it up.
 from __future__ import annotations
 
 import ctypes
-import json
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import click
-import platformdirs
 
 from gpudash.telemetry import nvml
+from gpudash.telemetry.pcie_cache import PLAUSIBLE_OVERHEAD, Calibration, save
 from gpudash.telemetry.pcie_counters import CounterUnwrapper
 
 MiB = 2**20
-# A wire/payload ratio outside this range means the counters do not count bytes the way we think.
-PLAUSIBLE_OVERHEAD = (1.0, 1.35)
-
-
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """What one calibration run measured on one GPU."""
-
-    uuid: str
-    payload_bytes: int  # per direction
-    rx_counted: int  # counter delta during the host->device copies
-    tx_counted: int  # counter delta during the device->host copies
-    h2d_gbps: float  # payload GB/s the copies reached
-    d2h_gbps: float
-
-    @property
-    def rx_overhead(self) -> float:
-        return self.rx_counted / self.payload_bytes
-
-    @property
-    def tx_overhead(self) -> float:
-        return self.tx_counted / self.payload_bytes
-
-    @property
-    def wire_overhead(self) -> float:
-        """Wire bytes per payload byte, averaged over both directions."""
-        return (self.rx_overhead + self.tx_overhead) / 2
-
-    @property
-    def trusted(self) -> bool:
-        lo, hi = PLAUSIBLE_OVERHEAD
-        return lo <= self.rx_overhead <= hi and lo <= self.tx_overhead <= hi
 
 
 def calibrate(gpu: int = 0, chunk_bytes: int = 64 * MiB, chunks: int = 16) -> Calibration:
@@ -119,41 +84,6 @@ def _cuda_index(cupy: Any, bus_id: str, fallback: int) -> int:
     except AttributeError:  # a CuPy without Device.pci_bus_id: trust NVML's order
         pass
     return fallback
-
-
-def cache_path() -> Path:
-    return Path(platformdirs.user_cache_dir("gpudash")) / "pcie_calibration.json"
-
-
-def save(cal: Calibration, path: Path | None = None) -> Path:
-    """Store a calibration under its GPU's UUID (other GPUs' entries are kept); only trusted ones are used."""
-    p = path or cache_path()
-    data = load_all(p)
-    data[cal.uuid] = asdict(cal)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(data, indent=2))
-    return p
-
-
-def load_all(path: Path | None = None) -> dict[str, dict]:
-    p = path or cache_path()
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def cached_overhead(uuid: str, path: Path | None = None) -> float | None:
-    """The wire overhead measured earlier for this GPU, if a trusted calibration is cached."""
-    entry = load_all(path).get(uuid)
-    if not isinstance(entry, dict):
-        return None
-    try:
-        cal = Calibration(**entry)
-    except TypeError:
-        return None
-    return cal.wire_overhead if cal.trusted else None
 
 
 @click.command(name="python -m gpudash.telemetry.pcie_calibration")

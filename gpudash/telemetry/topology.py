@@ -1,7 +1,7 @@
 """Topology facts the advisor (doctor, split planner) reasons about: GPUs, their links, P2P, NVLink.
 
-`read_topology("nvml")` reads the real box through nvml.py; `read_topology("sim:<profile>")` builds
-the same facts from engine/profiles.py (with a live `SimRigSource`'s degraded links when one is given).
+`read_topology(rig)` asks the rig (gpudash/rig.py): the real box is read through nvml.py, a simulated
+one is built from engine/profiles.py (with a live `SimRigSource`'s degraded links when one is given).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.profiles import get_profile
+from gpudash.rig import Rig, SimulatedRig, rig_of, sim_uuid
 
 if TYPE_CHECKING:
     from gpudash.telemetry.sim import SimRigSource
@@ -44,7 +45,7 @@ class GpuFacts:
 class TopologyFacts:
     """The whole box. `p2p[a][b]` is coded like `nvidia-smi topo -p2p r`: X, OK, NS, GNS, CNS, TNS, U."""
 
-    source: str  # "nvml" | "sim:<profile>"
+    source: str  # the rig's label
     gpus: tuple[GpuFacts, ...]
     p2p: tuple[tuple[str, ...], ...]
     nvlink: bool
@@ -52,19 +53,20 @@ class TopologyFacts:
 
     @property
     def is_sim(self) -> bool:
-        return self.source.startswith("sim:")
+        return self.rig.is_sim
+
+    @property
+    def rig(self) -> Rig:
+        return rig_of(self.source)
 
 
-def read_topology(source_label: str, sim: SimRigSource | None = None) -> TopologyFacts:
-    """Facts for `nvml` or `sim:<profile>`; ValueError for any other label or an unknown profile."""
-    if source_label == "nvml":
-        return _from_nvml()
-    if source_label.startswith("sim:"):
-        return _from_profile(source_label.removeprefix("sim:"), sim)
-    raise ValueError(f"unknown telemetry source {source_label!r}; expected 'nvml' or 'sim:<profile>'")
+def read_topology(rig: Rig | str, sim: SimRigSource | None = None) -> TopologyFacts:
+    """Facts for a rig (or its label); ValueError for an unknown label or profile."""
+    return rig_of(rig).topology(sim)
 
 
-def _from_nvml() -> TopologyFacts:
+def nvml_topology() -> TopologyFacts:
+    """The real box's facts, read through NVML."""
     from gpudash.telemetry import nvml
     from gpudash.telemetry.host import numa_node_count
 
@@ -88,7 +90,9 @@ def _from_nvml() -> TopologyFacts:
                          nvlink=any(g.nvlink_links for g in gpus), numa_nodes=numa_node_count())
 
 
-def _from_profile(profile: str, sim: SimRigSource | None) -> TopologyFacts:
+def profile_topology(sim_rig: SimulatedRig, sim: SimRigSource | None) -> TopologyFacts:
+    """A simulated rig's facts from its profile, with `sim`'s live link state when given."""
+    profile = sim_rig.profile
     rig = get_profile(profile)
     gpus = []
     for i, g in enumerate(rig.gpus):
@@ -103,18 +107,14 @@ def _from_profile(profile: str, sim: SimRigSource | None) -> TopologyFacts:
     n = len(rig.gpus)
     ok = "OK" if rig.p2p else "NS"
     p2p = tuple(tuple("X" if a == b else ok for b in range(n)) for a in range(n))
-    return TopologyFacts(source=f"sim:{profile}", gpus=tuple(gpus), p2p=p2p,
+    return TopologyFacts(source=sim_rig.label, gpus=tuple(gpus), p2p=p2p,
                          nvlink=rig.nvlink_gbps is not None, numa_nodes=rig.numa_nodes)
 
 
-def sim_uuid(profile: str, index: int) -> str:
-    """A stable, obviously simulated UUID for GPU `index` of a sim rig."""
-    return f"GPU-sim-{profile}-{index}"
-
-
-def gpu_memory_totals(source_label: str) -> dict[int, int]:
-    """{index: total bytes} of the real GPUs behind `source_label`; empty for a sim rig, whose servers
-    run on the CPU (so no llama.cpp memory budget applies to them)."""
-    if source_label != "nvml":
+def gpu_memory_totals(rig: Rig | str) -> dict[int, int]:
+    """{index: total bytes} of the real GPUs of `rig`; empty for a sim rig, whose servers run on the CPU
+    (so no llama.cpp memory budget applies to them)."""
+    rig = rig_of(rig)
+    if rig.is_sim:
         return {}
-    return {g.index: g.memory_total for g in read_topology(source_label).gpus if g.memory_total}
+    return {g.index: g.memory_total for g in rig.topology().gpus if g.memory_total}

@@ -126,6 +126,7 @@ class GpudashApp(ReplayControls, App[None]):
         if self.keys:
             self.set_keymap(self.keys)
         self.header.source = "replay: loading…" if self.replay else f"{self.feed.source} (starting…)"
+        self.header.rig = "" if self.replay else self.feed.source
         for tabs in self.query("Tabs"):
             tabs.can_focus = False
         self.call_after_refresh(self._after_first_frame)
@@ -185,7 +186,7 @@ class GpudashApp(ReplayControls, App[None]):
         if not self._alive():
             return
         h = self.header
-        h.source, h.db_path, h.recording = info.source, info.db_path or "—", info.recording
+        h.source, h.rig, h.db_path, h.recording = info.source, info.rig, info.db_path or "—", info.recording
         if self.selected_server is None and info.specs:
             self.selected_server = next(iter(info.specs))
         for note in info.notes:
@@ -487,11 +488,8 @@ class GpudashApp(ReplayControls, App[None]):
         def load() -> None:
             from gpudash.store import Store
 
-            store = Store.open(db)
-            try:
+            with Store.open(db) as store:
                 self.post_message(msg.SessionsLoaded(store.sessions()))
-            finally:
-                store.close()
 
         self._worker(load, "history.load", "store")
 
@@ -516,14 +514,12 @@ class GpudashApp(ReplayControls, App[None]):
             from gpudash.store import Store
             from gpudash.store.export import ExportError, export_session
 
-            store = Store.open(db)
-            try:
-                done = export_session(store, sid, "csv", out, force=True)
-                self.post_message(msg.Exported(True, f"exported session {sid}: {len(done)} tables to {out}"))
-            except ExportError as err:
-                self.post_message(msg.Exported(False, str(err)))
-            finally:
-                store.close()
+            with Store.open(db) as store:
+                try:
+                    done = export_session(store, sid, "csv", out, force=True)
+                    self.post_message(msg.Exported(True, f"exported session {sid}: {len(done)} tables to {out}"))
+                except ExportError as err:
+                    self.post_message(msg.Exported(False, str(err)))
 
         self._worker(export, "history.export", "store")
 

@@ -1,6 +1,6 @@
-"""Where the app's snapshots come from: a live rig (sampler + engine + servers + recorder) or a recorded
-session. The app gets one of these by injection and calls `start` in a worker after its first frame,
-so nothing here runs on the UI thread. No textual imports: these are plain objects with threads.
+"""Where the app's snapshots come from: a live rig (a Session's wiring + servers + controller) or a
+recorded session. The app gets one of these by injection and calls `start` in a worker after its first
+frame, so nothing here runs on the UI thread. No textual imports: these are plain objects with threads.
 """
 
 from __future__ import annotations
@@ -9,10 +9,17 @@ import threading
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from gpudash.config import Config, ServerSpec, validate
 from gpudash.records import Snapshot
+from gpudash.rig import Rig, rig_of
+from gpudash.session import Session
+
+if TYPE_CHECKING:
+    from engine import TransferEngine
+    from gpudash.control import Controller
+    from gpudash.launcher.stack import LaunchStack
 
 Deliver = Callable[[Snapshot], None]
 
@@ -24,11 +31,15 @@ class FeedInfo:
     source: str
     db_path: str | None
     recording: bool
-    controller: Any = None  # gpudash.control.Controller for live feeds; None in replay
+    controller: Controller | None = None  # live feeds; None in replay
     specs: dict[str, ServerSpec] = field(default_factory=dict)
     knobs: dict[str, Any] = field(default_factory=dict)
     snapshots: list[Snapshot] = field(default_factory=list)  # replay: the whole session, in tick order
     notes: list[str] = field(default_factory=list)  # what is missing and why (shown once)
+    rig: str = ""  # the rig's stored label ("nvml", "sim:<profile>"); unset: the source is the label
+
+    def __post_init__(self) -> None:
+        self.rig = self.rig or self.source
 
 
 class Feed(Protocol):
@@ -43,96 +54,25 @@ class Feed(Protocol):
     def close(self) -> None: ...
 
 
-class Recorder:
-    """Turns recording on and off by attaching the store writer to the sampler (SetRecording's target).
-
-    The session is opened on first use and closed once, at `close`, so toggling never splits a run.
-    """
-
-    def __init__(self, db_path: Path, source: str, config: Config) -> None:
-        self.db_path = db_path
-        self._source, self._config = source, config
-        self._sampler: Any = None
-        self._store: Any = None
-        self._writer: Any = None
-        self.session_id: int | None = None
-        self._on = False
-        self._lock = threading.Lock()
-
-    @property
-    def on(self) -> bool:
-        return self._on
-
-    def attach(self, sampler: Any) -> None:
-        self._sampler = sampler
-
-    def set(self, on: bool) -> None:
-        with self._lock:
-            if on == self._on:
-                return
-            if on:
-                self._ensure_writer()
-                self._sampler.add_sink(self._writer.submit)
-            else:
-                self._sampler.remove_sink(self._writer.submit)
-            self._on = on
-
-    def _ensure_writer(self) -> None:
-        if self._writer is not None:
-            return
-        from gpudash.store import Store, StoreWriter
-
-        self.db_path.parent.mkdir(parents=True, exist_ok=True)
-        self._store = Store.open(self.db_path)
-        self.session_id = self._store.begin_session(self._source, self._config)
-        sc = self._config.store
-        self._writer = StoreWriter(self.db_path, self.session_id, flush_interval_s=sc.flush_interval_s,
-                                   queue_max=sc.queue_max)
-
-    def record_leftovers(self, drained: dict[str, tuple]) -> None:
-        """Write what reached the inbox after the sampler stopped (e.g. the servers' stop events)."""
-        if self._store is not None and self._on:
-            for e in drained.get("events", ()):
-                self._store.record_event(self.session_id, e)
-            self._store.insert_requests(self.session_id, drained.get("requests", ()))
-
-    def close(self) -> None:
-        """Flush the writer and end the session (once)."""
-        with self._lock:
-            if self._writer is not None:
-                self._writer.close()
-                self._store.end_session(self.session_id)
-                self._store.close()
-                self._writer = None
-
-
 class LiveFeed:
-    """A running rig: engine, inbox, sources, servers (LaunchStack), sampler, recorder, controller."""
+    """A running rig: the session's wiring (engine, pools, sources, sampler, recording) plus what the
+    dashboard adds to it: the servers (LaunchStack), their inbox and the controller."""
 
-    def __init__(self, config: Config, source: str, db_path: Path, record: bool, log_dir: Path | None = None) -> None:
-        self.config, self.source, self.db_path, self.record = config, source, db_path, record
+    def __init__(self, config: Config, rig: Rig | str, db_path: Path, record: bool,
+                 log_dir: Path | None = None) -> None:
+        self.config, self.rig, self.db_path, self.record = config, rig_of(rig), db_path, record
+        self.source = self.rig.label
         self.log_dir = log_dir
-        self.engine: Any = None
-        self.inbox: Any = None
-        self.stack: Any = None
-        self.sampler: Any = None
-        self.recorder: Recorder | None = None
-        self.controller: Any = None
+        self.session: Session | None = None
+        self.stack: LaunchStack | None = None
+        self.controller: Controller | None = None
         self.notes: list[str] = []
-        # Memory pools (engine.pools.MemoryPool by name) the app owns; sampled and resizable while running
-        # together with the engine's own (all_pools); only these are closed here.
-        self.pools: dict[str, Any] = {}
         self._life = threading.Lock()
         self._closing = False
 
-    def _make_engine(self) -> Any:
-        if self.source.startswith("sim:"):
-            from gpudash.telemetry.factory import sim_engine
-
-            return sim_engine(self.source.removeprefix("sim:"), self.config)
-        from engine import EngineConfig, TransferEngine
-
-        return TransferEngine(EngineConfig(**self.config.engine.model_dump(), backend="cuda"))
+    @property
+    def engine(self) -> TransferEngine | None:
+        return self.session.engine if self.session is not None else None
 
     def start(self, deliver: Deliver) -> FeedInfo:
         with self._life:  # a quit during start-up waits for it, then stops everything it started
@@ -143,48 +83,28 @@ class LiveFeed:
     def _start(self, deliver: Deliver) -> FeedInfo:
         from gpudash.control import Controller
         from gpudash.launcher.stack import LaunchStack
-        from gpudash.telemetry.factory import build_sources
         from gpudash.telemetry.inbox import Inbox
-        from gpudash.telemetry.sampler import Sampler
 
-        self.inbox = Inbox()
-        try:
-            self.engine = self._make_engine()
-        except Exception as err:  # noqa: BLE001 - the dashboard still runs; the note says why there is no engine
-            self.notes.append(f"transfer engine unavailable: {err}")
-        pc = self.config.pools
-        if self.engine is not None and pc.host_bytes and pc.device_bytes:
-            from engine.pools import engine_pools
-
-            try:
-                self.pools.update(engine_pools(self.engine, host_bytes=pc.host_bytes, device_bytes=pc.device_bytes,
-                                               shards=pc.shards))
-            except Exception as err:  # noqa: BLE001 - e.g. not enough memory: say so, run without pools
-                self.notes.append(f"memory pools not created: {err}")
-        self.stack = LaunchStack(self.config, self.inbox, self.log_dir)
+        session = self.session = Session(self.rig, self.config, self.db_path)
+        inbox = Inbox()
+        session.start_engine(live=True)
+        session.make_pools()
+        self.notes.extend(session.notes)
+        self.stack = LaunchStack(self.config, inbox, self.log_dir)
         supervisor = self.stack.supervisor
-        sources = build_sources(self.source, self.config, inbox=self.inbox, engine=self.engine,
-                                pids=supervisor.pids, pools=lambda: list(self.all_pools().values()))
-        self.sampler = Sampler(sources + self.stack.sources, self.config.sampling.interval_s, self.source,
-                               sinks=[deliver], source_timeout_s=self.config.sampling.source_timeout_s)
-        self.recorder = Recorder(self.db_path, self.source, self.config)
-        self.recorder.attach(self.sampler)
+        sampler = session.wire([deliver], inbox=inbox, pids=supervisor.pids, sample_pools=True,
+                               extra_sources=self.stack.sources)
         if self.record:
-            self.recorder.set(True)
-        self.controller = Controller(engine=self.engine, supervisor=supervisor, inbox=self.inbox,
-                                     recorder=self.recorder, pools=self.all_pools)
-        self.sampler.start()
-        return FeedInfo(self.source, str(self.db_path), self.recorder.on, self.controller,
+            session.recording.set(True)
+        self.controller = Controller(engine=session.engine, supervisor=supervisor, inbox=inbox,
+                                     recorder=session.recording, pools=session.all_pools)
+        sampler.start()
+        return FeedInfo(self.source, str(self.db_path), session.recording.on, self.controller,
                         self.controller.specs(), self.controller.knobs(), notes=list(self.notes))
 
     def all_pools(self) -> dict[str, Any]:
-        """The pools gpudash made ([pools]) and the engine's own (its staging slots and relay buffers,
-        `TransferEngine.pools()`), by name; a name shows once (gpudash's pool wins a clash)."""
-        engine = self.engine
-        out = dict(self.pools)
-        for name, pool in (engine.pools() if engine is not None else {}).items():
-            out.setdefault(name, pool)
-        return out
+        """The pools gpudash made ([pools]) and the engine's own, by name (see Session.all_pools)."""
+        return self.session.all_pools() if self.session is not None else {}
 
     def start_servers(self) -> list[str]:
         """Start the servers one after another, health-gated (slow: the views are live meanwhile)."""
@@ -201,26 +121,12 @@ class LiveFeed:
         """Stop what gpudash started, in order, and close the session cleanly (safe to call twice)."""
         self._closing = True
         with self._life:
-            self._close()
-
-    def _close(self) -> None:
-        stack, self.stack = self.stack, None
-        sampler, self.sampler = self.sampler, None
-        recorder, self.recorder = self.recorder, None
-        engine, self.engine = self.engine, None
-        if stack is not None:
-            stack.close()
-        if sampler is not None:
-            sampler.stop()
-        if recorder is not None:
-            if self.inbox is not None:
-                recorder.record_leftovers(self.inbox.poll())
-            recorder.close()
-        pools, self.pools = self.pools, {}
-        for pool in pools.values():  # before the engine that owns their memory
-            pool.close()
-        if engine is not None:
-            engine.close()
+            stack, self.stack = self.stack, None
+            session, self.session = self.session, None
+            if stack is not None:
+                stack.close()  # first: the servers' stop events reach the inbox, and the session below
+            if session is not None:
+                session.close()
 
 
 class ReplayFeed:
@@ -233,16 +139,13 @@ class ReplayFeed:
     def start(self, deliver: Deliver) -> FeedInfo:
         from gpudash.store import Store
 
-        store = Store.open(self.db_path)
-        try:
+        with Store.open(self.db_path) as store:
             sid = store.resolve_session(self.session)
             row = store.session_row(sid)
             snaps = list(store.snapshots(sid))
-        finally:
-            store.close()
         self.source = f"replay:{sid} ({row['source']})"
         specs, knobs = _session_settings(row.get("config"))
-        return FeedInfo(self.source, str(self.db_path), False, None, specs, knobs, snaps)
+        return FeedInfo(self.source, str(self.db_path), False, None, specs, knobs, snaps, rig=row["source"])
 
     def start_servers(self) -> list[str]:
         return []  # a replay starts nothing

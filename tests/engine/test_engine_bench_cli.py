@@ -1,5 +1,5 @@
 """The bench/autotune code paths on the sim backend: the CLI table (labelled SIM, recorded in the store),
-autotune finding knobs on a multipath rig, and the [engine] config write."""
+autotune finding knobs on a multipath rig, and the per-machine store of a tuning."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from engine import EngineConfig, TransferEngine
 from engine.autotune import CHUNKS, tune
 from gpudash.cli import main
-from gpudash.commands.bench_engine import write_engine_knobs
+from gpudash.commands.bench_engine import _store_tuned
 from gpudash.config import ConfigError
+from gpudash.tuned import save_tuned
 
 
 def test_bench_cli_prints_a_sim_labelled_table_and_records_it(tmp_path: Path) -> None:
@@ -55,13 +56,21 @@ def test_autotune_on_a_multipath_rig() -> None:
     assert "the sim does not model the pageable-memory penalty; *_staging_bytes unchanged" in res.notes
 
 
-def test_write_engine_knobs_merges_and_validates(tmp_path: Path) -> None:
-    cfg = tmp_path / "config.toml"
-    cfg.write_text('[sampling]\ninterval_s = 2.0\n\n[engine]\noutstanding = 3\n')
-    write_engine_knobs(cfg, {"h2d_chunk_bytes": 4 * 2**20, "staging_threads": 12})
-    data = tomllib.loads(cfg.read_text())
-    assert data["sampling"]["interval_s"] == 2.0
+def test_tuned_knobs_are_stored_per_machine_merged_and_validated(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    path = save_tuned({"outstanding": 3}, "box; driver 1; GPU-a")
+    save_tuned({"h2d_chunk_bytes": 4 * 2**20, "staging_threads": 12}, "box; driver 1; GPU-a")
+    data = tomllib.loads(path.read_text())
+    assert data["machine"] == "box; driver 1; GPU-a"
     assert data["engine"] == {"outstanding": 3, "h2d_chunk_bytes": 4 * 2**20, "staging_threads": 12}
     with pytest.raises(ConfigError):
-        write_engine_knobs(cfg, {"staging_threads": 999})
-    assert tomllib.loads(cfg.read_text())["engine"]["staging_threads"] == 12  # bad result never written
+        save_tuned({"staging_threads": 999}, "box; driver 1; GPU-a")
+    assert tomllib.loads(path.read_text())["engine"]["staging_threads"] == 12  # bad result never written
+    assert save_tuned({"outstanding": 4}, "box; driver 2; GPU-a") != path  # a new driver is a new machine
+
+
+def test_a_sim_tune_is_shown_but_not_stored(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    said = _store_tuned("sim", {"outstanding": 3})
+    assert said == "not stored: a sim rig's tuning says nothing about this machine"
+    assert not (tmp_path / "gpudash" / "tuned").exists()

@@ -14,10 +14,10 @@ import pytest
 
 from engine import EngineConfig, TransferEngine
 from engine.autotune import SIM_STAGING_NOTE, STAGING_SIZES, staging_thresholds, tune, TuneResult
-from engine.config import KNOB_LIMITS, KNOBS
+from engine.config import KNOB, KNOBS
 from engine.errors import EngineArgumentError
-from gpudash.commands.bench_engine import write_engine_knobs
 from gpudash.config import Config, ConfigError, EngineSettings, validate
+from gpudash.tuned import save_tuned
 
 MiB = 2**20
 STAGING = ("h2d_staging_bytes", "d2h_staging_bytes")
@@ -27,7 +27,7 @@ LIMIT = re.escape("[0, 1125899906842624]")
 def test_defaults_and_limits() -> None:
     cfg = EngineConfig()
     assert (cfg.h2d_staging_bytes, cfg.d2h_staging_bytes) == (16 * MiB, 4 * MiB)
-    assert {k: KNOB_LIMITS[k] for k in STAGING} == {k: (0, 2**50) for k in STAGING}
+    assert {k: (KNOB[k].low, KNOB[k].high) for k in STAGING} == {k: (0, 2**50) for k in STAGING}
     assert cfg.knobs()["h2d_staging_bytes"] == 16 * MiB and cfg.knobs()["d2h_staging_bytes"] == 4 * MiB
     # the fields sit after the fallback knobs
     order = list(cfg.knobs())
@@ -94,14 +94,14 @@ def test_config_refuses_bad_values_in_one_line(knob: str, value: Any, message: s
     assert err.value.problems == [f"c.toml: engine.{knob}: {message}"]
 
 
-def test_tuned_staging_knobs_are_written_into_the_config(tmp_path: Path) -> None:
-    path = tmp_path / "config.toml"
-    path.write_text("[engine]\noutstanding = 3\n")
-    write_engine_knobs(path, {"h2d_staging_bytes": 32 * MiB, "d2h_staging_bytes": 2**50})
+def test_tuned_staging_knobs_are_stored_for_the_machine(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    path = save_tuned({"outstanding": 3}, "box")
+    save_tuned({"h2d_staging_bytes": 32 * MiB, "d2h_staging_bytes": 2**50}, "box")
     assert tomllib.loads(path.read_text())["engine"] == {"outstanding": 3, "h2d_staging_bytes": 32 * MiB,
                                                          "d2h_staging_bytes": 2**50}
     with pytest.raises(ConfigError, match="engine.d2h_staging_bytes: staging threshold must be between"):
-        write_engine_knobs(path, {"d2h_staging_bytes": 2**51})
+        save_tuned({"d2h_staging_bytes": 2**51}, "box")
     assert tomllib.loads(path.read_text())["engine"]["d2h_staging_bytes"] == 2**50  # bad result never written
 
 

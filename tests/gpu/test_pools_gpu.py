@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from engine import TransferEngine
-from engine.pools import MemoryPool, PoolExhaustedError, engine_pools, kv_tenant_trace
+from engine.pools import MemoryPool, PoolExhaustedError, engine_pools
+from engine.traces import kv_tenant_trace
 
 try:
     import cupy as cp

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudash.telemetry.pcie_calibration import Calibration, cached_overhead, load_all, save
+from gpudash.telemetry.pcie_cache import Calibration, cached_overhead, load_all, save
 
 GB = 10**9
 

@@ -93,15 +93,15 @@ def test_low_free_at_start_warning_stays_until_that_server_starts_again() -> Non
 
 def test_live_feed_lists_its_pools_and_the_engines_each_once(tmp_path) -> None:
     from gpudash.config import Config
-    from gpudash.tui.feeds import LiveFeed
+    from gpudash.session import Session
 
-    class Engine:  # what LiveFeed reads of the engine here: its own pools by name
+    class Engine:  # what the session reads of the engine here: its own pools by name
         def pools(self) -> dict[str, str]:
             return {"engine-host": "engine's staging pool", "sim-host": "engine's clashing name"}
 
-    feed = LiveFeed(Config(), "sim:h200", tmp_path / "db", record=False)
-    feed.engine, feed.pools = Engine(), {"sim-host": "gpudash's host pool"}
-    assert feed.all_pools() == {"sim-host": "gpudash's host pool", "engine-host": "engine's staging pool"}
+    session = Session("sim:h200", Config(), tmp_path / "db")
+    session.engine, session.pools = Engine(), {"sim-host": "gpudash's host pool"}
+    assert session.all_pools() == {"sim-host": "gpudash's host pool", "engine-host": "engine's staging pool"}
 
 
 def test_a_split_runs_the_plan_when_its_proportions_match() -> None:

@@ -12,12 +12,14 @@ from textual.screen import ModalScreen
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Checkbox, Input, Label, Static
 
+from engine.config import KNOB, KNOB_TABLE
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.control import Command, SetEngineKnobs, SetShardSize, SetShare, SetSplit
 from gpudash.shares import parse_share
 
-EDITABLE_KNOBS = ("h2d_chunk_bytes", "d2h_chunk_bytes", "outstanding", "h2d_fallback_bytes",
-                  "d2h_fallback_bytes", "h2d_staging_bytes", "d2h_staging_bytes", "staging_threads")
+# The live knobs of the knob table: numbers as inputs, switches as checkboxes.
+EDITABLE_KNOBS = tuple(k.name for k in KNOB_TABLE if k.live and not k.is_bool)
+SWITCH_KNOBS = tuple(k.name for k in KNOB_TABLE if k.live and k.is_bool)
 
 
 class KnobValidator(Validator):
@@ -95,8 +97,8 @@ class FormScreen(ModalScreen[Command | None]):
 
 
 class KnobForm(FormScreen):
-    """Engine knobs: chunk sizes, queue length (outstanding), fallback and staging thresholds, staging
-    threads, direct-first."""
+    """The engine's live knobs (the knob table's rows marked live): chunk sizes, queue length, fallback
+    and staging thresholds, staging threads, direct-first."""
 
     def __init__(self, knobs: dict[str, Any]) -> None:
         super().__init__(id="knob-form")
@@ -110,7 +112,8 @@ class KnobForm(FormScreen):
                 yield Label(k)
                 yield Input(str(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
                             validate_on=["changed", "submitted"])
-            yield Checkbox("direct_first", bool(self.knobs.get("direct_first", True)), id="knob-direct_first")
+            for k in SWITCH_KNOBS:
+                yield Checkbox(k, bool(self.knobs.get(k, KNOB[k].default)), id=f"knob-{k}")
             yield Static("", id="form-errors")
 
     def build(self) -> Command | None:
@@ -119,9 +122,10 @@ class KnobForm(FormScreen):
             value = getattr(EngineSettings.model_validate({k: self.query_one(f"#knob-{k}", Input).value.strip()}), k)
             if value != self.knobs.get(k):
                 changed[k] = value
-        direct = self.query_one("#knob-direct_first", Checkbox).value
-        if direct != self.knobs.get("direct_first"):
-            changed["direct_first"] = direct
+        for k in SWITCH_KNOBS:
+            on = self.query_one(f"#knob-{k}", Checkbox).value
+            if on != self.knobs.get(k):
+                changed[k] = on
         if not changed:
             self.query_one("#form-errors", Static).update("nothing changed; edit a value or press Esc")
             return None

@@ -9,6 +9,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from gpudash.rig import sim_profile_of
+
 
 def _short_path(path: str, keep: int = 36) -> str:
     """The DB path, shortened from the left so the header stays on one line (the file name survives)."""
@@ -25,6 +27,7 @@ class SourceHeader(Static):
     position: reactive[str] = reactive("")
     pending: reactive[str] = reactive("")
     warnings: reactive[int] = reactive(0)  # share warnings this tick (listed in the Split balance view)
+    rig: reactive[str] = reactive("")  # the rig's stored label ("nvml", "sim:<profile>"): the SIM badge
 
     def render(self) -> Text:
         t = Text(" gpudash ", style="bold reverse")
@@ -32,8 +35,8 @@ class SourceHeader(Static):
         if self.source.startswith("replay:"):
             t.append(f" REPLAY {self.source.removeprefix('replay:')} ", style="bold white on blue")
             t.append(" ")
-        if "sim:" in self.source:
-            profile = self.source.split("sim:", 1)[1].split(")")[0].split(" ")[0]
+        profile = sim_profile_of(self.rig)
+        if profile is not None:
             t.append(f" SIM {profile} ", style="bold black on bright_yellow")
             t.append(" simulated rig, not real GPUs ", style="bold bright_yellow")
         elif "nvml" in self.source:

@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Log, Static
 
 from gpudash.advisor.planner import SplitPlan
 from gpudash.config import ServerSpec
+from gpudash.rig import is_sim_label
 from gpudash.records import Event
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers
 from gpudash.tui.widgets import fmt
@@ -226,7 +227,7 @@ class HistoryView(TableView):
 
     def show_sessions(self, sessions: Iterable[Any], cursor: int) -> None:
         rows = [(s.id, _clock(s.started), _clock(s.ended), fmt.duration(s.duration_s),
-                 Text(s.source, style="bold yellow" if s.source.startswith("sim:") else ""), sum(s.rows.values()))
+                 Text(s.source, style="bold yellow" if is_sim_label(s.source) else ""), sum(s.rows.values()))
                 for s in sessions]
         self.fill(rows, cursor)
 

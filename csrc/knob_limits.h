@@ -1,0 +1,18 @@
+/* Generated from KNOB_TABLE in engine/config.py by `python -m engine.knob_header`; do not edit.
+ * tests/engine/test_knob_header.py fails while this file and the table differ. */
+#ifndef GPUDASH_KNOB_LIMITS_H
+#define GPUDASH_KNOB_LIMITS_H
+
+/* X(field, C type, byte offset in ge_knobs, lowest, highest) for each knob the data plane reads. */
+#define GE_KNOB_TABLE(X) \
+  X(h2d_chunk_bytes, uint64_t, 0, 4096ull, 1073741824ull) \
+  X(d2h_chunk_bytes, uint64_t, 8, 4096ull, 1073741824ull) \
+  X(h2d_fallback_bytes, uint64_t, 16, 0ull, 1125899906842624ull) \
+  X(d2h_fallback_bytes, uint64_t, 24, 0ull, 1125899906842624ull) \
+  X(outstanding, int32_t, 32, 1, 64) \
+  X(direct_first, int32_t, 36, 0, 1) \
+  X(staging_threads, int32_t, 40, 1, 64)
+
+#define GE_KNOBS_SIZE 48
+
+#endif

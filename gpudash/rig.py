@@ -1,0 +1,149 @@
+"""The rig gpudash watches: the real box through NVML, or a simulated one built from an engine profile.
+
+Each kind is a small typed class behind one contract (its label, whether it is simulated, its profile,
+the GPU source it samples, the engine it makes, its topology), so no module parses a label to decide
+what to do. The text label ("nvml", "sim:<profile>") is what sessions, snapshots and exports store;
+`rig_of` is the one place that reads it back and `SimulatedRig.label` the one place that writes it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine import EngineConfig, TransferEngine
+    from gpudash.config import Config
+    from gpudash.telemetry.sampler import Source
+    from gpudash.telemetry.sim import SimRigSource
+    from gpudash.telemetry.topology import TopologyFacts
+
+SIM_PREFIX = "sim:"
+NVML_LABEL = "nvml"
+
+
+class Rig(ABC):
+    """What every kind of rig provides."""
+
+    label: str
+    is_sim: bool
+    profile: str | None
+
+    @abstractmethod
+    def engine_config(self, config: Config) -> EngineConfig:
+        """The EngineConfig for this rig's transfer engine, with the config's [engine] knobs."""
+
+    def make_engine(self, config: Config) -> TransferEngine:
+        """A transfer engine for this rig (the caller closes it)."""
+        from engine import TransferEngine
+
+        return TransferEngine(self.engine_config(config))
+
+    @abstractmethod
+    def gpu_source(self, config: Config, engine: TransferEngine | None,
+                   pids: Callable[[], dict[int, str]] | None) -> Source:
+        """The telemetry source of this rig's GPUs."""
+
+    @abstractmethod
+    def topology(self, sim: SimRigSource | None = None) -> TopologyFacts:
+        """The advisor's facts about this rig's GPUs and links."""
+
+    def __str__(self) -> str:
+        return self.label
+
+
+@dataclass(frozen=True)
+class NvmlRig(Rig):
+    """The GPUs of this machine, read through NVML; its engine runs on the CUDA backend."""
+
+    label: str = NVML_LABEL
+    is_sim: bool = False
+    profile: str | None = None
+
+    def engine_config(self, config: Config) -> EngineConfig:
+        from engine import EngineConfig
+
+        return EngineConfig(**config.engine.model_dump(), backend="cuda")
+
+    def gpu_source(self, config: Config, engine: TransferEngine | None,
+                   pids: Callable[[], dict[int, str]] | None) -> Source:
+        from gpudash.telemetry.nvml import NvmlSource
+
+        return NvmlSource(pids=pids)
+
+    def topology(self, sim: SimRigSource | None = None) -> TopologyFacts:
+        from gpudash.telemetry.topology import nvml_topology
+
+        return nvml_topology()
+
+
+@dataclass(frozen=True)
+class SimulatedRig(Rig):
+    """A simulated rig from engine/profiles.py; its links are the sim engine's, which move real bytes."""
+
+    profile: str
+    is_sim: bool = True
+
+    def __post_init__(self) -> None:
+        from engine.profiles import get_profile
+
+        get_profile(self.profile)  # an unknown profile fails here, naming the known ones
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return f"{SIM_PREFIX}{self.profile}"
+
+    def engine_config(self, config: Config) -> EngineConfig:
+        from engine import EngineConfig
+
+        return EngineConfig(**config.engine.model_dump(), backend="sim", profile=self.profile)
+
+    def gpu_source(self, config: Config, engine: TransferEngine | None,
+                   pids: Callable[[], dict[int, str]] | None) -> Source:
+        """The sim rig's source over `engine`, or over an engine of its own (closed with the source)."""
+        from gpudash.telemetry.sim import SimRigSource
+
+        owns = engine is None
+        rig_engine = self.make_engine(config) if engine is None else engine
+        try:
+            return SimRigSource(self.profile, rig_engine, load=config.sim.load, owns_engine=owns)
+        except Exception:
+            if owns:
+                rig_engine.close()
+            raise
+
+    def topology(self, sim: SimRigSource | None = None) -> TopologyFacts:
+        from gpudash.telemetry.topology import profile_topology
+
+        return profile_topology(self, sim)
+
+
+def sim_uuid(profile: str, index: int) -> str:
+    """A stable, obviously simulated UUID for GPU `index` of a sim rig."""
+    return f"GPU-sim-{profile}-{index}"
+
+
+def rig_of(label: str | Rig) -> Rig:
+    """The rig a label names ("nvml" or "sim:<profile>"); a Rig is returned as it is. ValueError for
+    any other label or an unknown profile."""
+    if isinstance(label, Rig):
+        return label
+    if label == NVML_LABEL:
+        return NvmlRig()
+    profile = sim_profile_of(label)
+    if profile is not None:
+        return SimulatedRig(profile)
+    raise ValueError(f"unknown telemetry source {label!r}; expected 'nvml' or 'sim:<profile>'")
+
+
+def sim_profile_of(label: str) -> str | None:
+    """The profile of a stored sim label ("sim:h200" -> "h200"), None for anything else (nvml,
+    replay:..., cuda): for labels read back from the store, whatever gpudash version wrote them."""
+    return label.removeprefix(SIM_PREFIX) if label.startswith(SIM_PREFIX) else None
+
+
+def is_sim_label(label: str) -> bool:
+    """Whether a stored label names a simulated rig."""
+    return sim_profile_of(label) is not None

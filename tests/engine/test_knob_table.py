@@ -1,0 +1,69 @@
+"""The knob table is the one source: the C header, the ctypes struct, EngineConfig, the [engine] settings,
+control's knob names and the knob form all follow it, and a table row reaches each of them."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from engine import _native as N
+from engine.config import KNOB, KNOB_TABLE, KNOBS, EngineConfig, c_layout, default_staging_threads
+from engine.knob_header import HEADER, render
+from gpudash.config import ConfigError, EngineSettings, validate
+from gpudash.control import ENGINE_KNOBS
+
+
+def test_the_checked_in_header_is_the_one_the_table_writes() -> None:
+    assert HEADER.read_text(encoding="utf-8") == render(), \
+        "csrc/knob_limits.h differs from engine/config.py's knob table; run `python -m engine.knob_header`"
+
+
+def test_the_ctypes_struct_has_the_tables_layout() -> None:
+    layout = c_layout()
+    assert [(name, getattr(N.Knobs, name).offset) for name, _t, _o in layout] == [(n, o) for n, _t, o in layout]
+    assert [n for n, _t, _o in layout][:4] == ["h2d_chunk_bytes", "d2h_chunk_bytes", "h2d_fallback_bytes",
+                                               "d2h_fallback_bytes"]  # the C layout ge_knobs has always had
+    assert ctypes.sizeof(N.Knobs) == 48 and N.Knobs.reserved.offset == 44
+    assert {n for n, _t, _o in layout} - {"reserved"} == {k.name for k in KNOB_TABLE if k.native}
+
+
+def test_the_struct_is_filled_by_name() -> None:
+    knobs = {**EngineConfig().knobs(), "outstanding": 7, "direct_first": False, "d2h_fallback_bytes": 123}
+    s = N.Knobs.of(knobs)
+    assert (s.outstanding, s.direct_first, s.d2h_fallback_bytes, s.reserved) == (7, 0, 123, 0)
+
+
+def test_every_consumer_names_the_table_knobs_with_the_table_defaults() -> None:
+    assert tuple(EngineSettings.model_fields) == KNOBS == ENGINE_KNOBS
+    assert EngineSettings().model_dump() == EngineConfig().knobs() == {k.name: k.default for k in KNOB_TABLE}
+    assert all(EngineSettings.model_fields[k.name].description == k.doc for k in KNOB_TABLE)
+
+
+def test_the_form_shows_the_live_knobs_only() -> None:
+    pytest.importorskip("textual")
+    from gpudash.tui.screens.forms import EDITABLE_KNOBS, SWITCH_KNOBS
+
+    assert SWITCH_KNOBS == ("direct_first",)
+    assert "registration_cache_bytes" not in EDITABLE_KNOBS and not KNOB["registration_cache_bytes"].live
+    assert set(EDITABLE_KNOBS) | set(SWITCH_KNOBS) == {k.name for k in KNOB_TABLE if k.live}
+
+
+@pytest.mark.parametrize("knob, value, message", [
+    ("h2d_chunk_bytes", "1KiB", "chunk size must be between 4 KiB and 1 GiB, got 1024 bytes"),
+    ("outstanding", 65, "outstanding must be between 1 and 64, got 65"),
+    ("staging_threads", 0, "staging_threads must be between 1 and 64, got 0"),
+    ("h2d_fallback_bytes", 2**51, "fallback threshold must be between 0 (always multipath) and 2**50 bytes, "
+                                  "got 2251799813685248 bytes"),
+])
+def test_config_ranges_come_from_the_table(knob: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate({"engine": {knob: value}}, "c.toml")
+    assert err.value.problems == [f"c.toml: engine.{knob}: {message}"]
+
+
+def test_staging_threads_default_to_half_the_usable_cores_within_range() -> None:
+    assert [default_staging_threads(c) for c in (1, 2, 3, 8, 16, 64, 256)] == [1, 1, 1, 4, 8, 16, 16]
+    k = KNOB["staging_threads"]
+    assert k.default == default_staging_threads() and k.low <= k.default <= k.high
+    assert "sched_getaffinity" in k.doc

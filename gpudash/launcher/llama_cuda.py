@@ -96,7 +96,7 @@ def local_archs() -> frozenset[int]:
     if nvml.driver_available() is not None:
         return frozenset()
     return frozenset(cc[0] * 10 + cc[1] for d in nvml.devices()
-                     if (cc := d.static().compute_capability) is not None)
+                     if (cc := d.static.compute_capability) is not None)
 
 
 def find_nvcc() -> str | None:

@@ -87,7 +87,13 @@ int Engine::start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n,
   }
   if (host_mode == GE_HOST_STAGED && dir == GE_D2H) advise_huge(dst, n);
   {
-    std::lock_guard<std::mutex> lk(g.m);
+    std::unique_lock<std::mutex> lk(g.m);
+    if (stopping) {  // read under the group lock: the dispatcher and the workers may be gone already
+      lk.unlock();
+      c->status = GE_ECLOSED;
+      finish_copy(*c);
+      return GE_ECLOSED;
+    }
     Path *direct = g.paths[0];
     // Fast path: a one-chunk copy on an idle group is issued from the caller's thread (no dispatcher
     // hop); order is kept because nothing of this group is queued ahead of it.

@@ -10,6 +10,18 @@ struct ge_engine {
   Engine eng;
 };
 
+namespace {
+// Counts a caller that may block on a copy, so ge_destroy frees the engine only after it has left.
+class BlockingCall {
+ public:
+  explicit BlockingCall(Engine &e) : e_(e) { e_.blocked_callers.fetch_add(1); }
+  ~BlockingCall() { e_.blocked_callers.fetch_sub(1); }
+
+ private:
+  Engine &e_;
+};
+}  // namespace
+
 extern "C" {
 
 int ge_abi_version(void) { return GE_ABI_VERSION; }
@@ -212,6 +224,7 @@ int ge_copy(ge_engine *e, const ge_copy_desc *d, int host_mode, uint64_t stream,
 }
 
 int ge_copy_sync(ge_engine *e, const ge_copy_desc *d, int host_mode, uint64_t stream, uint64_t out[2]) {
+  BlockingCall in(e->eng);
   int paths_used = 0;
   int rc = e->eng.copy_sync(d->direction, d->gpu, d->dst, d->src, d->nbytes, host_mode, stream, &out[0], &paths_used);
   out[1] = uint64_t(paths_used);
@@ -219,6 +232,7 @@ int ge_copy_sync(ge_engine *e, const ge_copy_desc *d, int host_mode, uint64_t st
 }
 
 int ge_wait(ge_engine *e, uint64_t handle, double timeout_s) {
+  BlockingCall in(e->eng);
   auto c = e->eng.find(handle);
   return c ? e->eng.wait(*c, timeout_s) : GE_EINVAL;
 }
@@ -231,6 +245,7 @@ int ge_copy_chunks(ge_engine *e, uint64_t handle, uint64_t *chunks, int *paths_u
 }
 
 int ge_finish(ge_engine *e, uint64_t handle, double timeout_s, uint64_t *chunks, int *paths_used) {
+  BlockingCall in(e->eng);
   auto c = e->eng.find(handle);
   if (!c) return GE_EINVAL;
   int rc = e->eng.wait(*c, timeout_s);

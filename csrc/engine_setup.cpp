@@ -60,9 +60,11 @@ void Engine::add_path(Group &g, int via) {
 }
 
 Engine::~Engine() {
-  stopping = true;
   for (auto &g : groups) {
-    { std::lock_guard<std::mutex> lk(g->m); }
+    {
+      std::lock_guard<std::mutex> lk(g->m);  // a copy is queued before this or refused after it
+      stopping = true;
+    }
     g->cv.notify_all();
     for (auto *p : g->paths) p->cv.notify_all();
   }
@@ -80,6 +82,8 @@ Engine::~Engine() {
     for (Chunk *c : g->ready) finish_chunk(c, GE_ECLOSED);
     g->ready.clear();
   }
+  // Every copy has finished now, so every blocked caller wakes; wait until they have left the engine.
+  while (blocked_callers.load()) std::this_thread::sleep_for(kLeaveNap);
   if (be) {
     for (auto &p : paths) be->release_path(*p);
     for (int w = -1; w < int(dev_pools.size()); ++w) {
@@ -118,9 +122,13 @@ void Engine::staging_loop() {
 void Engine::submit_staging(std::function<void()> f) {
   {
     std::lock_guard<std::mutex> lk(st_m);
-    st_tasks.push_back(std::move(f));
+    if (!st_stop) {
+      st_tasks.push_back(std::move(f));
+      st_cv.notify_one();
+      return;
+    }
   }
-  st_cv.notify_one();
+  f();  // closing, the staging threads are gone: a waiter finishing its own chunk does the memcpy itself
 }
 
 // ---- engine pools ------------------------------------------------------------------------

@@ -57,7 +57,11 @@ class Engine {
   ge_knobs knobs{};
   std::vector<std::unique_ptr<Group>> groups;  // index gpu * 2 + dir
   std::vector<std::unique_ptr<Path>> paths;
-  std::atomic<bool> stopping{false};
+  std::atomic<bool> stopping{false};  // set under every group lock by the destructor
+  // Callers inside a call that can block on a copy (ge_wait, ge_finish, ge_copy_sync): the destructor
+  // finishes every copy, then waits for them to leave before it frees anything.
+  std::atomic<int> blocked_callers{0};
+  static constexpr std::chrono::milliseconds kLeaveNap{1};
   int ngpu = 0;
   std::unique_ptr<std::atomic<uint64_t>[]> link_h2d, link_d2h;
 

@@ -221,7 +221,8 @@ class MemoryPool:
     @property
     def unassigned(self) -> int:
         """Slab bytes no shard owns (room for new shards and for growing)."""
-        return int(self._lib.gp_pool_unassigned(self._open()))
+        with self._lock:  # close() cannot free the pool between the check and the call
+            return int(self._lib.gp_pool_unassigned(self._open()))
 
     def add_shard(self, shard: str, capacity: int) -> None:
         """A new shard of `capacity` bytes (rounded up to the granule) from unassigned slab."""

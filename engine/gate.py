@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 from engine import _native as N
 from engine.errors import EngineError
@@ -20,6 +20,7 @@ from engine.errors import EngineError
 OPEN, CLOSING, FREED = 0, 1, 2
 _DRAIN_NAP_S = 0.001  # how often close() looks whether the calls inside have left
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def closed_error() -> EngineError:
@@ -63,11 +64,11 @@ class CallGate:
             time.sleep(_DRAIN_NAP_S)
 
 
-def gated(method: Callable[..., T]) -> Callable[..., T]:
+def gated(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[Any, P], T]:
     """A public method of an object with a `_gate`, run inside that gate (EngineError once closed)."""
 
     @functools.wraps(method)
-    def call(self: Any, *args: Any, **kwargs: Any) -> T:
+    def call(self: Any, *args: P.args, **kwargs: P.kwargs) -> T:
         gate = self._gate
         gate.enter()
         try:

@@ -207,3 +207,66 @@ def test_a_sim_engine_made_after_close_works(make_engine: Callable[..., Transfer
         assert np.array_equal(back, src)
     finally:
         eng.close()
+
+
+# ---- the C ABI: ge_destroy while callers are blocked inside it ---------------------------------------
+_C_SCRIPT = """
+import ctypes, threading, time
+import numpy as np
+from engine import _native as N
+
+lib = N.lib()
+MiB = 1 << 20
+D = ctypes.c_double
+eng = ctypes.c_void_p()
+knobs = N.Knobs(4 * MiB, 4 * MiB, 12 * MiB, 12 * MiB, 2, 1, 2, 0)
+# two GPUs with a peer path each way, slow links (0.1 GB/s at time scale 1): a 64 MiB copy takes ~0.7 s
+rc = lib.ge_create_sim(2, (D * 2)(0.1, 0.1), (D * 2)(1.0, 1.0), (D * 4)(0, 50, 50, 0), 50.0, 1.0,
+                       ctypes.byref(knobs), ctypes.byref(eng))
+assert rc == 0, rc
+n = 64 * MiB
+src, dev0 = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
+dev1, back = np.random.default_rng(2).integers(0, 256, n, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
+results = {}
+
+def sync_copy(name, direction, gpu, dst, s, flags):
+    desc = N.CopyDescC(direction, gpu, dst.ctypes.data, s.ctypes.data, n)
+    out = (ctypes.c_uint64 * 2)()
+    results[name] = lib.ge_copy_sync(eng, ctypes.byref(desc), flags, 0, out)
+
+# direct: the synchronous fast path on GPU 0 (one 64 MiB chunk on the caller's thread);
+# multipath: GPU 1 -> host over its direct path and the relay through GPU 0, waited for by the caller
+threads = [threading.Thread(target=sync_copy, args=("direct", N.H2D, 0, dev0, src, N.HOST_DIRECT | N.COPY_DIRECT_ONLY)),
+           threading.Thread(target=sync_copy, args=("multipath", N.D2H, 1, back, dev1, N.HOST_DIRECT))]
+for t in threads:
+    t.start()
+paths = (N.PathStatsC * 8)()
+links = (N.LinkStatsC * 2)()
+busy = set()
+deadline = time.monotonic() + 120
+while busy != {"direct", "multipath"} and time.monotonic() < deadline:  # a path busy: its caller is inside
+    lib.ge_stats(eng, paths, lib.ge_num_paths(eng), links, 2)
+    for p in paths[:lib.ge_num_paths(eng)]:
+        if p.queue_depth and p.gpu == 0 and p.direction == N.H2D and p.via == 0:
+            busy.add("direct")
+        if p.queue_depth and p.gpu == 1 and p.direction == N.D2H:
+            busy.add("multipath")
+    time.sleep(0.001)
+assert busy == {"direct", "multipath"}, busy
+lib.ge_destroy(eng)  # returns only once both callers have left the engine
+for t in threads:
+    t.join(120)
+assert not any(t.is_alive() for t in threads)
+print(results["direct"], results["multipath"], bool((dev0 == src).all()))
+"""
+
+
+def test_ge_destroy_waits_for_callers_blocked_in_synchronous_copies() -> None:
+    """ge_destroy while one thread is inside the synchronous fast path and another waits for a multipath
+    copy: both return (the fast-path copy lands byte-exact, the other lands or reports GE_ECLOSED) and
+    the process does not crash (the engine is freed only after they left)."""
+    out = subprocess.run([sys.executable, "-c", _C_SCRIPT], capture_output=True, text=True, timeout=JOIN_S * 3)
+    assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
+    direct, multipath, exact = out.stdout.split()
+    assert (int(direct), exact) == (0, "True")
+    assert int(multipath) in (0, -9)  # GE_OK or GE_ECLOSED

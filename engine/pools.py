@@ -145,6 +145,7 @@ class MemoryPool:
         self._lock = threading.Lock()
         self._ids: dict[str, int] = {}
         self._slab: Any = None
+        self._engine = engine  # its memory holds the slab: the pool refuses work once it closes
         if engine is None:
             self._slab = np.empty(self.nbytes + self.granule, dtype=np.uint8)
             base = -(-self._slab.ctypes.data // self.granule) * self.granule
@@ -202,6 +203,9 @@ class MemoryPool:
     def _open(self) -> ctypes.c_void_p:
         if not self._ptr:
             raise EngineError(f"pool {self.name!r} is closed; create a new MemoryPool", N.ECLOSED, "GE_ECLOSED")
+        if self._engine is not None and self._engine.closed:
+            raise EngineError(f"pool {self.name!r} is closed with the engine whose memory it holds; close pools "
+                              f"before their engine", N.ECLOSED, "GE_ECLOSED")
         return self._ptr
 
     def _id(self, shard: Any) -> int:

@@ -166,6 +166,20 @@ def test_the_engine_pools_refuse_work_once_the_engine_closes(make_engine: Callab
         MemoryPool(MiB, engine=eng, gpu=0)
 
 
+def test_a_pool_in_a_closed_engines_memory_refuses_work_and_still_closes(
+        make_engine: Callable[..., TransferEngine]) -> None:
+    eng = make_engine("rtx5080+rtx3090")
+    pool = MemoryPool(4 * MiB, engine=eng, gpu=1, shards={"kv": 2 * MiB})
+    block = pool.alloc("kv", 4096)
+    eng.close()
+    for call in (lambda: pool.alloc("kv", 4096), lambda: pool.free(block), lambda: pool.stats(),
+                 lambda: pool.resize("kv", MiB), lambda: pool.unassigned):
+        with pytest.raises(EngineError, match="closed with the engine whose memory it holds"):
+            call()
+    pool.close()  # gives nothing back twice: the engine already freed the slab
+    assert pool.closed and pool.stats() == ()
+
+
 def test_calls_after_close_do_not_crash_the_interpreter() -> None:
     """now() after close() used to segfault: in a child process, every call raises and it exits 0."""
     script = textwrap.dedent("""

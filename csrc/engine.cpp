@@ -10,6 +10,10 @@ struct ge_engine {
   Engine eng;
 };
 
+namespace {
+constexpr int kMaxSimGpus = 32;  // the largest rig ge_create_sim models
+}  // namespace
+
 extern "C" {
 
 int ge_abi_version(void) { return GE_ABI_VERSION; }
@@ -56,7 +60,7 @@ static int create(ge::Backend *b, const ge_knobs *k, double scale, ge_engine **o
 
 int ge_create_sim(int n, const double *link_gbps, const double *latency_us, const double *peer_gbps,
                   double nvlink_gbps, double time_scale, const ge_knobs *knobs, ge_engine **out) {
-  if (n < 1 || n > 32 || !link_gbps || !latency_us || !peer_gbps || !(time_scale > 0)) return GE_EINVAL;
+  if (n < 1 || n > kMaxSimGpus || !link_gbps || !latency_us || !peer_gbps || !(time_scale > 0)) return GE_EINVAL;
   for (int i = 0; i < n; ++i)
     if (!(link_gbps[i] > 0) || latency_us[i] < 0) return GE_EINVAL;
   return create(ge::make_sim_backend(n, link_gbps, latency_us, peer_gbps, nvlink_gbps, time_scale), knobs,

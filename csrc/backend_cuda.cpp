@@ -210,11 +210,12 @@ class CudaBackend : public Backend {
     CtxScope s(ctx_[p.via]);
     CUstream st = nullptr;
     int rc = cu(api.cuStreamCreate(&st, 0x1 /* NON_BLOCKING */));
-    p.stream = st;
+    p.cuda.stream = st;
+    npaths_ = std::max(npaths_, p.id + 1);
     return rc;
   }
   void release_path(Path &p) override {
-    if (p.stream) api.cuStreamDestroy(p.stream);
+    if (p.cuda.stream) api.cuStreamDestroy(p.cuda.stream);
   }
 
   int get_event(int dev, CUevent *ev) {
@@ -232,12 +233,12 @@ class CudaBackend : public Backend {
 
   int issue(Path &p, Chunk &c) override {
     CtxSwitch sw(ctx_[p.via]);  // issue may run in the caller's thread: leave its context as it was
-    CUstream st = p.stream;
+    CUstream st = p.cuda.stream;
     Copy &cp = *c.copy;
     int rc = GE_OK;
-    if (cp.start_event && !cp.path_waited[p.id]) {
-      if ((rc = cu(api.cuStreamWaitEvent(st, cp.start_event, 0)))) return rc;
-      cp.path_waited[p.id] = 1;
+    if (cp.cuda.start_event && !cp.cuda.path_waited[p.id]) {
+      if ((rc = cu(api.cuStreamWaitEvent(st, cp.cuda.start_event, 0)))) return rc;
+      cp.cuda.path_waited[p.id] = 1;
     }
     const void *host = reinterpret_cast<const void *>(c.host);
     if (p.dir == GE_H2D) {
@@ -259,7 +260,7 @@ class CudaBackend : public Backend {
     if (rc) return rc;
     CUevent ev = nullptr;
     if ((rc = get_event(p.via, &ev))) return rc;
-    c.event = ev;
+    c.be.cuda.event = ev;
     return cu(api.cuEventRecord(ev, st));
   }
 
@@ -267,7 +268,7 @@ class CudaBackend : public Backend {
   // context) when there is one, else on the path's stream, which has nothing in flight (copy_now).
   // Long copies are waited for like chunks (await: napping through most of the copy), not spun on.
   int copy_now(Path &p, Chunk &c, uint64_t stream) override {
-    CUstream st = p.stream;
+    CUstream st = p.cuda.stream;
     CUcontext sc = ctx_[p.via];
     if (stream) {
       st = reinterpret_cast<CUstream>(stream);
@@ -290,7 +291,7 @@ class CudaBackend : public Backend {
   // the end, both cost several percent). Copies of 8 MiB and more teach the path its best rate.
   template <class Query, class Block>
   int await(Path &p, uint64_t len, double issue_t, Query query, Block block) {
-    double best = p.rate_max.load();
+    double best = p.cuda.rate_max.load();
     double spin = 400e-6;
     if (best > 0) {
       double predicted = double(len) / best;
@@ -304,17 +305,17 @@ class CudaBackend : public Backend {
     double took = now() - issue_t;  // includes queueing behind earlier work: only ever too low
     if (rc == GE_OK && len >= kSpinBytes && took > 0) {
       double r = double(len) / took;
-      if (r > best) p.rate_max.store(r);
+      if (r > best) p.cuda.rate_max.store(r);
     }
     return rc;
   }
 
   int complete(Path &p, Chunk &c) override {
-    int rc = await(p, c.len, c.issue_t, [&] { return api.cuEventQuery(c.event); },
-                   [&] { return api.cuEventSynchronize(c.event); });
+    int rc = await(p, c.len, c.issue_t, [&] { return api.cuEventQuery(c.be.cuda.event); },
+                   [&] { return api.cuEventSynchronize(c.be.cuda.event); });
     std::lock_guard<std::mutex> lk(ev_m_);
-    events_[p.via].push_back(c.event);
-    c.event = nullptr;
+    events_[p.via].push_back(c.be.cuda.event);
+    c.be.cuda.event = nullptr;
     return rc;
   }
 
@@ -394,24 +395,25 @@ class CudaBackend : public Backend {
       return rc;
     }
     uint32_t seq = ++seq_;
-    c.flag_slot = seq % kFlagSlots;
-    c.flag_value = seq;
-    CUdeviceptr flag = CUdeviceptr(reinterpret_cast<uintptr_t>(flags_ + c.flag_slot));
+    c.cuda.flag_slot = seq % kFlagSlots;
+    c.cuda.flag_value = seq;
+    CUdeviceptr flag = CUdeviceptr(reinterpret_cast<uintptr_t>(flags_ + c.cuda.flag_slot));
     if ((rc = cu(api.cuStreamWaitValue32(us, flag, seq, 0x0 /* GEQ */)))) {
       api.cuEventDestroy(ev);
       return rc;
     }
-    c.start_event = ev;
-    c.stream_flag = true;
+    c.cuda.start_event = ev;
+    c.cuda.stream_flag = true;
+    c.cuda.path_waited.assign(size_t(npaths_), 0);
     return GE_OK;
   }
 
   void stream_end(Copy &c) override {
-    if (!c.stream_flag) return;
-    __atomic_store_n(&flags_[c.flag_slot], c.flag_value, __ATOMIC_SEQ_CST);
-    api.cuEventDestroy(c.start_event);
-    c.start_event = nullptr;
-    c.stream_flag = false;
+    if (!c.cuda.stream_flag) return;
+    __atomic_store_n(&flags_[c.cuda.flag_slot], c.cuda.flag_value, __ATOMIC_SEQ_CST);
+    api.cuEventDestroy(c.cuda.start_event);
+    c.cuda.start_event = nullptr;
+    c.cuda.stream_flag = false;
   }
 
  private:
@@ -422,6 +424,7 @@ class CudaBackend : public Backend {
   std::mutex ev_m_;
   uint32_t *flags_ = nullptr;
   std::atomic<uint32_t> seq_{0};
+  int npaths_ = 0;  // paths prepared (their ids are 0 .. npaths_ - 1)
 };
 
 }  // namespace

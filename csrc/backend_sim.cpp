@@ -71,19 +71,19 @@ class SimBackend : public Backend {
     double t = now();
     int g = p.gpu, v = p.via;
     if (v == g) {
-      c.done_t = (p.dir == GE_H2D ? h2d_[g] : d2h_[g]).reserve(t, c.len) + lat_[g];
+      c.be.sim.done_t = (p.dir == GE_H2D ? h2d_[g] : d2h_[g]).reserve(t, c.len) + lat_[g];
     } else if (p.dir == GE_H2D) {
       double e1 = h2d_[v].reserve(t, c.len) + lat_[v];
-      c.done_t = peer_stage(v, g, e1, c.len) + 1e-6;
+      c.be.sim.done_t = peer_stage(v, g, e1, c.len) + 1e-6;
     } else {
       double e1 = peer_stage(g, v, t, c.len) + 1e-6;
-      c.done_t = d2h_[v].reserve(e1, c.len) + lat_[v];
+      c.be.sim.done_t = d2h_[v].reserve(e1, c.len) + lat_[v];
     }
     return GE_OK;
   }
 
   int complete(Path &p, Chunk &c) override {
-    if (p.inject_fail) return GE_EPATH;  // injected fault: nothing written, the chunk is retried elsewhere
+    if (p.sim.inject_fail) return GE_EPATH;  // injected fault: nothing written, the chunk is retried elsewhere
     void *dev = reinterpret_cast<void *>(c.dev);
     void *host = reinterpret_cast<void *>(c.host);
     void *relay = reinterpret_cast<void *>(c.relay);
@@ -103,7 +103,7 @@ class SimBackend : public Backend {
       }
     }
     auto when = t0_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(c.done_t * scale_));
+                          std::chrono::duration<double>(c.be.sim.done_t * scale_));
     std::this_thread::sleep_until(when);
     return GE_OK;
   }

@@ -29,7 +29,7 @@ void Engine::advise_huge(uint64_t addr, uint64_t len) {
 // A waiter that finds its copy's only chunk still queued completes it itself: one thread polls the
 // event instead of a worker polling and then waking the waiter (a futex wake-up costs tens of us).
 void Engine::wait_inline(Copy &c) {
-  Group &g = *groups[c.gpu * 2 + c.dir];
+  Group &g = group_of(c.gpu, c.dir);
   std::unique_lock<std::mutex> lk(g.m);
   Path *p = c.sole_path;
   if (!p || c.finished) return;
@@ -46,17 +46,17 @@ void Engine::wait_inline(Copy &c) {
 
 int Engine::start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
                        std::shared_ptr<Copy> *out) {
-  if (stopping) return GE_ECLOSED;
+  if (stopping_) return GE_ECLOSED;
   if (dir != GE_H2D && dir != GE_D2H) return GE_EINVAL;
   bool direct_only = (host_mode & GE_COPY_DIRECT_ONLY) != 0;
   host_mode &= ~GE_COPY_DIRECT_ONLY;
   if (host_mode != GE_HOST_DIRECT && host_mode != GE_HOST_STAGED) return GE_EINVAL;
-  if (gpu < 0 || gpu >= ngpu) return GE_ENODEV;
+  if (gpu < 0 || gpu >= ngpu_) return GE_ENODEV;
   if (!dst || !src) return GE_EINVAL;
   auto c = std::make_shared<Copy>();
   {
-    std::lock_guard<std::mutex> lk(knob_m);
-    c->knobs = knobs;
+    std::lock_guard<std::mutex> lk(knob_m_);
+    c->knobs = knobs_;
   }
   c->dir = dir;
   c->gpu = gpu;
@@ -65,7 +65,7 @@ int Engine::start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n,
   c->nbytes = n;
   c->host_mode = host_mode;
   c->stream = stream;
-  Group &g = *groups[gpu * 2 + dir];
+  Group &g = group_of(gpu, dir);
   uint64_t fallback = dir == GE_H2D ? c->knobs.h2d_fallback_bytes : c->knobs.d2h_fallback_bytes;
   c->chunk = dir == GE_H2D ? c->knobs.h2d_chunk_bytes : c->knobs.d2h_chunk_bytes;
   c->single_path = direct_only || n < fallback || g.paths.size() == 1;
@@ -76,9 +76,8 @@ int Engine::start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n,
   if (host_mode == GE_HOST_STAGED && dir == GE_D2H) c->skew = huge_skew(dst, c->chunk);
   c->nchunks = n ? (n + c->skew + c->chunk - 1) / c->chunk : 0;
   c->remaining = c->nchunks;
-  c->path_waited.assign(paths.size(), 0);
-  c->path_used.assign(paths.size(), 0);
-  int rc = be->stream_begin(*c);
+  c->path_used.assign(paths_.size(), 0);
+  int rc = be_->stream_begin(*c);
   if (rc) return rc;
   *out = c;
   if (c->nchunks == 0) {
@@ -87,7 +86,13 @@ int Engine::start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n,
   }
   if (host_mode == GE_HOST_STAGED && dir == GE_D2H) advise_huge(dst, n);
   {
-    std::lock_guard<std::mutex> lk(g.m);
+    std::unique_lock<std::mutex> lk(g.m);
+    if (stopping_) {  // read under the group lock: the dispatcher and the workers may be gone already
+      lk.unlock();
+      c->status = GE_ECLOSED;
+      finish_copy(*c);
+      return GE_ECLOSED;
+    }
     Path *direct = g.paths[0];
     // Fast path: a one-chunk copy on an idle group is issued from the caller's thread (no dispatcher
     // hop); order is kept because nothing of this group is queued ahead of it.
@@ -108,19 +113,27 @@ int Engine::start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n,
 }
 
 uint64_t Engine::add_handle(const std::shared_ptr<Copy> &c) {
-  std::lock_guard<std::mutex> lk(copies_m);
-  c->id = next_id++;
-  copies[c->id] = c;
+  std::lock_guard<std::mutex> lk(copies_m_);
+  c->id = next_id_++;
+  copies_[c->id] = c;
   return c->id;
 }
+
+// How a waiter polls its copy before it blocks on the copy's condition variable (see poll_until):
+// yield for kWaitSpinS, then nap elapsed/kWaitNapFraction (at most kWaitMaxNapS), for up to kWaitPollS.
+constexpr double kWaitSpinS = 200e-6;
+constexpr double kWaitNapFraction = 256.0;
+constexpr double kWaitMaxNapS = 20e-6;
+constexpr double kWaitPollS = 0.05;
 
 int Engine::wait(Copy &c, double timeout_s) {
   precise_timers();
   // Unbounded waits on one-chunk copies complete the chunk in this thread (bounded ones must not block).
   if (timeout_s < 0 && c.nchunks == 1 && !c.landed.load(std::memory_order_acquire)) wait_inline(c);
   // Poll first (the worker's futex wake-up of a blocked waiter costs tens of microseconds), then block.
-  double poll_for = timeout_s < 0 ? 0.05 : std::min(timeout_s, 0.05);
-  if (poll_until([&] { return c.landed.load(std::memory_order_acquire); }, 200e-6, 256.0, 20e-6, poll_for)) {
+  double poll_for = timeout_s < 0 ? kWaitPollS : std::min(timeout_s, kWaitPollS);
+  if (poll_until([&] { return c.landed.load(std::memory_order_acquire); }, kWaitSpinS, kWaitNapFraction,
+                 kWaitMaxNapS, poll_for)) {
     std::lock_guard<std::mutex> lk(c.m);
     return c.status;
   }
@@ -134,7 +147,7 @@ int Engine::wait(Copy &c, double timeout_s) {
 
 void Engine::progress(Copy &c, uint64_t *chunks, int *paths_used) {
   *chunks = c.chunks_done.load();
-  std::lock_guard<std::mutex> lk(groups[c.gpu * 2 + c.dir]->m);
+  std::lock_guard<std::mutex> lk(group_of(c.gpu, c.dir).m);
   *paths_used = int(std::count(c.path_used.begin(), c.path_used.end(), 1));
 }
 
@@ -158,13 +171,13 @@ int Engine::copy_sync(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, 
 int Engine::copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream) {
   bool direct_only = (host_mode & GE_COPY_DIRECT_ONLY) != 0;
   if ((host_mode & ~GE_COPY_DIRECT_ONLY) != GE_HOST_DIRECT || (dir != GE_H2D && dir != GE_D2H) || gpu < 0 ||
-      gpu >= ngpu || !dst || !src || !n || stopping)
+      gpu >= ngpu_ || !dst || !src || !n || stopping_)
     return kNotNow;
-  Group &g = *groups[gpu * 2 + dir];
+  Group &g = group_of(gpu, dir);
   uint64_t fallback;
   {
-    std::lock_guard<std::mutex> lk(knob_m);
-    fallback = dir == GE_H2D ? knobs.h2d_fallback_bytes : knobs.d2h_fallback_bytes;
+    std::lock_guard<std::mutex> lk(knob_m_);
+    fallback = dir == GE_H2D ? knobs_.h2d_fallback_bytes : knobs_.d2h_fallback_bytes;
   }
   if (!direct_only && n >= fallback && g.paths.size() > 1) return kNotNow;
   Path &p = *g.paths[0];
@@ -183,7 +196,7 @@ int Engine::copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, i
   if (exact) precise_timers();  // the backend may nap through a long copy
   uint64_t c0 = exact ? thread_cpu_ns() : 0;
   ch.issue_t = real_now();
-  int rc = be->copy_now(p, ch, stream);
+  int rc = be_->copy_now(p, ch, stream);
   p.cpu_ns += exact ? thread_cpu_ns() - c0 : uint64_t((real_now() - ch.issue_t) * 1e9);
   if (rc == GE_OK) count_landed(p, n);
   std::lock_guard<std::mutex> lk(g.m);
@@ -194,9 +207,14 @@ int Engine::copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, i
 }
 
 std::shared_ptr<Copy> Engine::find(uint64_t h) {
-  std::lock_guard<std::mutex> lk(copies_m);
-  auto it = copies.find(h);
-  return it == copies.end() ? nullptr : it->second;
+  std::lock_guard<std::mutex> lk(copies_m_);
+  auto it = copies_.find(h);
+  return it == copies_.end() ? nullptr : it->second;
+}
+
+int Engine::release(uint64_t h) {
+  std::lock_guard<std::mutex> lk(copies_m_);
+  return copies_.erase(h) ? GE_OK : GE_EINVAL;
 }
 
 }  // namespace ge

@@ -10,6 +10,10 @@ struct ge_engine {
   Engine eng;
 };
 
+namespace {
+constexpr int kMaxSimGpus = 32;  // the largest rig ge_create_sim models
+}  // namespace
+
 extern "C" {
 
 int ge_abi_version(void) { return GE_ABI_VERSION; }
@@ -56,7 +60,7 @@ static int create(ge::Backend *b, const ge_knobs *k, double scale, ge_engine **o
 
 int ge_create_sim(int n, const double *link_gbps, const double *latency_us, const double *peer_gbps,
                   double nvlink_gbps, double time_scale, const ge_knobs *knobs, ge_engine **out) {
-  if (n < 1 || n > 32 || !link_gbps || !latency_us || !peer_gbps || !(time_scale > 0)) return GE_EINVAL;
+  if (n < 1 || n > kMaxSimGpus || !link_gbps || !latency_us || !peer_gbps || !(time_scale > 0)) return GE_EINVAL;
   for (int i = 0; i < n; ++i)
     if (!(link_gbps[i] > 0) || latency_us[i] < 0) return GE_EINVAL;
   return create(ge::make_sim_backend(n, link_gbps, latency_us, peer_gbps, nvlink_gbps, time_scale), knobs,
@@ -67,11 +71,11 @@ int ge_create_cuda(const ge_knobs *knobs, ge_engine **out) { return create(ge::m
 
 void ge_destroy(ge_engine *e) { delete e; }
 
-int ge_num_gpus(ge_engine *e) { return e->eng.ngpu; }
+int ge_num_gpus(ge_engine *e) { return e->eng.num_gpus(); }
 
 int ge_device_name(ge_engine *e, int gpu, char *buf, int cap) {
-  if (gpu < 0 || gpu >= e->eng.ngpu) return GE_ENODEV;
-  std::string s = e->eng.be->device_name(gpu);
+  if (gpu < 0 || gpu >= e->eng.num_gpus()) return GE_ENODEV;
+  std::string s = e->eng.backend().device_name(gpu);
   if (cap > 0) {
     std::strncpy(buf, s.c_str(), size_t(cap - 1));
     buf[cap - 1] = 0;
@@ -80,31 +84,27 @@ int ge_device_name(ge_engine *e, int gpu, char *buf, int cap) {
 }
 
 int ge_peer_gbps(ge_engine *e, int a, int b, double *gbps) {
-  if (a < 0 || b < 0 || a >= e->eng.ngpu || b >= e->eng.ngpu) return GE_ENODEV;
-  *gbps = a == b ? 0.0 : e->eng.be->peer_gbps(a, b);
+  if (a < 0 || b < 0 || a >= e->eng.num_gpus() || b >= e->eng.num_gpus()) return GE_ENODEV;
+  *gbps = a == b ? 0.0 : e->eng.backend().peer_gbps(a, b);
   return GE_OK;
 }
 
-double ge_now(ge_engine *e) { return e->eng.be->now(); }
+double ge_now(ge_engine *e) { return e->eng.backend().now(); }
 
 int ge_set_knobs(ge_engine *e, const ge_knobs *k) {
   int rc = ge::validate_knobs(*k);
-  if (rc || (rc = e->eng.set_knobs(*k))) return rc;
-  e->eng.resize_staging(k->staging_threads);
-  return GE_OK;
+  return rc ? rc : e->eng.set_knobs(*k);
 }
 
 int ge_get_knobs(ge_engine *e, ge_knobs *k) {
-  std::lock_guard<std::mutex> lk(e->eng.knob_m);
-  *k = e->eng.knobs;
+  *k = e->eng.knobs();
   return GE_OK;
 }
 
 int ge_engine_pool(ge_engine *e, int which, gp_pool **pool, int *shard, uint64_t *base, uint64_t *size,
                    uint64_t *granule, uint64_t *floor) {
-  if (which < -1 || which >= e->eng.ngpu) return GE_ENODEV;
-  std::lock_guard<std::mutex> lk(e->eng.knob_m);
-  const Engine::EnginePool &P = e->eng.pool_of(which);
+  if (which < -1 || which >= e->eng.num_gpus()) return GE_ENODEV;
+  ge::PoolView P = e->eng.pool(which);
   *pool = P.pool;
   *shard = P.shard;
   *base = P.slab;
@@ -115,94 +115,63 @@ int ge_engine_pool(ge_engine *e, int which, gp_pool **pool, int *shard, uint64_t
 }
 
 int ge_pool_need(ge_engine *e, const ge_knobs *k, int which, uint64_t *need) {
-  if (which < -1 || which >= e->eng.ngpu) return GE_ENODEV;
-  *need = e->eng.need_min(*k, which);
+  if (which < -1 || which >= e->eng.num_gpus()) return GE_ENODEV;
+  *need = e->eng.pool_need(*k, which);
   return GE_OK;
 }
 
-int ge_num_paths(ge_engine *e) { return int(e->eng.paths.size()); }
+int ge_num_paths(ge_engine *e) { return e->eng.num_paths(); }
 
 int ge_stats(ge_engine *e, ge_path_stats *out, int cap, ge_link_stats *links, int lcap) {
   Engine &eng = e->eng;
-  int n = std::min<int>(cap, int(eng.paths.size()));
-  for (int i = 0; i < n; ++i) {
-    ge::Path &p = *eng.paths[i];
-    ge_path_stats &s = out[i];
-    s.gpu = p.gpu;
-    s.via = p.via;
-    s.direction = p.dir;
-    {
-      std::lock_guard<std::mutex> lk(p.group->m);
-      s.failed = p.failed;
-      s.queue_depth = p.depth;
-    }
-    s.bytes = p.bytes.load();
-    s.chunks = p.chunks.load();
-    s.gbps = eng.rate(p);
-    s.cpu_s = double(p.cpu_ns.load()) / 1e9;
-    s.reserved = 0;
-  }
-  int m = std::min(lcap, eng.ngpu);
-  for (int i = 0; i < m; ++i) {
-    links[i].gpu = i;
-    links[i].reserved = 0;
-    links[i].h2d_bytes = eng.link_h2d[i].load();
-    links[i].d2h_bytes = eng.link_d2h[i].load();
-    eng.be->link_gbps(i, &links[i].h2d_gbps, &links[i].d2h_gbps);
-  }
+  int n = std::min(cap, eng.num_paths());
+  for (int i = 0; i < n; ++i) eng.path_stats(i, &out[i]);
+  int m = std::min(lcap, eng.num_gpus());
+  for (int i = 0; i < m; ++i) eng.link_stats(i, &links[i]);
   return GE_OK;
 }
 
 int ge_sim_set_link(ge_engine *e, int gpu, double gbps) {
-  if (gpu < 0 || gpu >= e->eng.ngpu) return GE_ENODEV;
+  if (gpu < 0 || gpu >= e->eng.num_gpus()) return GE_ENODEV;
   if (!(gbps > 0)) return GE_EINVAL;
-  return e->eng.be->set_link(gpu, gbps);
+  return e->eng.backend().set_link(gpu, gbps);
 }
 
 int ge_sim_fail_path(ge_engine *e, int gpu, int via, int direction, int fail) {
-  if (gpu < 0 || gpu >= e->eng.ngpu || via < 0 || via >= e->eng.ngpu) return GE_ENODEV;
-  if (!e->eng.be->is_sim()) return GE_ENOTSUP;
-  for (auto &p : e->eng.paths)
-    if (p->gpu == gpu && p->via == via && p->dir == direction) {
-      p->inject_fail = fail != 0;
-      if (!fail) {
-        std::lock_guard<std::mutex> lk(p->group->m);
-        p->failed = false;
-      }
-      return GE_OK;
-    }
-  return GE_EINVAL;
+  if (gpu < 0 || gpu >= e->eng.num_gpus() || via < 0 || via >= e->eng.num_gpus()) return GE_ENODEV;
+  if (!e->eng.backend().is_sim()) return GE_ENOTSUP;
+  return e->eng.fail_path(gpu, via, direction, fail != 0);
 }
 
 int ge_sim_track(ge_engine *e, uint64_t ptr, uint64_t n, int kind, int gpu) {
-  if (kind == GE_MEM_DEVICE && (gpu < 0 || gpu >= e->eng.ngpu)) return GE_ENODEV;
+  if (kind == GE_MEM_DEVICE && (gpu < 0 || gpu >= e->eng.num_gpus())) return GE_ENODEV;
   if (!ptr || !n || (kind != GE_MEM_DEVICE && kind != GE_MEM_PINNED)) return GE_EINVAL;
-  return e->eng.be->track(ptr, n, kind, kind == GE_MEM_DEVICE ? gpu : -1);
+  return e->eng.backend().track(ptr, n, kind, kind == GE_MEM_DEVICE ? gpu : -1);
 }
-int ge_sim_untrack(ge_engine *e, uint64_t ptr, int kind) { return e->eng.be->untrack(ptr, kind); }
+int ge_sim_untrack(ge_engine *e, uint64_t ptr, int kind) { return e->eng.backend().untrack(ptr, kind); }
 
 int ge_alloc_device(ge_engine *e, int gpu, uint64_t n, uint64_t *ptr) {
-  if (gpu < 0 || gpu >= e->eng.ngpu) return GE_ENODEV;
+  if (gpu < 0 || gpu >= e->eng.num_gpus()) return GE_ENODEV;
   if (n == 0) return GE_EINVAL;
-  return e->eng.be->alloc_device(gpu, n, ptr);
+  return e->eng.backend().alloc_device(gpu, n, ptr);
 }
-int ge_free_device(ge_engine *e, uint64_t ptr) { return e->eng.be->free_device(ptr); }
+int ge_free_device(ge_engine *e, uint64_t ptr) { return e->eng.backend().free_device(ptr); }
 int ge_alloc_host(ge_engine *e, uint64_t n, uint64_t *ptr) {
   if (n == 0) return GE_EINVAL;
-  return e->eng.be->alloc_host(n, ptr);
+  return e->eng.backend().alloc_host(n, ptr);
 }
-int ge_free_host(ge_engine *e, uint64_t ptr) { return e->eng.be->free_host(ptr); }
+int ge_free_host(ge_engine *e, uint64_t ptr) { return e->eng.backend().free_host(ptr); }
 int ge_classify(ge_engine *e, uint64_t ptr, int *kind, int *gpu, uint64_t *avail) {
-  return e->eng.be->classify(ptr, kind, gpu, avail);
+  return e->eng.backend().classify(ptr, kind, gpu, avail);
 }
 int ge_kind(ge_engine *e, uint64_t ptr) {
   int kind = 0, gpu = -1;
   uint64_t avail = 0;
-  int rc = e->eng.be->classify(ptr, &kind, &gpu, &avail);
+  int rc = e->eng.backend().classify(ptr, &kind, &gpu, &avail);
   return rc ? rc : kind * 256 + (gpu + 1);
 }
-int ge_host_register(ge_engine *e, uint64_t ptr, uint64_t n) { return e->eng.be->host_register(ptr, n); }
-int ge_host_unregister(ge_engine *e, uint64_t ptr) { return e->eng.be->host_unregister(ptr); }
+int ge_host_register(ge_engine *e, uint64_t ptr, uint64_t n) { return e->eng.backend().host_register(ptr, n); }
+int ge_host_unregister(ge_engine *e, uint64_t ptr) { return e->eng.backend().host_unregister(ptr); }
 
 int ge_copy(ge_engine *e, const ge_copy_desc *d, int host_mode, uint64_t stream, uint64_t *handle) {
   std::shared_ptr<ge::Copy> c;
@@ -212,6 +181,7 @@ int ge_copy(ge_engine *e, const ge_copy_desc *d, int host_mode, uint64_t stream,
 }
 
 int ge_copy_sync(ge_engine *e, const ge_copy_desc *d, int host_mode, uint64_t stream, uint64_t out[2]) {
+  Engine::BlockingCall in(e->eng);
   int paths_used = 0;
   int rc = e->eng.copy_sync(d->direction, d->gpu, d->dst, d->src, d->nbytes, host_mode, stream, &out[0], &paths_used);
   out[1] = uint64_t(paths_used);
@@ -219,6 +189,7 @@ int ge_copy_sync(ge_engine *e, const ge_copy_desc *d, int host_mode, uint64_t st
 }
 
 int ge_wait(ge_engine *e, uint64_t handle, double timeout_s) {
+  Engine::BlockingCall in(e->eng);
   auto c = e->eng.find(handle);
   return c ? e->eng.wait(*c, timeout_s) : GE_EINVAL;
 }
@@ -231,6 +202,7 @@ int ge_copy_chunks(ge_engine *e, uint64_t handle, uint64_t *chunks, int *paths_u
 }
 
 int ge_finish(ge_engine *e, uint64_t handle, double timeout_s, uint64_t *chunks, int *paths_used) {
+  Engine::BlockingCall in(e->eng);
   auto c = e->eng.find(handle);
   if (!c) return GE_EINVAL;
   int rc = e->eng.wait(*c, timeout_s);
@@ -240,9 +212,6 @@ int ge_finish(ge_engine *e, uint64_t handle, double timeout_s, uint64_t *chunks,
   return rc;
 }
 
-int ge_release(ge_engine *e, uint64_t handle) {
-  std::lock_guard<std::mutex> lk(e->eng.copies_m);
-  return e->eng.copies.erase(handle) ? GE_OK : GE_EINVAL;
-}
+int ge_release(ge_engine *e, uint64_t handle) { return e->eng.release(handle); }
 
 }  // extern "C"

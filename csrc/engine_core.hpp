@@ -19,12 +19,45 @@
 
 namespace ge {
 
+// Marks kept per path for its recent rate (a ring; see Engine::count_landed and Engine::rate).
+constexpr int kRateMarks = 16;
+
 // Below this size a synchronous copy spins in the driver's stream sync all the way (CPU time == wall
 // time); from it on, the CUDA backend naps through most of the copy instead.
 constexpr uint64_t kSpinBytes = 8ull << 20;
 
 struct Path;
 struct Group;
+
+// ---- what only one backend uses, fenced off from the shared fields -----------------------------
+// cuda: a copy's place in its caller's stream (backend_cuda.cpp stream_begin / stream_end).
+struct CudaCopy {
+  void *start_event = nullptr;     // recorded on the user stream at copy time
+  uint32_t flag_slot = 0, flag_value = 0;
+  bool stream_flag = false;        // later work on the user stream waits for flag_value in flag_slot
+  std::vector<char> path_waited;   // by path id: that path's stream already waits on start_event
+};
+
+// A chunk lives under one engine, so one backend: the union holds that backend's state only
+// (zeroed with the chunk; the sim member is the one initialised).
+struct SimChunk {
+  double done_t;   // when the link model says the chunk lands (sim seconds)
+};
+struct CudaChunk {
+  void *event;     // completion event, recorded on the path's stream after the chunk's copies
+};
+union ChunkBackendState {
+  SimChunk sim;
+  CudaChunk cuda;
+};
+
+struct SimPath {
+  std::atomic<bool> inject_fail{false};  // its chunks fail (ge_sim_fail_path)
+};
+struct CudaPath {
+  void *stream = nullptr;            // the path's own stream
+  std::atomic<double> rate_max{0};   // best bytes/s seen on a large chunk (to sleep through most of a copy)
+};
 
 // One copy: its chunks are spread over the paths of its (gpu, direction) group.
 struct Copy {
@@ -38,11 +71,8 @@ struct Copy {
   uint64_t skew = 0;         // the chunk grid starts `skew` bytes before the copy (huge_skew)
   uint64_t nchunks = 0;
   bool single_path = false;  // below the fallback threshold (or one path only): direct path alone
-  uint64_t stream = 0;       // user stream (cuda)
-  void *start_event = nullptr;  // cuda: recorded on the user stream at copy time
-  uint32_t flag_slot = 0, flag_value = 0;
-  bool stream_flag = false;
-  std::vector<char> path_waited;  // cuda: path stream already waits on start_event
+  uint64_t stream = 0;       // user stream (cuda; the sim refuses one)
+  CudaCopy cuda;
   // progress (guarded by the group mutex, except the atomics)
   uint64_t next_chunk = 0;   // next chunk index to produce
   std::atomic<uint64_t> remaining{0};
@@ -64,10 +94,9 @@ struct Chunk {
   uint64_t dev = 0;      // device address
   uint64_t stage = 0;    // staging slot (a block of the engine's pinned "staging" shard), 0 if none
   uint64_t relay = 0;    // relay staging buffer (a block of the via GPU's "relay" shard), 0 if none
-  double done_t = 0;     // sim: when the link model says the chunk lands (sim seconds)
   double issue_t = 0;    // steady-clock seconds when issued
-  void *event = nullptr; // cuda: completion event
   int attempts = 0;
+  ChunkBackendState be{};
 };
 
 struct Path {
@@ -75,16 +104,15 @@ struct Path {
   Group *group = nullptr;
   std::deque<Chunk *> q;  // issued, waiting for completion (guarded by group->m)
   int depth = 0;          // chunks issued and not completed (guarded by group->m)
-  bool failed = false;
-  std::atomic<bool> inject_fail{false};
+  bool failed = false;    // guarded by group->m
   std::atomic<uint64_t> bytes{0}, chunks{0}, cpu_ns{0};
-  std::atomic<double> rate_max{0};  // cuda: best bytes/s seen on a large chunk (to sleep through most of a copy)
   // recent rate: ring of (clock, bytes) marks, guarded by rate_m
   std::mutex rate_m;
-  double mark_t[16] = {0};
-  uint64_t mark_b[16] = {0};
+  double mark_t[kRateMarks] = {0};
+  uint64_t mark_b[kRateMarks] = {0};
   int mark_n = 0, mark_i = 0;
-  void *stream = nullptr;  // cuda
+  SimPath sim;
+  CudaPath cuda;
   std::thread worker;
   std::condition_variable cv;
 };

@@ -82,6 +82,10 @@ const char *ge_strerror(int code);
 int ge_create_sim(int n, const double *link_gbps, const double *latency_us, const double *peer_gbps,
                   double nvlink_gbps, double time_scale, const ge_knobs *knobs, ge_engine **out);
 int ge_create_cuda(const ge_knobs *knobs, ge_engine **out);
+/* Stops the engine and frees it. Queued copies fail with GE_ECLOSED, chunks already on a path land;
+ * callers blocked in ge_wait, ge_finish or ge_copy_sync then return, and the engine is freed once they
+ * have left. Any other call racing with ge_destroy, and every call after it, uses freed memory: keeping
+ * e out of use from then on is the caller's job (engine/transfer.py does it with a call gate). */
 void ge_destroy(ge_engine *e);
 
 int ge_num_gpus(ge_engine *e);

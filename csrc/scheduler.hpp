@@ -1,9 +1,10 @@
 // The scheduler shared by both backends: per-(GPU, direction) micro-task queues, chunking, passive
 // load balancing over paths (shortest queue, direct first), the pinned staging ring for pageable
-// memory, the engine's pools (staging and relay buffers) and stats. engine.cpp wraps it in the C ABI.
+// memory and stats. engine.cpp wraps it in the C ABI; csrc/README.md tells the threading model.
 // This header declares the Engine; its method bodies live in engine_setup.cpp (start-up, shut-down,
-// staging threads, engine pools, knobs), dispatch.cpp (dispatchers, path choice, workers, chunk
-// completion, rates) and copies.cpp (starting, running synchronously and waiting for copies).
+// knobs, the ABI's reads), dispatch.cpp (dispatchers, path choice, workers, chunk completion, rates)
+// and copies.cpp (starting, running synchronously and waiting for copies). Its staging threads are
+// a StagingThreads (staging.hpp), its pools an EnginePools (engine_pools.hpp).
 #pragma once
 #include <sys/prctl.h>
 #include <time.h>
@@ -13,17 +14,13 @@
 #include <unordered_map>
 
 #include "engine_core.hpp"
-#include "gpudash_pool.h"
+#include "engine_pools.hpp"
+#include "staging.hpp"
 
 namespace ge {
 
-inline constexpr int kSlots = 32;
-inline constexpr uint64_t kSlotBytes = 4ull << 20;
 inline constexpr uint64_t kHugeBytes = 2ull << 20;  // a transparent huge page
-inline constexpr int kMaxAttempts = 8;
-inline constexpr int kPoolHeadroom = 4;  // a relay pool's slab holds 4x what the creation knobs need
-
-inline uint64_t round_page(uint64_t v) { return (v + 4095) & ~uint64_t(4095); }
+inline constexpr int kMaxAttempts = 8;              // a chunk fails its copy after this many path failures
 
 inline uint64_t thread_cpu_ns() {
   timespec ts;
@@ -51,129 +48,55 @@ inline void precise_timers() {
 
 class Engine {
  public:
-  std::unique_ptr<Backend> be;
-  double time_scale = 1.0;  // real seconds per backend second
-  std::mutex knob_m;
-  ge_knobs knobs{};
-  std::vector<std::unique_ptr<Group>> groups;  // index gpu * 2 + dir
-  std::vector<std::unique_ptr<Path>> paths;
-  std::atomic<bool> stopping{false};
-  int ngpu = 0;
-  std::unique_ptr<std::atomic<uint64_t>[]> link_h2d, link_d2h;
+  Engine() = default;
+  Engine(const Engine &) = delete;
+  Engine &operator=(const Engine &) = delete;
 
-  std::mutex copies_m;
-  std::unordered_map<uint64_t, std::shared_ptr<Copy>> copies;
-  uint64_t next_id = 1;
-
-  // staging threads: memcpy between pageable user memory and pinned slots
-  std::mutex st_m;
-  std::condition_variable st_cv;
-  std::deque<std::function<void()>> st_tasks;
-  std::vector<std::thread> st_threads;
-  int st_target = 0, st_alive = 0;
-  bool st_stop = false;
-
-  // The engine's own pools (gpudash_pool.h): the staging ring's slots are blocks of the pinned host
-  // pool's "staging" shard, relay buffers blocks of the via GPU's device pool "relay" shard. A chunk
-  // takes its block when it is issued and gives it back when it lands, so the shard stats show what
-  // copies hold now; allocation is one pool call per chunk (a lock and a tree look-up), no driver call.
-  struct EnginePool {
-    gp_pool *pool = nullptr;  // null: that GPU carries no relay path
-    int shard = -1;
-    uint64_t slab = 0, size = 0, granule = 0;
-    uint64_t floor = 0;       // capacity the engine needs: the largest any knob setting asked for
-  };
-  EnginePool host_pool;               // "which" -1 in the C ABI
-  std::vector<EnginePool> dev_pools;  // per GPU
-  std::atomic<int> staged_live{0};    // staging blocks held (at most kSlots: the ring's depth)
-
-  // ---- set-up and shut-down (engine_setup.cpp) ---------------------------------------------
+  // ---- life (engine_setup.cpp) ---------------------------------------------------------------
+  // Takes the backend (owned from now on, even on failure) and starts every thread.
   int init(Backend *b, const ge_knobs &k, double scale);
-  void add_path(Group &g, int via);
+  // Stops: queued copies fail with GE_ECLOSED, chunks on paths land, blocked callers leave; then frees.
   ~Engine();
 
-  // ---- staging threads (engine_setup.cpp) --------------------------------------------------
-  void resize_staging(int n);
-  void staging_loop();
-  void submit_staging(std::function<void()> f);
+  // Counts a caller inside a call that may block on a copy (ge_wait, ge_finish, ge_copy_sync), so the
+  // destructor frees nothing until it has left: construct on entry, destroyed on return.
+  class BlockingCall {
+   public:
+    explicit BlockingCall(Engine &e) : e_(e) { e_.blocked_callers_.fetch_add(1); }
+    ~BlockingCall() { e_.blocked_callers_.fetch_sub(1); }
+    BlockingCall(const BlockingCall &) = delete;
+    BlockingCall &operator=(const BlockingCall &) = delete;
 
-  // ---- engine pools (engine_setup.cpp) -----------------------------------------------------
-  EnginePool &pool_of(int which) { return which < 0 ? host_pool : dev_pools[which]; }
+   private:
+    Engine &e_;
+  };
 
-  // Under one knob setting every block of a shard has the same size, so a shard never fragments: a
-  // staging slot holds the largest staged chunk (at most kSlotBytes), a relay buffer the largest chunk.
-  static uint64_t slot_bytes(const ge_knobs &k) {
-    return round_page(std::min(std::max(k.h2d_chunk_bytes, k.d2h_chunk_bytes), kSlotBytes));
-  }
-  static uint64_t relay_bytes(const ge_knobs &k) { return round_page(std::max(k.h2d_chunk_bytes, k.d2h_chunk_bytes)); }
-
-  // Shard bytes pool `which` needs under knobs k: the ring's slots, or `outstanding` buffers for every
-  // relay path through GPU `which` (with fewer, a relay chunk waits for a block and the direct path
-  // may take it meanwhile).
-  uint64_t need(const ge_knobs &k, int which) const;
-
-  int make_pool(int which, uint64_t slab);
-
-  // What pool `which` must hold at the least: one chunk on every relay path (all the ring's slots).
-  uint64_t need_min(ge_knobs k, int which) const {
-    k.outstanding = 1;
-    return need(k, which);
-  }
-
-  // New knobs, with every engine shard grown to what they need (at most its whole pool); GE_ENOMEM and
-  // nothing changed when a pool cannot hold need_min. Shards never shrink here: a copy in flight may
-  // still use the older sizes.
+  // ---- what the C ABI reads and sets (engine_setup.cpp) --------------------------------------
+  int num_gpus() const { return ngpu_; }
+  int num_paths() const { return int(paths_.size()); }
+  Backend &backend() { return *be_; }  // memory, pointer look-ups and sim links go straight to it
+  ge_knobs knobs();
+  // Validated knobs k: pools grown for them and the staging threads resized (GE_ENOMEM: unchanged).
   int set_knobs(const ge_knobs &k);
+  PoolView pool(int which) { return pools_.view(which); }
+  uint64_t pool_need(const ge_knobs &k, int which) const { return pools_.need_min(k, which); }
+  void path_stats(int i, ge_path_stats *out);
+  void link_stats(int gpu, ge_link_stats *out);
+  // sim: path (gpu, via, direction) fails its chunks from now on (fail), or is healed.
+  int fail_path(int gpu, int via, int dir, bool fail);
 
-  // A staging slot for a chunk of copy c, or 0 while the ring is at its depth or the shard has no
-  // room (the caller waits; a slot that did not fit counts as a failure in the shard's stats).
-  uint64_t try_stage(const Copy &c);
-  void release_stage(uint64_t ptr);
-
-  // Relay buffers: blocks of the via GPU's "relay" shard.
-  int relay_get(int via, const Copy &c, uint64_t *ptr);
-  void relay_put(int via, uint64_t ptr);
-
-  // ---- chunks: dispatch, paths, completion (dispatch.cpp) ----------------------------------
-  void finish_chunk(Chunk *ch, int rc);
-  void finish_copy(Copy &c);
-  Path *pick_path(Group &g, const Copy &c, bool *all_failed);
-  Chunk *make_chunk(const std::shared_ptr<Copy> &c, uint64_t idx);
-  void dispatch_loop(Group &g);
-
-  // Issue a chunk on a path (group lock held) and hand it to the path's worker.
-  int issue_on(Path &p, Chunk &ch);
-
-  // Books `len` bytes landed on path p: its counters, its host link's, and a mark for its recent rate.
-  void count_landed(Path &p, uint64_t len);
-  double rate(Path &p);
-
-  // Waits for a chunk the caller took off the path's queue, then settles it (group lock not held).
-  void run_chunk(Path &p, Chunk *ch, std::unique_lock<std::mutex> &lk);
-
-  // Book a completed (or failed) chunk: stats, retry on another path, staging drain, copy completion.
-  // Called with the group lock held; returns with it held.
-  void settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk);
-
-  void worker_loop(Path &p);
-
-  // ---- copies (copies.cpp) -----------------------------------------------------------------
-  // Shift of a staged D2H copy's chunk grid so chunk boundaries fall on 2 MiB boundaries of the
-  // destination, and huge-page advice over a staged D2H destination (see copies.cpp).
-  static uint64_t huge_skew(uint64_t dst, uint64_t chunk);
-  static void advise_huge(uint64_t addr, uint64_t len);
-
-  // A waiter that finds its copy's only chunk still queued completes it itself: one thread polls the
-  // event instead of a worker polling and then waking the waiter (a futex wake-up costs tens of us).
-  void wait_inline(Copy &c);
-
+  // ---- copies (copies.cpp) -------------------------------------------------------------------
   // Starts a copy: a one-chunk copy on an idle group is issued from the caller's thread (no dispatcher
   // hop) and handed to the path's worker, unless its waiter completes it first; others are queued.
+  // GE_ECLOSED once the engine is stopping.
   int start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
                  std::shared_ptr<Copy> *out);
 
   // Registers a started copy under a new handle (ge_copy); synchronous copies never need one.
+  // Pair with release().
   uint64_t add_handle(const std::shared_ptr<Copy> &c);
+  std::shared_ptr<Copy> find(uint64_t h);
+  int release(uint64_t h);
 
   // GE_OK when the copy is done, GE_ETIMEOUT while it runs (timeout_s < 0: wait forever), else its error.
   int wait(Copy &c, double timeout_s);
@@ -186,6 +109,69 @@ class Engine {
   int copy_sync(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
                 uint64_t *chunks, int *paths_used);
 
+ private:
+  // ---- set-up (engine_setup.cpp) -------------------------------------------------------------
+  void add_path(Group &g, int via);
+  void stop_threads();
+
+  // ---- staging slots (engine_setup.cpp) ------------------------------------------------------
+  // A slot for a chunk of copy c, or 0 while the ring is full (EnginePools::take_slot). Pair with
+  // release_stage(), which also wakes the dispatchers waiting for a slot.
+  uint64_t try_stage(const Copy &c) { return pools_.take_slot(c.knobs); }
+  void release_stage(uint64_t ptr);
+
+  // ---- chunks: dispatch, paths, completion (dispatch.cpp) ------------------------------------
+  // What a dispatcher step found: a chunk waiting in retry or ready (and that queue), or the front copy.
+  struct Next {
+    Chunk *chunk = nullptr;
+    std::deque<Chunk *> *from = nullptr;
+    std::shared_ptr<Copy> copy;
+  };
+  // How a dispatcher step ended: it moved something (look again), found nothing to do (sleep until
+  // woken), or found no room for the next chunk (a path, a staging slot or a relay block; nap).
+  enum class Step { kMoved, kIdle, kNoRoom };
+
+  void dispatch_loop(Group &g);
+  Step dispatch_step(Group &g, std::unique_lock<std::mutex> &lk);
+  Next next_work(Group &g);
+  Step stage_h2d(Group &g, const std::shared_ptr<Copy> &c);
+  Chunk *take_chunk(Next &n);
+  void fail_next(Next &n, std::unique_lock<std::mutex> &lk);
+  Step issue_chunk(Group &g, Path &p, Chunk *ch);
+  void fail_unissued(Group &g, std::unique_lock<std::mutex> &lk);
+
+  void finish_chunk(Chunk *ch, int rc);
+  void finish_copy(Copy &c);
+  Path *pick_path(Group &g, const Copy &c, bool *all_failed);
+  Chunk *make_chunk(const std::shared_ptr<Copy> &c, uint64_t idx);
+
+  // Issue a chunk on a path (group lock held) and hand it to the path's worker.
+  int issue_on(Path &p, Chunk &ch);
+
+  // Books `len` bytes landed on path p: its counters, its host link's, and a mark for its recent rate.
+  void count_landed(Path &p, uint64_t len);
+  double rate(Path &p);
+
+  // Waits for a chunk the caller took off the path's queue, then settles it (group lock not held;
+  // taken before settling, held on return).
+  void run_chunk(Path &p, Chunk *ch, std::unique_lock<std::mutex> &lk);
+
+  // Book a completed (or failed) chunk: stats, retry on another path, staging drain, copy completion.
+  // Called with the group lock held; returns with it held.
+  void settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk);
+
+  void worker_loop(Path &p);
+
+  // ---- copies (copies.cpp) -------------------------------------------------------------------
+  // Shift of a staged D2H copy's chunk grid so chunk boundaries fall on 2 MiB boundaries of the
+  // destination, and huge-page advice over a staged D2H destination (see copies.cpp).
+  static uint64_t huge_skew(uint64_t dst, uint64_t chunk);
+  static void advise_huge(uint64_t addr, uint64_t len);
+
+  // A waiter that finds its copy's only chunk still queued completes it itself: one thread polls the
+  // event instead of a worker polling and then waking the waiter (a futex wake-up costs tens of us).
+  void wait_inline(Copy &c);
+
   // The synchronous fast path: a single-path direct copy while its group is idle and its direct path
   // has nothing in flight is issued and completed by the backend on this thread, with no Copy, no
   // chunk queue, no event and no other thread woken (a small copy then costs what the driver calls
@@ -193,7 +179,26 @@ class Engine {
   static constexpr int kNotNow = 1;
   int copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream);
 
-  std::shared_ptr<Copy> find(uint64_t h);
+  Group &group_of(int gpu, int dir) { return *groups_[size_t(gpu) * 2 + size_t(dir)]; }
+
+  std::unique_ptr<Backend> be_;
+  double time_scale_ = 1.0;  // real seconds per backend second
+  int ngpu_ = 0;
+  std::mutex knob_m_;
+  ge_knobs knobs_{};                             // guarded by knob_m_
+  std::vector<std::unique_ptr<Group>> groups_;   // index gpu * 2 + dir; fixed after init
+  std::vector<std::unique_ptr<Path>> paths_;     // by path id; fixed after init
+  std::atomic<bool> stopping_{false};            // set under every group lock by the destructor
+  std::atomic<int> blocked_callers_{0};          // see BlockingCall
+  static constexpr std::chrono::milliseconds kLeaveNap{1};  // the destructor's look for blocked callers
+  std::unique_ptr<std::atomic<uint64_t>[]> link_h2d_, link_d2h_;  // bytes over each GPU's host link
+
+  std::mutex copies_m_;
+  std::unordered_map<uint64_t, std::shared_ptr<Copy>> copies_;  // by handle; guarded by copies_m_
+  uint64_t next_id_ = 1;                                        // guarded by copies_m_
+
+  StagingThreads staging_;
+  EnginePools pools_;
 };
 
 }  // namespace ge

@@ -145,6 +145,7 @@ class MemoryPool:
         self._lock = threading.Lock()
         self._ids: dict[str, int] = {}
         self._slab: Any = None
+        self._engine = engine  # its memory holds the slab: the pool refuses work once it closes
         if engine is None:
             self._slab = np.empty(self.nbytes + self.granule, dtype=np.uint8)
             base = -(-self._slab.ctypes.data // self.granule) * self.granule
@@ -202,6 +203,9 @@ class MemoryPool:
     def _open(self) -> ctypes.c_void_p:
         if not self._ptr:
             raise EngineError(f"pool {self.name!r} is closed; create a new MemoryPool", N.ECLOSED, "GE_ECLOSED")
+        if self._engine is not None and self._engine.closed:
+            raise EngineError(f"pool {self.name!r} is closed with the engine whose memory it holds; close pools "
+                              f"before their engine", N.ECLOSED, "GE_ECLOSED")
         return self._ptr
 
     def _id(self, shard: Any) -> int:
@@ -221,7 +225,8 @@ class MemoryPool:
     @property
     def unassigned(self) -> int:
         """Slab bytes no shard owns (room for new shards and for growing)."""
-        return int(self._lib.gp_pool_unassigned(self._open()))
+        with self._lock:  # close() cannot free the pool between the check and the call
+            return int(self._lib.gp_pool_unassigned(self._open()))
 
     def add_shard(self, shard: str, capacity: int) -> None:
         """A new shard of `capacity` bytes (rounded up to the granule) from unassigned slab."""

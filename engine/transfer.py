@@ -16,6 +16,7 @@ from engine import _native as N
 from engine.buffers import DeviceBuffer, HostBuffer, Span, SpanCache, page_aligned
 from engine.config import KNOBS, SIM_REAL_GBPS, EngineConfig, validate_knobs
 from engine.errors import EngineArgumentError, EngineError
+from engine.gate import CLOSING, FREED, OPEN, CallGate, closed_error, gated
 from engine.plan import CopyPlan, PlanCache, plan_copy
 from engine.pools import EnginePool
 from engine.profiles import get_profile, pcie_payload_gbps
@@ -130,6 +131,8 @@ class CopyHandle:
                     waited += 1.0
                     if waited >= timeout:
                         raise TimeoutError(f"copy of {self._info[2]} bytes still running after {timeout} s")
+        if self._rc == N.ECLOSED:
+            raise closed_error()
         if self._rc != N.OK:
             name = N.error_name(self._rc)
             raise EngineError(f"{self._info[0]} copy of {self._info[2]} bytes to/from GPU {self._info[1]} "
@@ -140,7 +143,8 @@ class CopyHandle:
 
 class TransferEngine:
     """Multipath host<->GPU copies over the sim or CUDA backend (the design: engine/__init__.py; the data
-    plane: csrc/scheduler.hpp)."""
+    plane: csrc/README.md). Thread-safe, close() included (see close()); the raw `_ptr` is not guarded:
+    whoever takes it must drop it then."""
 
     def __init__(self, config: EngineConfig | None = None, **overrides: Any):
         cfg = config or EngineConfig()
@@ -151,7 +155,8 @@ class TransferEngine:
         self._knobs = cfg.knobs()
         self._lock = threading.Lock()
         self._inflight: set[CopyHandle] = set()
-        self._closed = False
+        self._gate = CallGate()
+        self._close_lock = threading.Lock()
         self._ptr = ctypes.c_void_p()
         kn = N.Knobs.of(self._knobs)
         self.profile = cfg.profile if cfg.backend == "sim" else None
@@ -185,19 +190,26 @@ class TransferEngine:
 
     # ---- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
-        """Wait for copies in flight, drop cached registrations, stop the engine's threads."""
-        if self._closed:
-            return
-        for h in list(self._inflight):
-            try:
-                h.wait()
-            except EngineError:
-                pass
-        self._regcache.clear()
-        self._closed = True
-        for pool in self._pools.values():
-            pool.close()
-        N.call("ge_destroy", self._ptr)
+        """From now on every public call raises EngineError ('the engine is closed'); the calls and
+        copies in flight finish (their waiters get the result), cached registrations are dropped, and
+        then the native engine is freed. Idempotent; any thread may call it, except from inside one of
+        this engine's calls."""
+        with self._close_lock:
+            if self._gate.state == FREED:
+                return
+            self._gate.shut(CLOSING)  # the copy() calls inside have left: every async copy has its handle
+            with self._lock:
+                flying = list(self._inflight)
+            for h in flying:
+                try:
+                    h.wait()
+                except EngineError:
+                    pass
+            self._regcache.clear()
+            for pool in self._pools.values():
+                pool.close()
+            self._gate.shut(FREED)  # the clean-up calls (finalizers on other threads) have left
+            N.call("ge_destroy", self._ptr)
 
     def __enter__(self) -> "TransferEngine":
         return self
@@ -205,9 +217,14 @@ class TransferEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def closed(self) -> bool:
+        """True from the moment close() begins."""
+        return self._gate.state != OPEN
+
     def _check_open(self) -> None:
-        if self._closed:
-            raise EngineError("the engine is closed; create a new TransferEngine", N.ECLOSED, "GE_ECLOSED")
+        if self._gate.state != OPEN:
+            raise closed_error()
 
     def _forget(self, h: CopyHandle) -> None:
         with self._lock:
@@ -230,11 +247,14 @@ class TransferEngine:
         return kind.value, (gpu.value if gpu.value >= 0 else None), avail.value
 
     def _register(self, ptr: int, nbytes: int) -> bool:
-        return not self._closed and N.call("ge_host_register", self._ptr, ptr, nbytes) == N.OK
+        return N.call("ge_host_register", self._ptr, ptr, nbytes) == N.OK  # only ever inside copy()
 
     def _unregister(self, ptr: int) -> None:
-        if not self._closed:
-            N.call("ge_host_unregister", self._ptr, ptr)
+        if self._gate.enter_cleanup():  # else the freed engine dropped every registration itself
+            try:
+                N.call("ge_host_unregister", self._ptr, ptr)
+            finally:
+                self._gate.leave()
 
     def _check_gpu(self, gpu: Any, arg: str = "gpu") -> int:
         gpu = _as_int(gpu)
@@ -243,9 +263,9 @@ class TransferEngine:
                                       f"numbered 0..{self.num_gpus - 1}")
         return gpu
 
+    @gated
     def alloc_device(self, gpu: int, nbytes: int) -> DeviceBuffer:
         """Device memory on `gpu` (host memory standing in for it on the sim backend)."""
-        self._check_open()
         self._check_gpu(gpu)
         nbytes = _positive(nbytes)
         if self.backend == "sim":
@@ -256,9 +276,9 @@ class TransferEngine:
                 f"allocating {nbytes} bytes on GPU {gpu}")
         return DeviceBuffer(self._free_device, ptr.value, nbytes, gpu)
 
+    @gated
     def alloc_host(self, nbytes: int) -> HostBuffer:
         """Pinned host memory (page-locked on cuda)."""
-        self._check_open()
         nbytes = _positive(nbytes)
         if self.backend == "sim":
             arr, ptr_sim = self._sim_storage(nbytes, N.MEM_PINNED, -1)
@@ -280,8 +300,11 @@ class TransferEngine:
         return arr, ptr
 
     def _sim_untrack(self, ptr: int, kind: int) -> None:
-        if not self._closed:
-            N.call("ge_sim_untrack", self._ptr, ptr, kind)  # already untracked by free(): nothing to do
+        if self._gate.enter_cleanup():  # else the engine is freed, and its tracking with it
+            try:
+                N.call("ge_sim_untrack", self._ptr, ptr, kind)  # already untracked by free(): nothing to do
+            finally:
+                self._gate.leave()
 
     def _untrack_device(self, ptr: int) -> None:
         self._sim_untrack(ptr, N.MEM_DEVICE)
@@ -290,18 +313,24 @@ class TransferEngine:
         self._sim_untrack(ptr, N.MEM_PINNED)
 
     def _free_device(self, ptr: int) -> None:
-        if not self._closed:
-            N.check(N.call("ge_free_device", self._ptr, ptr), "freeing a device buffer")
+        self._free("ge_free_device", ptr, "freeing a device buffer")
 
     def _free_host(self, ptr: int) -> None:
-        if not self._closed:
-            N.check(N.call("ge_free_host", self._ptr, ptr), "freeing a pinned host buffer")
+        self._free("ge_free_host", ptr, "freeing a pinned host buffer")
+
+    def _free(self, fn: str, ptr: int, what: str) -> None:
+        if self._gate.enter_cleanup():  # else the freed engine gave back all its memory itself
+            try:
+                N.check(N.call(fn, self._ptr, ptr), what)
+            finally:
+                self._gate.leave()
 
     # ---- the engine's own pools ---------------------------------------------------------------
     def pools(self) -> dict[str, EnginePool]:
         """The pools holding the engine's staging slots (``engine-host``, shard ``staging``) and relay
         buffers (``engine-gpuN``, shard ``relay``, for each GPU some relay path runs through), labelled
-        after the backend. The engine owns them; they read as closed once it closes."""
+        after the backend. The engine owns them; views taken earlier read as closed once it closes."""
+        self._check_open()
         return dict(self._pools)
 
     def _pool_raw(self, which: int) -> tuple[ctypes.c_void_p, int, int, int, int, int]:
@@ -312,9 +341,9 @@ class TransferEngine:
                        ctypes.byref(size), ctypes.byref(granule), ctypes.byref(floor)), "reading an engine pool")
         return ptr, shard.value, base.value, size.value, granule.value, floor.value
 
+    @gated
     def _pool_floor(self, which: int) -> int:
         """Shard bytes the engine needs in pool `which` (the most any knob setting so far asked for)."""
-        self._check_open()
         return self._pool_raw(which)[5]
 
     def _pool_refusal(self, knobs: N.Knobs, changed: dict[str, Any]) -> str:
@@ -341,8 +370,15 @@ class TransferEngine:
         "stage" (always the staging ring), "register" (pin through the cache now) or "driver" (one
         plain driver copy on the direct path). `paths="direct"` keeps the copy on the single direct
         path with no chunking (the baseline)."""
-        if self._closed:
-            self._check_open()
+        gate = self._gate  # inside the gate as @gated does, spelled out: this is the hot path
+        gate.enter()
+        try:
+            return self._copy(dst, src, nbytes, stream, pageable, paths, sync)
+        finally:
+            gate.leave()
+
+    def _copy(self, dst: Any, src: Any, nbytes: int | None, stream: Any, pageable: str, paths: str,
+              sync: bool) -> CopyHandle:
         if paths not in ("auto", "direct"):
             raise EngineArgumentError(f"paths must be 'auto' or 'direct', got {paths!r}")
         if pageable not in PAGEABLE_POLICIES:
@@ -450,11 +486,11 @@ class TransferEngine:
             hasattr(obj, "__cuda_array_interface__")
 
     # ---- knobs ----------------------------------------------------------------------------------
+    @gated
     def set(self, **knobs: Any) -> dict[str, Any]:
         """Change knobs live; all are validated first, so a bad value changes nothing. Copies in flight
         keep the settings they started with; knobs whose chunks would not fit the engine's pools are
         refused (EngineArgumentError naming the pool and sizes). Returns the new knob values."""
-        self._check_open()
         checked = validate_knobs(knobs)
         with self._lock:
             new = {**self._knobs, **checked}
@@ -468,6 +504,7 @@ class TransferEngine:
             return dict(new)
 
     def knobs(self) -> dict[str, Any]:
+        self._check_open()
         with self._lock:
             return dict(self._knobs)
 
@@ -479,22 +516,25 @@ class TransferEngine:
         N.call("ge_stats", self._ptr, paths, n, links, self.num_gpus)
         return paths, links
 
+    @gated
     def now(self) -> float:
         """Backend clock in seconds (simulated seconds on sim)."""
         return N.call("ge_now", self._ptr)
 
+    @gated
     def stats(self) -> EngineStats:
         """Per-path and per-link counters; cheap enough for every telemetry tick."""
-        self._check_open()
         paths, links = self._raw_stats()
         ps = tuple(PathStats(path_name(p.gpu, p.via, p.direction), p.gpu, None if p.via == p.gpu else p.via,
                              _DIR_NAME[p.direction], p.bytes, p.chunks, p.queue_depth, p.gbps, p.cpu_s,
                              bool(p.failed)) for p in paths)
         ls = tuple(LinkStats(l.gpu, l.h2d_bytes, l.d2h_bytes) for l in links)
-        return EngineStats(self.backend, self.now(), ps, ls, self.knobs())
+        with self._lock:
+            knobs = dict(self._knobs)
+        return EngineStats(self.backend, N.call("ge_now", self._ptr), ps, ls, knobs)
 
+    @gated
     def topology(self) -> Topology:
-        self._check_open()
         gpus = []
         for i in range(self.num_gpus):
             if self.backend == "sim":
@@ -521,9 +561,9 @@ class TransferEngine:
         if self.backend != "sim":
             raise EngineArgumentError(f"{what} works on the sim backend only")
 
+    @gated
     def set_link(self, gpu: int, gen: int | None = None, width: int | None = None) -> None:
         """sim: run GPU `gpu`'s host link at PCIe gen/width (None: its maximum), both directions."""
-        self._check_open()
         self._sim_only("set_link()")
         self._check_gpu(gpu)
         g = self._rig.gpus[gpu]
@@ -537,9 +577,9 @@ class TransferEngine:
         N.check(N.call("ge_sim_set_link", self._ptr, gpu, pcie_payload_gbps(gen, width)), "setting a sim link")
         self._link_state[gpu] = [gen, width]
 
+    @gated
     def inject_fault(self, gpu: int, via: int | None = None, direction: str = "h2d", fail: bool = True) -> None:
         """sim: make path (gpu, via, direction) fail its chunks (fail=False heals it)."""
-        self._check_open()
         self._sim_only("inject_fault()")
         self._check_gpu(gpu)
         via = gpu if via is None else self._check_gpu(via, "via")
@@ -556,4 +596,4 @@ class TransferEngine:
 
     def __repr__(self) -> str:
         where = f"sim:{self.profile}" if self.backend == "sim" else "cuda"
-        return f"TransferEngine({where}, {self.num_gpus} GPU(s))"
+        return f"TransferEngine({where}, {self.num_gpus} GPU(s){', closed' if self.closed else ''})"

@@ -112,8 +112,9 @@ def test_the_engine_owns_its_shards(make_engine) -> None:
         relay.remove_shard("relay")
     relay.close()  # detaches the view only
     assert eng.pools()["engine-gpu3"].stats() == ()
+    views = eng.pools()
     eng.close()
-    assert all(p.closed and p.stats() == () for p in eng.pools().values())
+    assert all(p.closed and p.stats() == () for p in views.values())
 
 
 def test_relay_shard_exhaustion_is_counted_and_copies_stay_exact(make_engine) -> None:

@@ -58,6 +58,8 @@ __attribute__((constructor)) static void gp_init(void) {
   gp_own_add((const void *)gp_init);
   gp_dlsym_fn();
   atomic_store(&gp.enabled, 1);
+  const char *name = getenv("GPUDASH_PRELOAD_NAME");
+  snprintf(gp.name, sizeof gp.name, "%s", name ? name : "");
   const char *mode = getenv("GPUDASH_PRELOAD");
   const char *ms = getenv("GPUDASH_PRELOAD_PUBLISH_MS");
   if (ms && atoi(ms) > 0) publish_ms = atoi(ms);

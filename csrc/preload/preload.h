@@ -115,6 +115,7 @@ typedef struct {
   gp_engine_api ge;
   gp_driver_api cu;
   pid_t pid;                    /* the process that owns the shared-memory blocks */
+  char name[GPUDASH_PRELOAD_NAME_LEN];  /* $GPUDASH_PRELOAD_NAME, read once at start */
 } gp_global;
 
 extern gp_global gp;

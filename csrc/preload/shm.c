@@ -169,7 +169,6 @@ static void publish_locked(void) {
   }
   int state = atomic_load(&gp.state);
   if (state == GP_STATE_ACTIVE && !atomic_load(&gp.enabled)) state = GP_STATE_OFF;
-  const char *name = getenv("GPUDASH_PRELOAD_NAME");
   write_begin(&stats->seq);
   stats->magic = GPUDASH_PRELOAD_MAGIC;
   stats->version = GPUDASH_PRELOAD_SHM_VERSION;
@@ -179,7 +178,7 @@ static void publish_locked(void) {
   stats->num_gpus = ng;
   stats->started_at = started_at;
   stats->updated_at = wall_now();
-  snprintf(stats->name, sizeof stats->name, "%s", name ? name : "");
+  memcpy(stats->name, gp.name, sizeof stats->name);
   for (int d = 0; d < 2; ++d) {
     uint64_t *out = &stats->dir[d].copies_taken;
     for (int i = 0; i < 8; ++i) out[i] = atomic_load_explicit(&gp_count[d].v[i], memory_order_relaxed);

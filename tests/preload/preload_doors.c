@@ -404,6 +404,21 @@ static int scenario_exit(void) {
   return 0;
 }
 
+/* The start-up knobs the process wrote into its knob block (no GPUDASH_PRELOAD_KNOBS: the defaults). */
+static int scenario_defaults(void) {
+  setup();
+  fill(page, 4096, 20);
+  CHECK(cudaMemcpy(dev, page, 4096, H2D) == 0);  /* the first door entry creates the blocks */
+  gp_knobs_block *k = knobs_map();
+  printf("h2d_chunk_bytes=%llu\nd2h_chunk_bytes=%llu\nh2d_fallback_bytes=%llu\nd2h_fallback_bytes=%llu\n",
+         (unsigned long long)k->knobs.h2d_chunk_bytes, (unsigned long long)k->knobs.d2h_chunk_bytes,
+         (unsigned long long)k->knobs.h2d_fallback_bytes, (unsigned long long)k->knobs.d2h_fallback_bytes);
+  printf("outstanding=%d\ndirect_first=%d\nstaging_threads=%d\nh2d_staging_bytes=%llu\nd2h_staging_bytes=%llu\n",
+         k->knobs.outstanding, k->knobs.direct_first, k->knobs.staging_threads,
+         (unsigned long long)k->h2d_staging_bytes, (unsigned long long)k->d2h_staging_bytes);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   alarm(60);  /* a hang fails the test instead of stalling it */
   if (argc < 2) return 2;
@@ -416,6 +431,7 @@ int main(int argc, char **argv) {
            : !strcmp(s, "knobs") ? scenario_knobs()
            : !strcmp(s, "fork") ? scenario_fork()
            : !strcmp(s, "exit") ? scenario_exit()
+           : !strcmp(s, "defaults") ? scenario_defaults()
            : 2;
   if (rc == 0) printf("scenario %s passed\n", s);
   return rc;

@@ -3,7 +3,9 @@
  * allocated; a stream is a worker thread running its queued operations in order (copies are memcpy,
  * events mark progress, cuStreamWaitValue32 blocks the worker on a host flag, host functions run on the
  * worker). Test hooks: fakecuda_launch (a kernel-like operation), fakecuda_calls (how often a copy
- * function was called) and fakecuda_inject (copy functions fail from now on). */
+ * function was called) and fakecuda_inject (copy functions fail from now on). FAKECUDA_GPUS sets the
+ * number of GPUs (2), FAKECUDA_NO_MEMOPS refuses cuStreamWaitValue32, FAKECUDA_NULL_COPIES makes copies
+ * no-ops. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -210,7 +212,11 @@ API void fakecuda_inject(const char *which, int code) {
   else inject_engine = code;
 }
 
+static int null_copies = -1;  /* FAKECUDA_NULL_COPIES=1: copies do nothing (the call-overhead benchmark) */
+
 static CUresult copy(int f, void *dst, const void *src, size_t n, void *hs, int ptd, int async) {
+  if (null_copies < 0) null_copies = getenv("FAKECUDA_NULL_COPIES") != NULL;
+  if (null_copies) return OK;
   __atomic_fetch_add(&calls[f], 1, __ATOMIC_RELAXED);
   if (inject_all) return inject_all;
   if (inject_engine && (f == F_HTOD_ASYNC || f == F_DTOH_ASYNC || f == F_PEER_ASYNC)) return inject_engine;

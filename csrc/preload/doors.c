@@ -22,6 +22,7 @@ static inline int known_dir(int kind) { return kind == GP_KIND_H2D ? GE_H2D : ki
 
 /* Whether a copy may be worth taking: a host<->device kind, at least the smallest size any policy takes. */
 static inline int candidate(int kind, size_t n) {
+  if (n == 0) return 0;
   if (kind == GP_KIND_H2D) return n >= atomic_load_explicit(&gp.quick_min[GE_H2D], memory_order_relaxed);
   if (kind == GP_KIND_D2H) return n >= atomic_load_explicit(&gp.quick_min[GE_D2H], memory_order_relaxed);
   if (kind == GP_KIND_DEFAULT)
@@ -34,7 +35,7 @@ static int door(gp_call *c) {
   if (GP_UNLIKELY(gp_nested)) return gp_call_original(c);  /* cudart calling the driver for us */
   if (GP_UNLIKELY(atomic_load_explicit(&gp.setup, memory_order_acquire) != 2)) gp_first_entry();
   int dir = known_dir(c->kind);
-  if (candidate(c->kind, c->n) && atomic_load_explicit(&gp.state, memory_order_relaxed) == GP_STATE_ACTIVE &&
+  if (candidate(c->kind, c->n) && c->dst && c->src && atomic_load_explicit(&gp.state, memory_order_relaxed) == GP_STATE_ACTIVE &&
       atomic_load_explicit(&gp.enabled, memory_order_relaxed)) {
     int rc = 0;
     if (gp_take(c, &rc, &dir)) return rc;
@@ -174,10 +175,16 @@ GP_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 }
 
 /* dlsym on a library handle: our wrapper for the intercepted names, when the handle's symbol is the
- * original we forward to. Lookups by our own code and the engine's go straight to the real dlsym. */
-static __attribute__((noinline)) void *dlsym_door(void *handle, const char *name) {
+ * original we forward to. Lookups by our own code and by any copy of the engine library (the one we
+ * opened, or one a Python program in this process loaded with ctypes) go straight to the real dlsym. */
+static __attribute__((noinline)) void *dlsym_door(void *handle, const char *name, const void *caller) {
   void *real = gp_real_dlsym(handle, name);
   if (!real) return NULL;
+  Dl_info info;
+  if (dladdr(caller, &info) && info.dli_fname) {
+    const char *base = strrchr(info.dli_fname, '/');
+    if (!strcmp(base ? base + 1 : info.dli_fname, "libgpudash_engine.so")) return real;
+  }
   for (int i = 0; i < GP_NFN; ++i)
     if (strcmp(gp_fns[i].name, name) == 0) return swap(i, real);
   return real;
@@ -188,6 +195,6 @@ static __attribute__((noinline)) void *dlsym_door(void *handle, const char *name
 GP_API void *dlsym(void *handle, const char *name) {
   if (handle != RTLD_DEFAULT && handle != RTLD_NEXT && name[0] == 'c' && name[1] == 'u' &&
       !gp_own_address(__builtin_return_address(0)))
-    return dlsym_door(handle, name);
+    return dlsym_door(handle, name, __builtin_return_address(0));
   return gp_dlsym_fn()(handle, name);
 }

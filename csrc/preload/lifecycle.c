@@ -92,12 +92,16 @@ static void block_signals(sigset_t *old) {
 }
 
 void gp_first_entry(void) {
+  if (!gp.pid) return;  /* a copy before our constructor ran (enabled is still 0: it passes) */
   int expected = 0;
   if (!atomic_compare_exchange_strong(&gp.setup, &expected, 1)) return;  /* another thread is at it */
   int state = atomic_load(&gp.state);
   if (state == GP_STATE_OFF) gp_say("off (GPUDASH_PRELOAD=off): every CUDA copy passes through");
   if (state == GP_STATE_FAILED) gp_say("%s; every CUDA copy passes through", start_error);
-  if (state != GP_STATE_PASSTHROUGH && gp_shm_create() == 0) {
+  int shm = state == GP_STATE_PASSTHROUGH ? -1 : gp_shm_create();
+  if (state != GP_STATE_PASSTHROUGH && shm != 0)
+    gp_say("cannot create the shared-memory blocks in /dev/shm; copies work but their stats are not published");
+  if (shm == 0) {
     atexit(at_exit);
     sigset_t old;
     block_signals(&old);

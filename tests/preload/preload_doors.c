@@ -205,6 +205,10 @@ static int scenario_doors(void) {
   fill(pin, MB, 3);
   CHECK(cudaMemcpy(dev2, pin, MB, H2D) == 0 && same(dev2, pin, MB));
   expect(0, 1, MB, 0);
+  /* the PLT binds to the preload; RTLD_NEXT still means "after the caller" through the dlsym hook */
+  Dl_info info;
+  CHECK(dladdr((void *)cudaMemcpy, &info) && strstr(info.dli_fname, "libgpudash_preload"));
+  CHECK(dlsym(RTLD_NEXT, "cudaMemcpy") == (void *)cudaMemcpy);
   /* door 2: dlsym on a cudart handle (as ctypes does) */
   void *h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
   CHECK(h != NULL);
@@ -227,7 +231,6 @@ static int scenario_doors(void) {
   int status = 0;
   CHECK(gpa("cuMemcpyHtoD", (void **)&htod, 13000, 0, &status) == 0 && htod);
   CHECK(gpa("cuMemcpyDtoHAsync", (void **)&dtoh_async, 13000, 2 /* per-thread */, &status) == 0 && dtoh_async);
-  Dl_info info;
   CHECK(dladdr((void *)dtoh_async, &info) && strstr(info.dli_fname, "libgpudash_preload"));  /* ours */
   CHECK(gpa("cuMemAlloc", &alloc, 13000, 0, &status) == 0 && alloc == dlsym(hc, "cuMemAlloc_v2"));
   fill(page, MB, 5);

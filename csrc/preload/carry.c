@@ -271,7 +271,7 @@ static int carry_async(const ge_copy_desc *d, CUstream s, CUcontext ctx, uint64_
       }
     }
   }
-  if (!queued && !atomic_load(&memops)) {
+  if (!queued) {  /* no stream memory ops (or they failed for this stream): a host function holds it */
     j->hostfunc = 1;
     queued = gp.cu.cuLaunchHostFunc(s, gate_fn, j) == 0;
   }

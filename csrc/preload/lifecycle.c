@@ -66,9 +66,9 @@ __attribute__((constructor)) static void gp_init(void) {
   const char *pinned = getenv("GPUDASH_PRELOAD_PINNED");
   atomic_store(&gp.pinned_always, pinned && strcmp(pinned, "always") == 0);
   int state = GP_STATE_ACTIVE;
+  if (gp_startup_knobs(&start_knobs, start_staging, start_error, sizeof start_error)) state = GP_STATE_FAILED;
+  else gp_apply_policy(&start_knobs, start_staging);  /* also what the blocks show when off */
   if (mode && strcmp(mode, "off") == 0) state = GP_STATE_OFF;
-  else if (gp_startup_knobs(&start_knobs, start_staging, start_error, sizeof start_error)) state = GP_STATE_FAILED;
-  if (state == GP_STATE_ACTIVE) gp_apply_policy(&start_knobs, start_staging);
   atomic_store(&gp.state, state);
   pthread_atfork(NULL, NULL, child_after_fork);
 }
@@ -101,8 +101,8 @@ void gp_first_entry(void) {
   int shm = state == GP_STATE_PASSTHROUGH ? -1 : gp_shm_create();
   if (state != GP_STATE_PASSTHROUGH && shm != 0)
     gp_say("cannot create the shared-memory blocks in /dev/shm; copies work but their stats are not published");
+  if (state != GP_STATE_PASSTHROUGH) atexit(at_exit);
   if (shm == 0) {
-    atexit(at_exit);
     sigset_t old;
     block_signals(&old);
     pthread_t t;

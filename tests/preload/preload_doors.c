@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,6 +408,52 @@ static int scenario_exit(void) {
   return 0;
 }
 
+/* Several threads, each on its own stream and buffers, mixing gated pinned copies, staged pageable ones
+ * and small passed ones: every byte lands where it should and every copy is counted once. */
+#define THREADS 4
+#define ROUNDS 12
+static void *thread_copies(void *arg) {
+  long t = (long)arg;
+  void *s, *d, *p;
+  if (cudaStreamCreate(&s) || cudaMalloc(&d, MB) || cudaMallocHost(&p, MB)) return (void *)1;
+  unsigned char *src = malloc(MB), *back = malloc(MB);
+  for (int r = 0; r < ROUNDS; ++r) {
+    fill(p, MB, (unsigned)(t * 100 + r));
+    if (cudaMemcpyAsync(d, p, MB, H2D, s) || cudaMemcpyAsync(back, d, MB, D2H, s)) return (void *)2;
+    if (cudaStreamSynchronize(s) || !same(back, p, MB)) return (void *)3;  /* gated, then staged */
+    fill(src, MB, (unsigned)(t * 100 + r + 50));
+    if (cudaMemcpy(d, src, MB, H2D) || cudaMemcpyAsync(p, d, MB, D2H, s) || cudaStreamSynchronize(s)) return (void *)4;
+    if (!same(p, src, MB)) return (void *)5;
+    if (cudaMemcpy(d, src, 4096, H2D) || !same(d, src, 4096)) return (void *)6;
+  }
+  free(src);
+  free(back);
+  return NULL;
+}
+static int scenario_threads(void) {
+  setup();
+  fill(page, MB, 21);  /* start the engine first: copies that come while it starts pass */
+  CHECK(cudaMemcpy(dev, page, MB, H2D) == 0);
+  expect(0, 1, MB, 1);
+  pthread_t th[THREADS];
+  for (long t = 0; t < THREADS; ++t) CHECK(pthread_create(&th[t], NULL, thread_copies, (void *)t) == 0);
+  for (int t = 0; t < THREADS; ++t) {
+    void *rc = NULL;
+    CHECK(pthread_join(th[t], &rc) == 0);
+    if (rc) fprintf(stderr, "thread %d failed at step %ld\n", t, (long)rc);
+    CHECK(rc == NULL);
+  }
+  for (int i = 0; i < THREADS * ROUNDS; ++i) {
+    expect(0, 1, MB, 0);  /* pinned, gated */
+    expect(1, 1, MB, 1);  /* pageable, staged */
+    expect(0, 1, MB, 1);
+    expect(1, 1, MB, 0);
+    expect(0, 0, 4096, 0);
+  }
+  COUNTS();
+  return 0;
+}
+
 /* The start-up knobs the process wrote into its knob block (no GPUDASH_PRELOAD_KNOBS: the defaults). */
 static int scenario_defaults(void) {
   setup();
@@ -435,6 +482,7 @@ int main(int argc, char **argv) {
            : !strcmp(s, "fork") ? scenario_fork()
            : !strcmp(s, "exit") ? scenario_exit()
            : !strcmp(s, "defaults") ? scenario_defaults()
+           : !strcmp(s, "threads") ? scenario_threads()
            : 2;
   if (rc == 0) printf("scenario %s passed\n", s);
   return rc;

@@ -21,7 +21,7 @@ def _passed(out: CompletedProcess[str], scenario: str) -> None:
     assert f"scenario {scenario} passed" in out.stdout
 
 
-@pytest.mark.parametrize("scenario", ["doors", "engine-fails", "knobs", "fork"])
+@pytest.mark.parametrize("scenario", ["doors", "threads", "engine-fails", "knobs", "fork"])
 def test_scenario(run_doors: Run, scenario: str) -> None:
     out = run_doors(scenario)
     _passed(out, scenario)

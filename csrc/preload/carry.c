@@ -295,13 +295,18 @@ int gp_take(const gp_call *c, int *rc, int *dir) {
   if (!gp_engine_ready()) return 0;
   uint64_t t0 = gp_now_ns();
   const gp_fn_info *f = &gp_fns[c->fn];
-  CUstream s = c->stream ? c->stream : f->per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
-  int capturing = 0;
-  if (gp.cu.cuStreamIsCapturing(s, &capturing) != 0 || capturing != 0) return 0;
   uint64_t dst = (uint64_t)(uintptr_t)c->dst, src = (uint64_t)(uintptr_t)c->src, n = c->n;
-  int kdst, gdst, ksrc, gsrc;
-  uint64_t adst, asrc;
-  if (gp.ge.classify(gp.eng, dst, &kdst, &gdst, &adst) || gp.ge.classify(gp.eng, src, &ksrc, &gsrc, &asrc)) return 0;
+  /* The host side first (the source unless the kind says D2H): pinned memory where no copy of that
+   * direction can go multipath passes after this one classification. */
+  int src_first = c->kind != GP_KIND_D2H;
+  int k[2], g[2];
+  uint64_t a[2];
+  if (gp.ge.classify(gp.eng, src_first ? src : dst, &k[0], &g[0], &a[0])) return 0;
+  if (k[0] == GE_MEM_PINNED && !atomic_load_explicit(&gp.pinned_takes[src_first ? GE_H2D : GE_D2H], memory_order_relaxed))
+    return 0;
+  if (gp.ge.classify(gp.eng, src_first ? dst : src, &k[1], &g[1], &a[1])) return 0;
+  int ksrc = k[!src_first], gsrc = g[!src_first], kdst = k[src_first], gdst = g[src_first];
+  uint64_t asrc = a[!src_first], adst = a[src_first];
   int d;
   if (kdst == GE_MEM_DEVICE && ksrc != GE_MEM_DEVICE) d = GE_H2D;
   else if (ksrc == GE_MEM_DEVICE && kdst != GE_MEM_DEVICE) d = GE_D2H;
@@ -312,6 +317,9 @@ int gp_take(const gp_call *c, int *rc, int *dir) {
   uint64_t dev_avail = d == GE_H2D ? adst : asrc, host_avail = d == GE_H2D ? asrc : adst;
   int host_kind = d == GE_H2D ? ksrc : kdst;
   if (gpu < 0 || gpu >= 16 || dev_avail < n) return 0;
+  CUstream s = c->stream ? c->stream : f->per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+  int capturing = 0;
+  if (gp.cu.cuStreamIsCapturing(s, &capturing) != 0 || capturing != 0) return 0;
   int staged = host_kind == GE_MEM_PAGEABLE;
   if (staged) {
     if (n < atomic_load_explicit(&gp.staging_bytes[d], memory_order_relaxed)) return 0;

@@ -110,6 +110,7 @@ typedef struct {
   _Atomic uint64_t staging_bytes[2];
   _Atomic uint64_t fallback_bytes[2];
   _Atomic int pinned_always;    /* GPUDASH_PRELOAD_PINNED=always: take pinned copies on one path too */
+  _Atomic int pinned_takes[2];  /* some pinned copy of this direction may be taken (multipath or always) */
   int multipath[16][2];         /* set once the engine runs: (gpu, dir) has more than the direct path */
   ge_engine *eng;
   gp_engine_api ge;

@@ -82,6 +82,7 @@ void gp_apply_policy(const ge_knobs *k, const uint64_t staging[2]) {
     for (int g = 0; g < 16 && !pinned; ++g) pinned = gp.multipath[g][d];
     uint64_t q = staging[d];
     if (pinned && fallback[d] < q) q = fallback[d];
+    atomic_store(&gp.pinned_takes[d], pinned);
     atomic_store(&gp.staging_bytes[d], staging[d]);
     atomic_store(&gp.fallback_bytes[d], fallback[d]);
     atomic_store(&gp.quick_min[d], q);

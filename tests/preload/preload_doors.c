@@ -454,6 +454,25 @@ static int scenario_threads(void) {
   return 0;
 }
 
+/* One GPU: pinned memory has no second path, so pinned copies pass (unless GPUDASH_PRELOAD_PINNED=always),
+ * while pageable ones are still staged. */
+static int scenario_one_gpu(int always) {
+  setup();
+  void *s;
+  CHECK(cudaStreamCreate(&s) == 0);
+  fill(page, MB, 22);
+  CHECK(cudaMemcpy(dev, page, MB, H2D) == 0 && same(dev, page, MB));
+  expect(0, 1, MB, 1);
+  fill(pin, MB, 23);
+  CHECK(cudaMemcpyAsync(dev2, pin, MB, H2D, s) == 0 && cudaStreamSynchronize(s) == 0 && same(dev2, pin, MB));
+  expect(0, always, MB, 0);
+  CHECK(cudaMemcpy(pin2, dev2, MB, D2H) == 0 && same(pin2, pin, MB));
+  expect(1, always, MB, 0);
+  COUNTS();
+  CHECK(S.num_gpus == 1 && S.num_paths == 2);
+  return 0;
+}
+
 /* The start-up knobs the process wrote into its knob block (no GPUDASH_PRELOAD_KNOBS: the defaults). */
 static int scenario_defaults(void) {
   setup();
@@ -483,6 +502,8 @@ int main(int argc, char **argv) {
            : !strcmp(s, "exit") ? scenario_exit()
            : !strcmp(s, "defaults") ? scenario_defaults()
            : !strcmp(s, "threads") ? scenario_threads()
+           : !strcmp(s, "one-gpu") ? scenario_one_gpu(0)
+           : !strcmp(s, "one-gpu-always") ? scenario_one_gpu(1)
            : 2;
   if (rc == 0) printf("scenario %s passed\n", s);
   return rc;

@@ -32,6 +32,11 @@ def test_without_stream_memory_ops_a_host_function_gates_the_stream(run_doors: R
     _passed(run_doors("hostfunc", {"FAKECUDA_NO_MEMOPS": "1"}), "hostfunc")
 
 
+def test_on_one_gpu_pinned_copies_pass_unless_asked(run_doors: Run) -> None:
+    _passed(run_doors("one-gpu", {"FAKECUDA_GPUS": "1"}), "one-gpu")
+    _passed(run_doors("one-gpu-always", {"FAKECUDA_GPUS": "1", "GPUDASH_PRELOAD_PINNED": "always"}), "one-gpu-always")
+
+
 def test_the_checks_fail_without_the_preload(run_doors: Run) -> None:
     out = run_doors("doors", preload=False)
     assert out.returncode == 1 and "FAILED" in out.stderr  # the stats block is missing

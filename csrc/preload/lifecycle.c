@@ -53,9 +53,27 @@ static void at_exit(void) {
   gp_shm_close();
 }
 
+/* Where the engine library is: $GPUDASH_ENGINE_LIB, else beside this library (the wheel's `engine`
+ * folder, or the CMake build folder). Settled at start, before the program can change directory. */
+static char engine_path[4096];
+
+static void find_engine(void) {
+  const char *env = getenv("GPUDASH_ENGINE_LIB");
+  Dl_info info;
+  char *dir = NULL;
+  if (env && *env) snprintf(engine_path, sizeof engine_path, "%s", env);
+  else if (dladdr((const void *)find_engine, &info) && info.dli_fname && (dir = realpath(info.dli_fname, NULL))) {
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    snprintf(engine_path, sizeof engine_path, "%s/libgpudash_engine.so", dir);
+    free(dir);
+  }
+}
+
 __attribute__((constructor)) static void gp_init(void) {
   gp.pid = getpid();
   gp_own_add((const void *)gp_init);
+  find_engine();
   gp_dlsym_fn();
   atomic_store(&gp.enabled, 1);
   const char *name = getenv("GPUDASH_PRELOAD_NAME");
@@ -117,19 +135,10 @@ void gp_first_entry(void) {
 
 /* ---- the engine ---------------------------------------------------------------------------- */
 static int open_engine(char *why, size_t len) {
-  char path[4096];
-  const char *env = getenv("GPUDASH_ENGINE_LIB");
-  if (env && *env) {
-    snprintf(path, sizeof path, "%s", env);
-  } else {
-    Dl_info info;
-    if (!dladdr((const void *)open_engine, &info) || !info.dli_fname) {
-      snprintf(why, len, "cannot tell where libgpudash_preload.so lies");
-      return -1;
-    }
-    snprintf(path, sizeof path, "%s", info.dli_fname);
-    char *slash = strrchr(path, '/');
-    snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0), "libgpudash_engine.so");
+  const char *path = engine_path;
+  if (!*path) {
+    snprintf(why, len, "cannot tell where libgpudash_preload.so lies; set GPUDASH_ENGINE_LIB");
+    return -1;
   }
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
@@ -147,11 +156,11 @@ static int open_engine(char *why, size_t len) {
   };
   for (size_t i = 0; i < sizeof want / sizeof *want; ++i)
     if (!(*want[i].slot = gp_real_dlsym(h, want[i].name))) {
-      snprintf(why, len, "%s lacks %s; rebuild it", path, want[i].name);
+      snprintf(why, len, "%.300s lacks %s; rebuild it", path, want[i].name);
       return -1;
     }
   if (gp.ge.abi_version() != GE_ABI_VERSION) {
-    snprintf(why, len, "%s has ABI %d, this preload needs %d; rebuild both", path, gp.ge.abi_version(),
+    snprintf(why, len, "%.300s has ABI %d, this preload needs %d; rebuild both", path, gp.ge.abi_version(),
              GE_ABI_VERSION);
     return -1;
   }

@@ -1,10 +1,10 @@
-/* The interposer's life in its host process: the constructor (nothing but reading the environment),
- * the first door entry (the shared-memory blocks and the publisher thread), the engine started on the
- * first copy worth taking, fork() children and exit() falling back to pass-through. */
+/* The interposer's life in its host process: the constructor (reads the environment and finds the
+ * engine library; no threads, no files), the first door entry (the shared-memory blocks and the
+ * publisher thread), the engine started on the first copy worth taking, fork() children and exit()
+ * falling back to pass-through. */
 #include "preload.h"
 
 #include <dlfcn.h>
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -19,7 +19,7 @@ gp_counters gp_count[2];
 
 static ge_knobs start_knobs;
 static uint64_t start_staging[2];
-static char start_error[256];
+static char start_error[512];
 static int publish_ms = 100;
 
 uint64_t gp_now_ns(void) {
@@ -29,7 +29,7 @@ uint64_t gp_now_ns(void) {
 }
 
 void gp_say(const char *fmt, ...) {
-  char line[512];
+  char line[1024];
   int n = snprintf(line, sizeof line, "gpudash preload: ");
   va_list ap;
   va_start(ap, fmt);

@@ -1,6 +1,16 @@
 /* Internals shared by the files of libgpudash_preload.so (plain C, so that a process that never copies
  * loads no C++ runtime). The engine itself (libgpudash_engine.so) is opened with RTLD_LOCAL on the first
- * copy worth taking and is reached only through its C ABI (gpudash_engine.h). */
+ * copy worth taking and is reached only through its C ABI (gpudash_engine.h).
+ *
+ * Environment, read once at start:
+ *   GPUDASH_PRELOAD=off           everything passes through (one line on stderr at the first copy call)
+ *   GPUDASH_PRELOAD_KNOBS         start-up knobs, "name=integer,..." with engine/config.py's knob names
+ *                                 (h2d/d2h_chunk_bytes, h2d/d2h_fallback_bytes, outstanding, direct_first,
+ *                                 staging_threads, h2d/d2h_staging_bytes); unset ones keep their defaults
+ *   GPUDASH_PRELOAD_NAME          the name the stats block carries (the server's name)
+ *   GPUDASH_PRELOAD_PINNED=always take pinned copies above the fallback threshold even on a single path
+ *   GPUDASH_PRELOAD_PUBLISH_MS    stats publishing period (100)
+ *   GPUDASH_ENGINE_LIB            the engine library (default: libgpudash_engine.so beside this one) */
 #ifndef GPUDASH_PRELOAD_H
 #define GPUDASH_PRELOAD_H
 

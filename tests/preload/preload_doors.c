@@ -241,6 +241,17 @@ static int scenario_doors(void) {
   CHECK(dtoh_async(pin2, (CUdeviceptr)(uintptr_t)dev, MB, s) == 0);  /* pinned: gated on s */
   CHECK(cudaStreamSynchronize(s) == 0 && same(pin2, dev, MB));
   expect(1, 1, MB, 0);
+  int (*unified)(CUdeviceptr, CUdeviceptr, size_t) = NULL;  /* direction from the pointers */
+  int (*unified_async)(CUdeviceptr, CUdeviceptr, size_t, void *) = NULL;
+  CHECK(gpa("cuMemcpy", (void **)&unified, 13000, 0, &status) == 0 && unified);
+  CHECK(gpa("cuMemcpyAsync", (void **)&unified_async, 13000, 2, &status) == 0 && unified_async);
+  fill(page2, MB, 10);
+  CHECK(unified((CUdeviceptr)(uintptr_t)page2, (CUdeviceptr)(uintptr_t)dev, MB) == 0 && same(page2, dev, MB));
+  expect(1, 1, MB, 1);
+  fill(pin, MB, 24);
+  CHECK(unified_async((CUdeviceptr)(uintptr_t)dev2, (CUdeviceptr)(uintptr_t)pin, MB, s) == 0);
+  CHECK(cudaStreamSynchronize(s) == 0 && same(dev2, pin, MB));
+  expect(0, 1, MB, 0);
   COUNTS();
   /* passed through: device to device, small copies, copies while the stream is captured */
   fill(dev2, MB, 7);

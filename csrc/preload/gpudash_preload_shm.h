@@ -1,6 +1,7 @@
 /* The two shared-memory blocks between a preloaded process (libgpudash_preload.so) and gpudash.
  *
- * The preloaded process creates both with shm_open at start-up (mode 0600) and unlinks them at exit:
+ * The preloaded process creates both with shm_open (mode 0600) when it first enters a copy door (so
+ * processes that never copy, like a shell under `gpudash run`, leave none), and unlinks them at exit:
  *   GPUDASH_PRELOAD_STATS_FMT  "/gpudash-preload-stats-<pid>"  written by the process, read by gpudash
  *   GPUDASH_PRELOAD_KNOBS_FMT  "/gpudash-preload-knobs-<pid>"  written by gpudash, read by the process
  * Nothing else crosses the process boundary: if gpudash dies, the server keeps working with the knobs
@@ -30,7 +31,7 @@ extern "C" {
 /* What the interposer is doing in this process. */
 enum {
   GP_STATE_ACTIVE = 0,      /* copies that fit the policy go through the engine */
-  GP_STATE_OFF = 1,         /* GPUDASH_PRELOAD=off: everything passes through */
+  GP_STATE_OFF = 1,         /* GPUDASH_PRELOAD=off, or the knob block's enabled = 0: everything passes */
   GP_STATE_FAILED = 2,      /* the engine could not start: everything passes through */
   GP_STATE_PASSTHROUGH = 3  /* after fork() in the child, or once exit() began */
 };

@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 SCRAPE_TIMEOUT_S = 0.3
 SCRAPE_WORKERS = 8
 
-# Labels that only say which model / DP engine a series belongs to; other labels (source, sleep_state,
+# Labels that only say which model / DP engine (or histogram bucket) a series is; other labels (source, sleep_state,
 # reason, ...) get their own key `name{label="value"}` besides the total under `name`.
-_ENGINE_LABELS = frozenset({"model_name", "engine", "le", "quantile"})
+_UNKEYED_LABELS = frozenset({"model_name", "engine", "le", "quantile"})
 # Per-engine fractions: averaged over engines, never added up.
 MEAN_GAUGES = frozenset({"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:engine_sleep_state"})
 _LLAMA_UNIFIED_ON = frozenset({"-kvu", "--kv-unified"})
@@ -51,7 +51,7 @@ def parse_metrics(text: str) -> dict[str, float]:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             keys = [s.name] + [f'{s.name}{{{k}="{v}"}}' for k, v in sorted(s.labels.items())
-                               if k not in _ENGINE_LABELS]
+                               if k not in _UNKEYED_LABELS]
             for key in keys:
                 sums[key] = sums.get(key, 0.0) + float(s.value)
                 counts[key] = counts.get(key, 0) + 1

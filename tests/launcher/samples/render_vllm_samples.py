@@ -1,7 +1,9 @@
 """Write the vLLM samples in this directory from vLLM's own sources (no GPU, no vLLM install needed).
 
 Run: python tests/launcher/samples/render_vllm_samples.py WHEEL_0_33_DIR
-where WHEEL_0_33_DIR is `pip download vllm==0.33.0 --no-deps` unpacked (`unzip vllm-0.33.0-*.whl`).
+where WHEEL_0_33_DIR is `pip download vllm==0.33.0 --no-deps` unpacked (`unzip vllm-0.33.0-*.whl`), with a
+Python that has prometheus_client, regex and pyyaml (vLLM's argparse_utils.py imports the last two).
+The help files were rendered with COLUMNS=100.
 
 * vllm-0.33.0-serve-help-all.txt: vLLM 0.33.0's own FlexibleArgumentParser and EnableDisableAction
   (vllm/utils/argparse_utils.py, loaded from the wheel) format the flags gpudash uses, declared as

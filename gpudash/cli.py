@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "gpudash.commands.doctor:doctor",
     "plan": "gpudash.commands.plan:plan",
     "llama": "gpudash.commands.llama_cmd:llama",
+    "server": "gpudash.commands.server_cmd:server",
 }
 
 

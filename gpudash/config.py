@@ -165,8 +165,10 @@ class ServerSpec(_Section):
     tensor_split: list[float] | None = None
     """llama.cpp -ts: proportion of the model each GPU holds, e.g. [2, 3]."""
 
-    n_gpu_layers: int | None = Field(None, ge=-1)
-    """llama.cpp -ngl: layers offloaded to GPUs (-1 or a large number for all)."""
+    n_gpu_layers: int | Literal["all", "auto"] | None = None
+    """llama.cpp -ngl: layers offloaded to GPUs: a number, "all", or "auto" (llama-server fits what the
+    memory holds). Current llama-server reads -1 as "auto" and -2 as "all"; builds older than the
+    "auto"/"all" words read any number above the layer count as all."""
 
     ctx_size: int | None = Field(None, ge=0)
     """llama.cpp -c: context size in tokens."""
@@ -189,6 +191,19 @@ class ServerSpec(_Section):
     draft_min: int | None = Field(None, ge=0)
     """llama.cpp --draft-min: minimum draft tokens."""
 
+    flash_attn: Literal["on", "off", "auto"] | None = None
+    """llama.cpp -fa: Flash Attention on, off or auto (llama-server's default is auto)."""
+
+    cache_reuse: int | None = Field(None, ge=0)
+    """llama.cpp --cache-reuse: smallest chunk, in tokens, reused from the KV cache by shifting (0: off)."""
+
+    cache_ram_mib: int | None = Field(None, ge=-1)
+    """llama.cpp --cache-ram: host-memory prompt cache in MiB (-1: no limit, 0: off)."""
+
+    fit: Literal["on", "off"] | None = None
+    """llama.cpp --fit: let llama-server shrink unset layers/context to fit device memory. gpudash sets
+    -ngl and -c itself when a `share` is given, which leaves --fit nothing to change."""
+
     # vLLM
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     """vLLM --gpu-memory-utilization (defaults to `share` when unset)."""
@@ -196,17 +211,36 @@ class ServerSpec(_Section):
     tensor_parallel_size: int | None = Field(None, ge=1)
     """vLLM --tensor-parallel-size."""
 
+    pipeline_parallel_size: int | None = Field(None, ge=1)
+    """vLLM --pipeline-parallel-size."""
+
+    max_model_len: int | None = Field(None, ge=1)
+    """vLLM --max-model-len: context length in tokens (prompt and output)."""
+
+    max_num_seqs: int | None = Field(None, ge=1)
+    """vLLM --max-num-seqs: sequences scheduled in one step."""
+
+    kv_offloading_size: float | None = Field(None, gt=0)
+    """vLLM --kv-offloading-size: host-memory KV cache offload buffer in GiB (summed over TP ranks);
+    the host<->GPU copies it causes are the traffic the transfer engine speeds up."""
+
+    kv_offloading_backend: Literal["native", "lmcache"] | None = None
+    """vLLM --kv-offloading-backend (vLLM's default: native); used only with kv_offloading_size."""
+
     enforce_eager: bool | None = None
     """vLLM --enforce-eager; unset: on when three or more servers share a GPU."""
 
     enable_prefix_caching: bool | None = None
-    """vLLM --enable-prefix-caching / --no-enable-prefix-caching; unset keeps vLLM's default."""
+    """vLLM --enable-prefix-caching / --disable-prefix-caching (older: --no-enable-prefix-caching); unset
+    keeps vLLM's default."""
 
     enable_sleep_mode: bool = False
-    """vLLM --enable-sleep-mode."""
+    """vLLM --enable-sleep-mode; gpudash then also sets VLLM_SERVER_DEV_MODE=1, which vLLM needs to
+    serve /sleep and /wake_up (`gpudash server sleep|wake NAME`, the Servers view's sleep/wake keys)."""
 
     extra_args: list[str] = Field(default_factory=list)
-    """Arguments appended verbatim to the server's command line."""
+    """Any other server arguments, appended to the command line; each flag in it must be listed by the
+    binary's --help (checked before the launch, like the typed fields)."""
 
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables for the server process."""
@@ -220,9 +254,11 @@ class ServerSpec(_Section):
     @model_validator(mode="after")
     def _kind_fields(self) -> ServerSpec:
         llama_only = ("split_mode", "tensor_split", "n_gpu_layers", "ctx_size", "parallel",
-                      "cache_type_k", "cache_type_v", "draft_model", "draft_max", "draft_min")
+                      "cache_type_k", "cache_type_v", "draft_model", "draft_max", "draft_min",
+                      "flash_attn", "cache_reuse", "cache_ram_mib", "fit")
         vllm_only = ("gpu_memory_utilization", "tensor_parallel_size", "enforce_eager",
-                     "enable_prefix_caching")
+                     "enable_prefix_caching", "pipeline_parallel_size", "max_model_len", "max_num_seqs",
+                     "kv_offloading_size", "kv_offloading_backend")
         wrong = vllm_only if self.kind == "llama.cpp" else llama_only
         bad = [f for f in wrong if getattr(self, f) is not None]
         if bad:
@@ -231,6 +267,14 @@ class ServerSpec(_Section):
         if self.tensor_split is not None and (not self.tensor_split or any(x < 0 for x in self.tensor_split)
                                               or sum(self.tensor_split) <= 0):
             raise ValueError("tensor_split must be non-negative numbers with a positive sum, e.g. [2, 3]")
+        if isinstance(self.n_gpu_layers, int) and self.n_gpu_layers < -2:
+            raise ValueError(f"n_gpu_layers {self.n_gpu_layers} is not a layer count; use a number >= 0, "
+                             f"\"all\" or \"auto\"")
+        if self.kv_offloading_backend is not None and self.kv_offloading_size is None:
+            raise ValueError("kv_offloading_backend needs kv_offloading_size (GiB of host memory for the "
+                             "offloaded KV cache); set it or remove kv_offloading_backend")
+        if self.enable_sleep_mode and self.kind != "vllm":
+            raise ValueError("enable_sleep_mode is a vLLM setting; remove it or set kind = 'vllm'")
         return self
 
 

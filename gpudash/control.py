@@ -202,10 +202,11 @@ class SetShardSize(ControlCommand):
 
 @dataclass(frozen=True)
 class ServerAction(ControlCommand):
-    """Start, stop or restart one server."""
+    """Start, stop or restart one server, or put a vLLM server to sleep / wake it (timed by the supervisor,
+    whose server.sleep / server.wake event carries the seconds)."""
 
     server: str
-    action: Literal["start", "stop", "restart"]
+    action: Literal["start", "stop", "restart", "sleep", "wake"]
 
     def relaunches(self) -> bool:
         return self.action in ("stop", "restart")
@@ -396,8 +397,8 @@ class Controller:
 
     def _server_action(self, server: str, action: str) -> tuple[Any, Any]:
         self._spec(server)
-        if action not in ("start", "stop", "restart"):
-            raise Refused(f"unknown server action {action!r}; use start, stop or restart")
+        if action not in ("start", "stop", "restart", "sleep", "wake"):
+            raise Refused(f"unknown server action {action!r}; use start, stop, restart, sleep or wake")
         before = _state_of(self.supervisor, server)
         try:
             getattr(self.supervisor, action)(server)

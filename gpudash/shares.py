@@ -205,25 +205,44 @@ def share_warnings(snapshot: Snapshot, specs: Sequence[ServerSpec], tolerance: f
 @dataclass(frozen=True, slots=True)
 class ModelShape:
     """What the budget needs from a GGUF model: weight bytes per repeating layer, the output tensors
-    llama.cpp offloads with the last layer (ngl > layers), and the KV cache geometry."""
+    llama.cpp offloads with the last layer (ngl > layers), and the KV cache geometry (KV heads per
+    layer: models such as OpenELM or Gemma 3n vary them by layer)."""
 
     layers: int
     layer_bytes: tuple[int, ...]
     output_bytes: int
-    heads_kv: int
+    heads_kv: tuple[int, ...]
     key_length: int
     value_length: int
     context_train: int
 
     def kv_bytes(self, tokens: int, layers: int, cache_type_k: str = "f16", cache_type_v: str = "f16") -> int:
-        """KV cache bytes for `tokens` of context over `layers` layers."""
-        per = self.heads_kv * (self.key_length * KV_TYPE_BYTES[cache_type_k] +
-                               self.value_length * KV_TYPE_BYTES[cache_type_v])
-        return int(per * tokens * layers)
+        """KV cache bytes for `tokens` of context over the last `layers` layers (llama.cpp offloads the
+        last layers first)."""
+        per_head = self.key_length * KV_TYPE_BYTES[cache_type_k] + self.value_length * KV_TYPE_BYTES[cache_type_v]
+        heads = sum(self.heads_kv[self.layers - layers:]) if layers else 0
+        return int(per_head * heads * tokens)
+
+
+def _per_layer(value: object, layers: int, key: str, path: str | Path) -> tuple[int, ...]:
+    """A GGUF hyperparameter as one int per layer: a scalar repeats, an array must have one per layer."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != layers or not all(isinstance(v, int) for v in value):
+            raise ValueError(f"{path}: GGUF key {key!r} is an array of {len(value)} values for {layers} layers; "
+                             "this model file is not one gpudash can budget, so remove `share` from its "
+                             "[[servers]] entry")
+        return tuple(int(v) for v in value)
+    if not isinstance(value, int):
+        raise ValueError(f"{path}: GGUF key {key!r} holds {value!r}, not a number; is this a llama.cpp model file?")
+    return (value,) * layers
 
 
 def model_shape(path: str | Path) -> ModelShape:
-    """Read a GGUF file's shape with the gguf package (ValueError naming the missing key)."""
+    """Read a GGUF file's shape with the gguf package (ValueError naming what is missing or unusable).
+
+    A model without `output.weight` ties its output to the token embeddings: llama.cpp then puts a copy
+    of `token_embd` on the output device, so it counts with the output tensors.
+    """
     from gguf import GGUFReader
 
     try:
@@ -231,28 +250,42 @@ def model_shape(path: str | Path) -> ModelShape:
     except (OSError, ValueError) as e:
         raise ValueError(f"{path} is not a readable GGUF model file ({e}); point `model` at a .gguf file") from None
 
-    def field(key: str, default: int | None = None) -> int:
+    def raw(key: str) -> object:
         f = reader.get_field(key)
-        if f is None:
+        return None if f is None else f.contents()
+
+    def field(key: str, default: int | None = None) -> int:
+        v = raw(key)
+        if v is None:
             if default is None:
                 raise ValueError(f"{path}: GGUF key {key!r} is missing; is this a llama.cpp model file?")
             return default
-        return int(f.contents())
+        if not isinstance(v, int):
+            raise ValueError(f"{path}: GGUF key {key!r} holds {type(v).__name__} {v!r}, not a number; is this a "
+                             "llama.cpp model file?")
+        return v
 
     arch = reader.get_field("general.architecture")
     if arch is None:
         raise ValueError(f"{path}: no general.architecture key; not a GGUF model file")
     a = arch.contents()
     layers = field(f"{a}.block_count")
-    heads = field(f"{a}.attention.head_count")
-    heads_kv = field(f"{a}.attention.head_count_kv", heads)
-    head_dim = field(f"{a}.embedding_length") // heads
+    heads_raw = raw(f"{a}.attention.head_count")
+    if heads_raw is None:
+        raise ValueError(f"{path}: GGUF key '{a}.attention.head_count' is missing; is this a llama.cpp model file?")
+    heads = _per_layer(heads_raw, layers, f"{a}.attention.head_count", path)
+    kv_raw = raw(f"{a}.attention.head_count_kv")
+    heads_kv = heads if kv_raw is None else _per_layer(kv_raw, layers, f"{a}.attention.head_count_kv", path)
+    head_dim = field(f"{a}.embedding_length") // max(max(heads), 1)
     per_layer = [0] * layers
     output = 0
+    names = {t.name for t in reader.tensors}
     for t in reader.tensors:
         if t.name.startswith("blk."):
             per_layer[int(t.name.split(".")[1])] += int(t.n_bytes)
         elif t.name != "token_embd.weight":  # input embeddings stay on the CPU in llama.cpp
+            output += int(t.n_bytes)
+        elif "output.weight" not in names:  # tied: the output layer is a copy of the embeddings
             output += int(t.n_bytes)
     return ModelShape(layers, tuple(per_layer), output, heads_kv, field(f"{a}.attention.key_length", head_dim),
                       field(f"{a}.attention.value_length", head_dim), field(f"{a}.context_length", MIN_CTX))
@@ -328,7 +361,9 @@ def budget_spec(spec: ServerSpec, gpu_totals: dict[int, int], shape: ModelShape,
         raise ValueError(f"server {spec.name!r} uses GPU {missing[0]}, which this box does not have; "
                          f"fix its `gpus` list")
     budget = int(sum(spec.share * gpu_totals[g] for g in gpus))
-    b = llama_budget(shape, budget, ctx_wanted=spec.ctx_size or None, ngl_max=spec.n_gpu_layers,
+    # "all", "auto" and llama.cpp's negative codes put no cap on the layers; the budget picks them.
+    ngl_max = spec.n_gpu_layers if isinstance(spec.n_gpu_layers, int) and spec.n_gpu_layers >= 0 else None
+    b = llama_budget(shape, budget, ctx_wanted=spec.ctx_size or None, ngl_max=ngl_max,
                      cache_type_k=spec.cache_type_k or "f16", cache_type_v=spec.cache_type_v or "f16",
                      overhead_bytes=overhead_bytes)
     return spec.model_copy(update={"n_gpu_layers": b.n_gpu_layers, "ctx_size": b.ctx_size}), b

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+import gguf
+import numpy as np
+
 from gpudash.config import ServerSpec
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
 from gpudash.records import Event, GpuProcessSample, GpuSample, Snapshot
@@ -98,7 +101,7 @@ def test_share_warnings_for_a_tick() -> None:
 
 
 # ---- llama.cpp budget -------------------------------------------------------------------------
-SHAPE = ModelShape(layers=32, layer_bytes=(200 * MiB,) * 32, output_bytes=500 * MiB, heads_kv=8, key_length=128,
+SHAPE = ModelShape(layers=32, layer_bytes=(200 * MiB,) * 32, output_bytes=500 * MiB, heads_kv=(8,) * 32, key_length=128,
                    value_length=128, context_train=32768)
 KV_TOKEN = 32 * 8 * 256 * 2  # bytes per token over all layers, f16
 
@@ -141,7 +144,7 @@ def test_model_shape_from_gguf_and_budget_spec(tmp_path: Path) -> None:
     path = write_demo_model(tmp_path / "m.gguf", DemoModelShape(layers=4, embedding=64, heads=4, heads_kv=2,
                                                                  feed_forward=128, context=2048))
     shape = model_shape(path)
-    assert (shape.layers, shape.heads_kv, shape.key_length, shape.context_train) == (4, 2, 16, 2048)
+    assert (shape.layers, shape.heads_kv, shape.key_length, shape.context_train) == (4, (2,) * 4, 16, 2048)
     per_layer = 4 * (64 + 64 * 64 * 2 + 32 * 64 * 2 + 64 + 128 * 64 * 3)
     assert shape.layer_bytes == (per_layer,) * 4
     assert shape.output_bytes == 4 * (64 + 259 * 64)
@@ -158,3 +161,53 @@ def test_model_shape_from_gguf_and_budget_spec(tmp_path: Path) -> None:
     for bad in (junk, tmp_path / "missing.gguf"):
         with pytest.raises(ValueError, match=r"is not a readable GGUF model file .*; point `model` at a .gguf file"):
             model_shape(bad)
+
+
+def _gguf(path: Path, heads_kv: int | list[int], tied: bool, layers: int = 3) -> Path:
+    """A small llama-architecture GGUF: 4 heads of 8 over 32 embeddings, vocab 100, f32."""
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_block_count(layers)
+    w.add_embedding_length(32)
+    w.add_head_count(4)
+    w.add_head_count_kv(heads_kv)
+    w.add_context_length(512)
+    w.add_tensor("token_embd.weight", np.zeros((100, 32), dtype=np.float32))
+    for i in range(layers):
+        w.add_tensor(f"blk.{i}.attn_q.weight", np.zeros((32, 32), dtype=np.float32))
+    w.add_tensor("output_norm.weight", np.ones(32, dtype=np.float32))
+    if not tied:
+        w.add_tensor("output.weight", np.zeros((100, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_tied_embeddings_count_a_copy_of_token_embd_on_the_output_device(tmp_path: Path) -> None:
+    untied = model_shape(_gguf(tmp_path / "u.gguf", 2, tied=False))
+    tied = model_shape(_gguf(tmp_path / "t.gguf", 2, tied=True))
+    # without output.weight llama.cpp duplicates token_embd (100 x 32 f32) as the output layer
+    assert untied.output_bytes == tied.output_bytes == 4 * 32 + 4 * 100 * 32
+
+
+def test_per_layer_kv_heads_are_read_and_budgeted(tmp_path: Path) -> None:
+    shape = model_shape(_gguf(tmp_path / "a.gguf", [2, 0, 4], tied=True))
+    assert shape.heads_kv == (2, 0, 4)
+    per_head = 8 * 2 + 8 * 2  # K and V of one head, f16
+    assert shape.kv_bytes(10, 3) == 10 * per_head * 6
+    assert shape.kv_bytes(10, 1) == 10 * per_head * 4  # the last layer goes to the GPU first
+    new, b = budget_spec(spec("arr", share=0.5, gpus=[0]), {0: 16 * GiB}, shape, overhead_bytes=0)
+    assert b is not None and new.n_gpu_layers == 4
+
+
+def test_a_kv_head_array_of_the_wrong_length_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"head_count_kv' is an array of 2 values for 3 layers"):
+        model_shape(_gguf(tmp_path / "bad.gguf", [2, 2], tied=True))
+
+
+@pytest.mark.parametrize("ngl, want", [("all", 5), ("auto", 5), (-1, 5), (-2, 5), (2, 2)])
+def test_budget_reads_all_and_auto_as_no_cap(tmp_path: Path, ngl: int | str, want: int) -> None:
+    shape = model_shape(write_demo_model(tmp_path / "m.gguf", DemoModelShape(layers=4, embedding=64)))
+    new, _ = budget_spec(spec("n", share=0.5, gpus=[0], n_gpu_layers=ngl), {0: 16 * GiB}, shape)
+    assert new.n_gpu_layers == want

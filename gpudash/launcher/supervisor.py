@@ -30,6 +30,7 @@ from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.logparse import LogFacts, parse_line
+from gpudash.launcher.sleep import Action, SleepError, SleepResult, sleep_or_wake
 from gpudash.records import Event, ServerSample
 from gpudash.shares import budget_spec, model_shape
 
@@ -131,7 +132,8 @@ class Supervisor:
         with self._lock:
             return tuple(
                 ServerSample(ts=now, server=n, kind=s.spec.kind, state=s.state,
-                             pid=s.proc.pid if s.proc is not None and s.state in ("loading", "ready") else None,
+                             pid=s.proc.pid if s.proc is not None and s.state in ("loading", "ready", "sleeping")
+                             else None,
                              port=s.port, uptime_s=(now - s.started) if s.started and s.state == "ready" else None,
                              restarts=s.restarts, tokens_per_s=s.facts.tokens_per_s,
                              draft_acceptance=s.facts.draft_acceptance)
@@ -205,7 +207,36 @@ class Supervisor:
                                             f"{err2.cause}") from None
                 raise LaunchError(name, f"{err.cause}; it runs again with its previous settings") from None
 
+    def sleep(self, name: str, level: int = 1) -> SleepResult:
+        """Put a vLLM server's engine to sleep (level 1: weights to host memory; 2: dropped), timed."""
+        return self._sleep_or_wake(name, "sleep", level)
+
+    def wake(self, name: str) -> SleepResult:
+        """Wake a sleeping vLLM server, timed (the model-switching cost)."""
+        return self._sleep_or_wake(name, "wake", 1)
+
     # ---- internals -----------------------------------------------------------------------------------
+
+    def _sleep_or_wake(self, name: str, action: Action, level: int) -> SleepResult:
+        """POST /sleep or /wake_up; a server.sleep / server.wake event carries the seconds it took."""
+        srv = self._get(name)
+        with srv.lock:
+            if srv.spec.kind != "vllm" or not srv.spec.enable_sleep_mode:
+                raise LaunchError(name, f"{action} needs a vLLM server started with enable_sleep_mode = true; "
+                                        "set it in its [[servers]] entry and restart it")
+            if srv.state not in ("ready", "sleeping"):
+                raise LaunchError(name, f"it is {srv.state}, not running; start it first")
+            was = srv.state
+            try:
+                res = sleep_or_wake(f"http://{url_host(srv.spec.host)}:{srv.port}", action, level)
+            except SleepError as err:
+                self._event(f"server.{action}", name, old=was, ok=False, reason=str(err))
+                raise LaunchError(name, str(err)) from None
+            with self._lock:
+                srv.state = "sleeping" if action == "sleep" else "ready"
+        self._event(f"server.{action}", name, old=was,
+                    new={"state": srv.state, "seconds": round(res.seconds, 4), "level": res.level})
+        return res
 
     def _peers(self, spec: ServerSpec) -> list[ServerSpec]:
         """All servers' specs as they will be once `spec` runs (for the shared-GPU count)."""

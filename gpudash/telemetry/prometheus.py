@@ -59,7 +59,8 @@ _SHARD = (
 )
 _SERVER = (
     ("tokens_per_s", "gpudash_server_tokens_per_second", "Generated tokens per second."),
-    ("prompt_tokens_per_s", "gpudash_server_prompt_tokens_per_second", "Prompt tokens processed per second."),
+    ("prompt_tokens_per_s", "gpudash_server_prompt_tokens_per_second",
+     "Computed prompt tokens per second (prefix-cache hits left out, for llama.cpp and vLLM alike)."),
     ("requests_running", "gpudash_server_requests_running", "Requests being processed."),
     ("requests_waiting", "gpudash_server_requests_waiting", "Requests queued."),
     ("kv_cache_usage", "gpudash_server_kv_cache_usage_ratio", "KV cache in use, 0..1."),

@@ -43,7 +43,7 @@ MAX_PENDING = 256  # snapshots waiting for the UI; older ones are folded into ne
 LOG_POLL_S = 1.0
 REPLAY_ONLY = {"replay_pause", "replay_step", "replay_back", "replay_forward", "replay_slower", "replay_faster"}
 LIVE_ONLY = {"edit_split", "apply_plan", "edit_share", "edit_knobs", "apply", "server_start", "server_stop",
-             "server_restart", "toggle_recording"}
+             "server_restart", "server_sleep", "server_wake", "toggle_recording"}
 
 
 def _bindings() -> list[Binding]:
@@ -62,6 +62,8 @@ def _bindings() -> list[Binding]:
         Binding("S", "server('start')", "Start server", id="server_start", show=False),
         Binding("x", "server('stop')", "Stop server", id="server_stop", show=False),
         Binding("R", "server('restart')", "Restart server", id="server_restart", show=False),
+        Binding("z", "server('sleep')", "Sleep server (vLLM)", id="server_sleep", show=False),
+        Binding("w", "server('wake')", "Wake server (vLLM)", id="server_wake", show=False),
         Binding("r", "toggle_recording", "Recording", id="toggle_recording"),
         Binding("e", "export", "Export session", id="export", show=False),
         Binding("space", "replay_pause", "Pause/play", id="replay_pause"),

@@ -1,63 +1,125 @@
-"""A test double of `vllm serve`: a real HTTP server process reproducing vLLM's documented surface.
+"""A test double of `vllm serve`: a real HTTP server process reproducing vLLM 0.33's surface.
 
-It is not vLLM: no model runs. It exists so the launcher's vLLM path (argv, health gating, /metrics
-names, streaming usage with cached tokens) is exercised against a real process on 127.0.0.1 in CI,
-where vLLM and GPUs are absent. What it reproduces:
+It is not vLLM: no model runs. It exists so the launcher's vLLM path (argv, health gating, /metrics,
+streaming usage with cached tokens, sleep mode) is exercised against a real process on 127.0.0.1 in CI,
+where vLLM and GPUs are absent. What it reproduces (from vLLM 0.33.0's sources; the samples in
+tests/launcher/samples, made from those sources, pin the details):
 
-* the command line `vllm serve MODEL --host H --port P [...flags]` and `vllm serve --help=all`;
+* the command line `vllm serve MODEL --host H --port P [...flags]` and `vllm serve --help=all`, whose
+  boolean flags read like vLLM's (vllm/utils/argparse_utils.py EnableDisableAction):
+  `--enable-prefix-caching, --disable-prefix-caching` with the `--no-enable-...` form hidden but accepted,
+  `--enforce-eager, --no-enforce-eager`; plus -tp, -pp, -dp, --max-model-len, --max-num-seqs,
+  --kv-offloading-size/--kv-offloading-backend and --gpu-memory-utilization;
 * refusing connections until "loaded" (the socket is bound only after `--load-delay` seconds);
 * GET /health (200), GET /v1/models, POST /v1/completions and /v1/chat/completions, streaming (SSE with
   `data: [DONE]`) or not, with `usage` and, with --enable-prompt-tokens-details,
   `usage.prompt_tokens_details.cached_tokens`;
 * automatic prefix caching in blocks of 16 tokens (one token = one whitespace-separated word), with
   prompt processing time proportional to the uncached tokens, so hits have lower TTFT;
-* GET /metrics with vLLM's names: vllm:num_requests_running / waiting, vllm:kv_cache_usage_perc,
-  vllm:prefix_cache_queries_total / hits_total, vllm:prompt_tokens_total, vllm:generation_tokens_total
-  and the vllm:time_to_first_token_seconds histogram (labels model_name, engine).
+* GET /metrics with the families of vllm/v1/metrics/loggers.py that gpudash reads, one series per
+  data-parallel engine (labels model_name, engine; requests go round-robin over the engines):
+  vllm:num_requests_running / waiting, vllm:engine_sleep_state{sleep_state}, vllm:kv_cache_usage_perc,
+  vllm:prefix_cache_queries / hits, vllm:prompt_tokens, vllm:prompt_tokens_by_source{source},
+  vllm:prompt_tokens_cached, vllm:generation_tokens and vllm:time_to_first_token_seconds;
+* with VLLM_SERVER_DEV_MODE=1 (vllm/entrypoints/serve/dev/sleep/api_router.py): POST /sleep?level=1|2,
+  POST /wake_up, GET /is_sleeping; sleeping needs --enable-sleep-mode, takes `--sleep-delay` seconds and
+  waking `--wake-delay` seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 BLOCK = 16
 PREFILL_S_PER_TOKEN = 0.0004
 DECODE_S_PER_TOKEN = 0.001
+# vLLM attaches its development endpoints (/sleep, /wake_up, /is_sleeping, ...) only with this set.
+DEV_MODE = os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0")
 
 
 class Engine:
-    """Prefix cache bookkeeping and metrics, shared by the handler threads."""
+    """Prefix cache bookkeeping, sleep state and metrics, shared by the handler threads."""
 
-    def __init__(self, model: str, prefix_caching: bool, details: bool):
+    def __init__(self, model: str, prefix_caching: bool, details: bool, engines: int = 1,
+                 sleep_mode: bool = False, sleep_delay: float = 0.05, wake_delay: float = 0.1):
         self.model = model
         self.prefix_caching = prefix_caching
         self.details = details
+        self.sleep_mode = sleep_mode
+        self.sleep_delay, self.wake_delay = sleep_delay, wake_delay
+        self.sleep_level = 0  # 0: awake
         self.blocks: set[int] = set()
         self.lock = threading.Lock()
+        self.turn = 0
         r = self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
-        self.running = Gauge("vllm:num_requests_running", "Requests running", labels, registry=r)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting", labels, registry=r)
-        self.kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 means 100 percent", labels, registry=r)
-        self.queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries, in tokens", labels, registry=r)
-        self.hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens", labels, registry=r)
-        self.prompt = Counter("vllm:prompt_tokens", "Prefill tokens processed", labels, registry=r)
-        self.gen = Counter("vllm:generation_tokens", "Generation tokens processed", labels, registry=r)
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token", labels, registry=r,
+        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", labels,
+                             registry=r)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels,
+                             registry=r)
+        self.sleep_state = Gauge("vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is sleeping; "
+                                 "awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; "
+                                 "discard_all = 1 means sleep level 2.", labels + ["sleep_state"], registry=r)
+        self.kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels, registry=r)
+        self.queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried "
+                               "tokens.", labels, registry=r)
+        self.hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                            labels, registry=r)
+        self.prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=r)
+        self.by_source = Counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
+                                 labels + ["source"], registry=r)
+        self.cached = Counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
+                              labels, registry=r)
+        self.gen = Counter("vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=r)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                              labels, registry=r,
                               buckets=(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5))
-        self.lv = {"model_name": model, "engine": "0"}
-        for m in (self.running, self.waiting, self.kv, self.queries, self.hits, self.prompt, self.gen, self.ttft):
-            m.labels(**self.lv)
+        self.lvs = [{"model_name": model, "engine": str(i)} for i in range(engines)]
+        for lv in self.lvs:
+            for m in (self.running, self.waiting, self.kv, self.queries, self.hits, self.prompt, self.cached,
+                      self.gen, self.ttft):
+                m.labels(**lv)
+            for source in ("local_compute", "local_cache_hit", "external_kv_transfer"):
+                self.by_source.labels(**lv, source=source)
+        self._publish_sleep()
 
-    def admit(self, tokens: list[str]) -> int:
+    def next_engine(self) -> dict[str, str]:
+        """The labels of the engine that takes the next request (round-robin, as DP load balancing may)."""
+        with self.lock:
+            self.turn += 1
+            return self.lvs[self.turn % len(self.lvs)]
+
+    def _publish_sleep(self) -> None:
+        for lv in self.lvs:
+            for state, level in (("awake", 0), ("weights_offloaded", 1), ("discard_all", 2)):
+                on = self.sleep_level == 0 if state == "awake" else self.sleep_level == level
+                self.sleep_state.labels(**lv, sleep_state=state).set(1 if on else 0)
+
+    def sleep(self, level: int) -> None:
+        time.sleep(self.sleep_delay)
+        with self.lock:
+            self.sleep_level = level
+            if level == 2:
+                self.blocks.clear()
+            self._publish_sleep()
+
+    def wake(self) -> None:
+        time.sleep(self.wake_delay)
+        with self.lock:
+            self.sleep_level = 0
+            self._publish_sleep()
+
+    def admit(self, tokens: list[str], lv: dict[str, str]) -> int:
         """Cached tokens for this prompt (whole blocks already seen), then remember its blocks."""
         hashes = [hash(tuple(tokens[: (i + 1) * BLOCK])) for i in range(len(tokens) // BLOCK)]
         with self.lock:
@@ -68,10 +130,13 @@ class Engine:
                         break
                     cached += BLOCK
                 self.blocks.update(hashes)
-            self.queries.labels(**self.lv).inc(len(tokens))
-            self.hits.labels(**self.lv).inc(cached)
-            self.prompt.labels(**self.lv).inc(len(tokens))
-            self.kv.labels(**self.lv).set(min(1.0, len(self.blocks) * BLOCK / 100_000))
+            self.queries.labels(**lv).inc(len(tokens))
+            self.hits.labels(**lv).inc(cached)
+            self.prompt.labels(**lv).inc(len(tokens))
+            self.cached.labels(**lv).inc(cached)
+            self.by_source.labels(**lv, source="local_compute").inc(len(tokens) - cached)
+            self.by_source.labels(**lv, source="local_cache_hit").inc(cached)
+            self.kv.labels(**lv).set(min(1.0, len(self.blocks) * BLOCK / 100_000))
         return cached
 
 
@@ -99,11 +164,30 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 self._send(200, json.dumps(data).encode())
             elif self.path == "/metrics":
                 self._send(200, generate_latest(engine.registry), "text/plain; version=0.0.4; charset=utf-8")
+            elif self.path == "/is_sleeping" and DEV_MODE:
+                self._send(200, json.dumps({"is_sleeping": engine.sleep_level > 0}).encode())
             else:
                 self._send(404, json.dumps({"detail": "Not Found"}).encode())
 
+        def _sleep_endpoints(self) -> None:
+            url = urlsplit(self.path)
+            if url.path == "/sleep":
+                level = int(parse_qs(url.query).get("level", ["1"])[0])
+                if not engine.sleep_mode:  # vLLM's engine refuses: sleep mode was not enabled at start
+                    self._send(500, json.dumps({"error": {"message": "Sleep mode is not enabled in the "
+                                                          "model config", "code": 500}}).encode())
+                    return
+                engine.sleep(level)
+                self._send(200, json.dumps({"status": "sleeping", "level": level}).encode())
+            else:
+                engine.wake()
+                self._send(200, json.dumps({"status": "awake", "tags": None}).encode())
+
         def do_POST(self) -> None:
             chat = self.path == "/v1/chat/completions"
+            if DEV_MODE and urlsplit(self.path).path in ("/sleep", "/wake_up"):
+                self._sleep_endpoints()
+                return
             if self.path not in ("/v1/chat/completions", "/v1/completions"):
                 self._send(404, json.dumps({"detail": "Not Found"}).encode())
                 return
@@ -118,10 +202,10 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
 
         def _complete(self, body: dict, tokens: list[str], chat: bool) -> None:
             t0 = time.perf_counter()
-            lv = engine.lv
+            lv = engine.next_engine()
             engine.running.labels(**lv).inc()
             try:
-                cached = engine.admit(tokens)
+                cached = engine.admit(tokens, lv)
                 time.sleep((len(tokens) - cached) * PREFILL_S_PER_TOKEN)
                 n = int(body.get("max_tokens") or 16)
                 usage = {"prompt_tokens": len(tokens), "completion_tokens": n, "total_tokens": len(tokens) + n}
@@ -181,6 +265,22 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class EnableDisable(argparse.Action):
+    """A boolean flag listed as `--enable-x, --disable-x` (or `--x, --no-x`), as vLLM 0.33 prints its
+    booleans; the argparse negation of an enable flag (`--no-enable-x`) is registered hidden."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: object) -> None:
+        flag = option_strings[0]
+        other = ("--disable-" + flag[len("--enable-"):]) if flag.startswith("--enable-") else "--no-" + flag[2:]
+        self.negatives = {other}
+        kw.pop("nargs", None)
+        super().__init__([flag, other], dest, nargs=0, **kw)  # type: ignore[arg-type]
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, option_string not in self.negatives)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="vllm", description="vLLM test double (see module docstring)")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -188,13 +288,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("model", nargs="?")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    s.add_argument("--gpu-memory-utilization", type=float, default=0.92)
     s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    s.add_argument("--enforce-eager", action="store_true")
-    s.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
-    s.add_argument("--enable-sleep-mode", action="store_true")
-    s.add_argument("--enable-prompt-tokens-details", action="store_true")
+    s.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    s.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    s.add_argument("--max-model-len", type=str, default=None)
+    s.add_argument("--max-num-seqs", type=int, default=None)
+    s.add_argument("--kv-offloading-size", type=float, default=None)
+    s.add_argument("--kv-offloading-backend", choices=["native", "lmcache"], default="native")
+    s.add_argument("--enforce-eager", action=EnableDisable, default=False)
+    s.add_argument("--enable-prefix-caching", action=EnableDisable, default=True)
+    s.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false",
+                   help=argparse.SUPPRESS)
+    s.add_argument("--enable-sleep-mode", action=EnableDisable, default=False)
+    s.add_argument("--enable-prompt-tokens-details", action=EnableDisable, default=False)
     s.add_argument("--load-delay", type=float, default=0.5, help="Seconds before the port is bound (loading).")
+    s.add_argument("--sleep-delay", type=float, default=0.05, help="Seconds a POST /sleep takes.")
+    s.add_argument("--wake-delay", type=float, default=0.1, help="Seconds a POST /wake_up takes.")
     # vLLM's `serve --help=all` lists every flag; argparse's --help takes no value.
     return p.parse_args(["--help" if a.startswith("--help") else a for a in argv])
 
@@ -204,7 +314,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"INFO: vllm double: loading {args.model} (gpu_memory_utilization={args.gpu_memory_utilization}, "
           f"tp={args.tensor_parallel_size}, enforce_eager={args.enforce_eager})", flush=True)
     time.sleep(args.load_delay)
-    engine = Engine(args.model, args.enable_prefix_caching, args.enable_prompt_tokens_details)
+    engine = Engine(args.model, args.enable_prefix_caching, args.enable_prompt_tokens_details,
+                    engines=args.data_parallel_size, sleep_mode=args.enable_sleep_mode,
+                    sleep_delay=args.sleep_delay, wake_delay=args.wake_delay)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
     server.daemon_threads = True
     print(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)", flush=True)

@@ -25,6 +25,10 @@ LLAMA_BASE = ["llama-server", "-m", "/m/a.gguf", "--host", "127.0.0.1", "--port"
     (llama(tensor_split=[0.4, 0.6]), ["-ts", "0.4,0.6"]),
     (llama(n_gpu_layers=99, ctx_size=8192, parallel=4), ["-ngl", "99", "-c", "8192", "-np", "4"]),
     (llama(n_gpu_layers=-1), ["-ngl", "-1"]),
+    (llama(n_gpu_layers="all"), ["-ngl", "all"]),
+    (llama(n_gpu_layers="auto"), ["-ngl", "auto"]),
+    (llama(flash_attn="on", cache_reuse=256, cache_ram_mib=2048, fit="off"),
+     ["-fa", "on", "--cache-reuse", "256", "-cram", "2048", "-fit", "off"]),
     (llama(cache_type_k="q8_0", cache_type_v="q4_0"), ["-ctk", "q8_0", "-ctv", "q4_0"]),
     (llama(draft_model="/m/d.gguf", draft_max=16, draft_min=2),
      ["-md", "/m/d.gguf", "--draft-max", "16", "--draft-min", "2"]),
@@ -46,9 +50,13 @@ def test_llama_argv(spec: ServerSpec, tail: list[str] | None) -> None:
     (vllm(tensor_parallel_size=2), None, ["--tensor-parallel-size", "2"]),
     (vllm(enforce_eager=True), None, ["--enforce-eager"]),
     (vllm(enable_prefix_caching=True), None, ["--enable-prefix-caching"]),
-    (vllm(enable_prefix_caching=False), None, ["--no-enable-prefix-caching"]),
+    (vllm(enable_prefix_caching=False), None, ["--disable-prefix-caching"]),
     (vllm(enable_sleep_mode=True), None, ["--enable-sleep-mode"]),
     (vllm(extra_args=["--max-model-len", "4096"]), None, ["--max-model-len", "4096"]),
+    (vllm(pipeline_parallel_size=2, max_model_len=8192, max_num_seqs=64, kv_offloading_size=16,
+          kv_offloading_backend="native"), None,
+     ["--pipeline-parallel-size", "2", "--max-model-len", "8192", "--max-num-seqs", "64",
+      "--kv-offloading-size", "16", "--kv-offloading-backend", "native"]),
     # three servers on GPU 0 -> CUDA graphs off unless the spec says otherwise
     (vllm("a", gpus=[0]), [vllm("a", gpus=[0]), vllm("b", gpus=[0]), vllm("c", gpus=[0, 1])], ["--enforce-eager"]),
     (vllm("a", gpus=[0], enforce_eager=False),
@@ -99,3 +107,11 @@ def test_shared_count_treats_empty_gpus_as_all() -> None:
     assert gpus_shared_count(a, [a, b]) == 2
     assert gpus_shared_count(b, [a, b]) == 2
     assert gpus_shared_count(vllm("c", gpus=[5]), [b, vllm("c", gpus=[5])]) == 1
+
+
+def test_sleep_mode_turns_on_vllm_dev_mode() -> None:
+    assert build_command(vllm(enable_sleep_mode=True), "vllm", 1).env == {"VLLM_SERVER_DEV_MODE": "1"}
+    assert "VLLM_SERVER_DEV_MODE" not in build_command(vllm(), "vllm", 1).env
+    # an explicit value in `env` wins
+    spec = vllm(enable_sleep_mode=True, env={"VLLM_SERVER_DEV_MODE": "0"})
+    assert build_command(spec, "vllm", 1).env["VLLM_SERVER_DEV_MODE"] == "0"

@@ -73,3 +73,31 @@ def test_server_sees_only_its_gpus(tmp_path: Path) -> None:
         sup.stop_all()
     time.sleep(1.0)
     assert _used(gpu) - before < 256 * MiB  # stopped: the memory went back
+
+
+def test_real_vllm_sleep_frees_memory_and_wake_is_timed(tmp_path: Path) -> None:
+    """Needs vLLM on PATH and a local model: GPUDASH_VLLM_MODEL=/path/to/model (e.g. Qwen3-0.6B)."""
+    import os
+    import shutil
+
+    model = os.environ.get("GPUDASH_VLLM_MODEL")
+    if shutil.which("vllm") is None or not model:
+        pytest.skip("set GPUDASH_VLLM_MODEL to a local model directory and put vllm on PATH")
+    inbox = Inbox()
+    spec = ServerSpec(name="v", kind="vllm", model=model, gpus=[0], share=0.5, enable_sleep_mode=True,
+                      enforce_eager=True, max_model_len=2048, health_timeout_s=600)
+    sup = Supervisor([spec], inbox, tmp_path / "logs")
+    try:
+        sup.start_all()
+        awake = _used(0)
+        asleep = sup.sleep("v", level=1)
+        slept_used = _used(0)
+        woke = sup.wake("v")
+    finally:
+        sup.stop_all()
+    assert asleep.sleeping is True and woke.sleeping is False
+    assert slept_used < awake - 1024 * MiB  # weights and KV cache left the GPU
+    kinds = [(e.kind, e.new["seconds"]) for e in inbox.poll()["events"] if e.kind in ("server.sleep", "server.wake")]
+    assert [k for k, _ in kinds] == ["server.sleep", "server.wake"] and all(s > 0 for _, s in kinds)
+    print(f"\nvLLM sleep level 1: {asleep.seconds:.3f} s; wake: {woke.seconds:.3f} s "
+          f"(GPU 0 used {awake / MiB:.0f} MiB awake, {slept_used / MiB:.0f} MiB asleep)")

@@ -46,3 +46,28 @@ def test_without_real_gpus_the_spec_runs_as_written(make_supervisor, events: Eve
     sup.start_all()
     assert "-ngl" not in _command_line(sup, "s")
     assert not [e for e in events.drain() if e.kind == "server.budget"]
+
+
+def test_a_model_the_budget_cannot_read_is_one_launch_error(make_supervisor, events: Events, tmp_path,
+                                                             llama_server) -> None:
+    import gguf
+    import numpy as np
+
+    from gpudash.launcher.errors import LaunchError
+
+    path = tmp_path / "odd.gguf"
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_block_count(3)
+    w.add_embedding_length(32)
+    w.add_head_count(4)
+    w.add_head_count_kv([2, 2])  # per-layer array, one value short
+    w.add_tensor("token_embd.weight", np.zeros((10, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    spec = ServerSpec(name="s", model=str(path), binary=llama_server, gpus=[0], share=0.5)
+    sup = make_supervisor([spec], gpu_memory=lambda: {0: 16 * GiB})
+    with pytest.raises(LaunchError, match=r"head_count_kv' is an array of 2 values for 3 layers.*remove `share`"):
+        sup.start_all()
+    assert sup.pids() == {}

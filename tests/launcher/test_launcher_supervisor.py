@@ -142,11 +142,23 @@ def test_bad_new_spec_leaves_the_running_server(make_supervisor, tiny_model, lla
 def test_new_spec_that_dies_falls_back_to_the_old_one(make_supervisor, tiny_model, llama_server) -> None:
     sup = make_supervisor([spec("a", tiny_model, llama_server)])
     sup.start_all()
-    bad = sup.specs()["a"].model_copy(update={"extra_args": ["--no-such-flag-gpudash"]})
+    # a flag the binary has, with a value it rejects once running (unknown flags are refused before)
+    bad = sup.specs()["a"].model_copy(update={"extra_args": ["--cache-type-k", "bogus"]})
     with pytest.raises(LaunchError, match="while loading.*previous settings"):
         sup.restart("a", bad)
     assert sup.specs()["a"].extra_args == []
     assert sup.states()[0].state == "ready" and healthy(sup.base_url("a"))
+
+
+def test_unknown_extra_flag_is_refused_before_the_old_server_is_touched(make_supervisor, tiny_model,
+                                                                        llama_server) -> None:
+    sup = make_supervisor([spec("a", tiny_model, llama_server)])
+    sup.start_all()
+    pid = sup.states()[0].pid
+    bad = sup.specs()["a"].model_copy(update={"extra_args": ["--no-such-flag-gpudash"]})
+    with pytest.raises(LaunchError, match="has no --no-such-flag-gpudash flag, which `extra_args` needs"):
+        sup.restart("a", bad)
+    assert sup.states()[0].pid == pid and sup.states()[0].restarts == 0
 
 
 # ---- bad input: one clear error naming the server and the cause; other servers untouched -----------
@@ -237,7 +249,7 @@ def test_unknown_server_name(make_supervisor, tiny_model, llama_server) -> None:
 def test_restart_of_a_stopped_server_with_a_failing_spec_stays_stopped(make_supervisor, tiny_model,
                                                                        llama_server) -> None:
     sup = make_supervisor([spec("a", tiny_model, llama_server)])
-    bad = sup.specs()["a"].model_copy(update={"extra_args": ["--no-such-flag-gpudash"]})
+    bad = sup.specs()["a"].model_copy(update={"extra_args": ["--cache-type-k", "bogus"]})
     with pytest.raises(LaunchError, match="while loading") as err:
         sup.restart("a", bad)
     assert "previous settings" not in str(err.value)

@@ -103,3 +103,25 @@ def test_double_completions_endpoint(fake_vllm, make_supervisor) -> None:
         assert lines[-1] == "data: [DONE]" and len(lines) == 3  # two tokens, no usage chunk unless asked
         wrong = c.post(f"{base}/v1/chat/completions", json={"model": "other", "messages": []})
         assert wrong.status_code == 404 and "does not exist" in wrong.json()["message"]
+
+
+def test_vllm_data_parallel_engines_are_combined(fake_vllm, make_supervisor) -> None:
+    import httpx
+
+    sup = make_supervisor([vspec(extra_args=["--load-delay", "0", "-dp", "2"])])
+    sup.start_all()
+    text = httpx.get(sup.base_url("v") + "/metrics", trust_env=False).text
+    assert 'engine="0"' in text and 'engine="1"' in text
+    source = ServerSource(sup)
+    try:
+        source.poll()
+        run_probe(sup.base_url("v"), requests=4, shared_prefix=1.0, prompt_words=64, max_tokens=2)
+        (st,) = source.poll()["servers"]
+    finally:
+        source.close()
+    assert st.prefix_cache_queries == 4 * 64  # counters of both engines added up
+    engines = [float(line.rsplit(" ", 1)[1]) for line in httpx.get(sup.base_url("v") + "/metrics",
+                                                                      trust_env=False).text.splitlines()
+               if line.startswith("vllm:kv_cache_usage_perc{")]
+    assert len(engines) == 2 and st.kv_cache_usage == pytest.approx(sum(engines) / 2)  # averaged, not summed
+    assert st.prompt_tokens_per_s is not None and st.prompt_tokens_per_s > 0

@@ -107,20 +107,22 @@ def warnings_text(warnings: Sequence[Any]) -> Text:
 class ServersView(Vertical):
     """The launcher's servers, and the log tail of the selected one."""
 
-    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s", "restarts", "running", "KV use")
+    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s", "computed prompt tok/s", "restarts", "running",
+               "KV use")
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
         self._rows: list[tuple[Any, ...]] = []
 
     def compose(self) -> ComposeResult:
-        yield Static("Servers (s: select, S/x/R: start/stop/restart, t: split, m: memory share)",
+        yield Static("Servers (s: select, S/x/R: start/stop/restart, z/w: sleep/wake, t: split, m: memory share)",
                      classes="view-title")
         yield Static("no servers yet (the launcher starts them one after another)", classes="empty")
         table: DataTable[Any] = DataTable(cursor_type="row", zebra_stripes=True, id="servers-table")
         table.can_focus = False
         table.add_columns(*self.COLUMNS)
         yield table
+        yield Static("", id="sleep-times")
         yield Static("log: no server selected", id="log-title", classes="view-title")
         log = Log(id="server-log", max_lines=200)
         log.can_focus = False
@@ -137,17 +139,20 @@ class ServersView(Vertical):
             s = by_name.get(name)
             if s is None:
                 spec = state.specs[name]
-                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", 0, "—", "—"))
+                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", "—", 0, "—", "—"))
                 continue
-            style = {"ready": "green", "crashed": "bold red", "backoff": "yellow"}.get(s.state, "")
+            style = {"ready": "green", "crashed": "bold red", "backoff": "yellow", "sleeping": "cyan"}.get(s.state, "")
+            running = s.state in ("ready", "sleeping")
+            kv = "not reported" if running and s.kv_cache_usage is None else fmt.pct(s.kv_cache_usage)
             rows.append((name, s.kind, Text(s.state, style=style), s.port or "—", fmt.duration(s.uptime_s),
-                         fmt.num(s.tokens_per_s, ".1f"), s.restarts, fmt.num(s.requests_running, ".0f"),
-                         fmt.pct(s.kv_cache_usage)))
+                         fmt.num(s.tokens_per_s, ".1f"), fmt.num(s.prompt_tokens_per_s, ".1f"), s.restarts,
+                         fmt.num(s.requests_running, ".0f"), kv))
         if rows != self._rows:
             self._rows = rows
             table.clear()
             table.add_rows(rows)
         self.query_one(".empty", Static).display = not names
+        self.query_one("#sleep-times", Static).update(_sleep_times(state.events))
         if selected_server in names:
             table.move_cursor(row=names.index(selected_server), animate=False)
 
@@ -156,6 +161,17 @@ class ServersView(Vertical):
         log = self.query_one(Log)
         log.clear()
         log.write_lines(lines)
+
+
+def _sleep_times(events: Any) -> str:
+    """The latest timed sleep and wake of each server (from server.sleep / server.wake events)."""
+    last: dict[tuple[str, str], Any] = {}
+    for e in events:
+        if e.kind in ("server.sleep", "server.wake") and e.ok and isinstance(e.new, dict):
+            last[(e.target, e.kind)] = e
+    verb = {"server.sleep": "slept in", "server.wake": "woke in"}
+    parts = [f"{server} {verb[kind]} {e.new.get('seconds', 0):.2f} s" for (server, kind), e in sorted(last.items())]
+    return ("sleep/wake: " + ", ".join(parts)) if parts else ""
 
 
 class EngineView(Vertical):

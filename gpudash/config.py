@@ -255,8 +255,11 @@ class ProbeConfig(_Section):
     enabled: bool = True
     """Run the probe workload against ready servers while gpudash launch / serve runs."""
 
-    interval_s: float = Field(2.0, gt=0)
+    interval_s: float = Field(2.0, gt=0, le=86400)
     """Seconds between probe rounds."""
+
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    """Whole-request deadline of one probe request (a server that stalls or drips fails it after this)."""
 
     concurrency: int = Field(1, ge=1, le=256)
     """Requests in flight at once."""

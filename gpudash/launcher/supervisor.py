@@ -2,9 +2,10 @@
 
 Servers start one after another, each only once the previous one is healthy (concurrent vLLM starts race
 for GPU memory). Every server runs in its own process group so stopping it (SIGTERM, then SIGKILL) takes
-its workers along, and gets SIGTERM should gpudash die without stopping it (guard.py). A waiter thread
-per process notices a crash the moment the process exits and restarts it with backoff; every start,
-ready, crash, restart and stop is pushed to the inbox as an Event.
+its workers along, and is taken down (SIGTERM, then SIGKILL) should gpudash die without stopping it
+(guard.py). A stop wins over a start in progress: the health wait ends as soon as the stop is asked for.
+A waiter thread per process notices a crash the moment the process exits and restarts it with backoff;
+every start, ready, crash, restart and stop is pushed to the inbox as an Event.
 """
 
 from __future__ import annotations
@@ -275,7 +276,7 @@ class Supervisor:
         try:
             # Spawned from the one long-lived spawner thread: the death signal (guard.py) follows that thread.
             proc = self._spawner.submit(
-                subprocess.Popen, guarded(cmd.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                subprocess.Popen, guarded(cmd.argv, self._stop_timeout_s), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, env={**os.environ, **cmd.env}, start_new_session=True, text=True,
                 errors="replace", bufsize=1).result()
         except OSError as err:
@@ -292,9 +293,13 @@ class Supervisor:
         srv.reader.start()
         url = f"http://{url_host(spec.host)}:{port}/health"
         try:
-            ready_ts = wait_healthy(proc, url, spec.health_timeout_s)
+            ready_ts = wait_healthy(proc, url, spec.health_timeout_s, cancel=srv.cancel)
         except NotHealthy as err:
             self._terminate(srv)
+            if srv.cancel.is_set():  # a stop won the race with the start: no failure to report
+                with self._lock:
+                    srv.state = "stopped"
+                raise LaunchError(name, "was stopped while loading") from None
             last = next((ln for ln in reversed(srv.tail) if ln.strip() and not ln.startswith("===")), "")
             with self._lock:
                 srv.state = "crashed" if err.exit_code is not None else "stopped"

@@ -7,16 +7,23 @@ file, the field and what was expected; the CLI prints those lines and exits 2.
 
 from __future__ import annotations
 
+import math
 import re
+import socket
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import platformdirs
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from engine.config import KNOB_LIMITS
+from gpudash.redact import redact_config_data
 
 APP_NAME = "gpudash"
+# Highest GPU index a [[servers]] entry may name (CUDA enumerates at most 64 devices on one host).
+MAX_GPU_INDEX = 63
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
@@ -58,7 +65,7 @@ class SamplingConfig(_Section):
     interval_s: float = Field(1.0, gt=0.01, le=3600)
     """Seconds between the end of one telemetry sweep and the start of the next."""
 
-    source_timeout_s: float = Field(0.5, gt=0)
+    source_timeout_s: float = Field(0.5, gt=0, le=3600)
     """A source slower than this yields NA for its fields on that tick instead of holding the others."""
 
 
@@ -147,6 +154,14 @@ class EngineSettings(_Section):
             raise ValueError(f"staging threshold must be between 0 (always stage) and 2**50 bytes, got {v} bytes")
         return v
 
+    @field_validator("h2d_fallback_bytes", "d2h_fallback_bytes", "registration_cache_bytes")
+    @classmethod
+    def _engine_range(cls, v: int, info: ValidationInfo) -> int:
+        lo, hi = KNOB_LIMITS[str(info.field_name)]
+        if not lo <= v <= hi:
+            raise ValueError(f"must be between {lo} and {hi} bytes (the engine's limit), got {v} bytes")
+        return v
+
 
 class ServerSpec(_Section):
     """One inference server gpudash launches and supervises (`[[servers]]`)."""
@@ -166,10 +181,22 @@ class ServerSpec(_Section):
     host: str = "127.0.0.1"
     """Address the server binds."""
 
+    @field_validator("host")
+    @classmethod
+    def _resolvable(cls, v: str) -> str:
+        if v in ("", "0.0.0.0", "::"):  # every address of this machine
+            return v
+        try:
+            socket.getaddrinfo(v, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            raise ValueError(f"host {v!r} does not resolve to an address; use an IP such as 127.0.0.1 "
+                             "or a name this machine resolves") from None
+        return v
+
     port: int | None = Field(None, ge=1, le=65535)
     """Port; unset picks a free one at launch."""
 
-    gpus: list[int] = Field(default_factory=list)
+    gpus: list[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]] = Field(default_factory=list)
     """GPU indices the server may use (CUDA_VISIBLE_DEVICES); empty means all, or CPU when none exist."""
 
     share: float | None = Field(None, gt=0, le=1)
@@ -228,7 +255,7 @@ class ServerSpec(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables for the server process."""
 
-    health_timeout_s: float = Field(300.0, gt=0)
+    health_timeout_s: float = Field(300.0, gt=0, le=86400)
     """Seconds a server may take to answer its health check before the launch fails."""
 
     restart_on_crash: bool = True
@@ -245,9 +272,12 @@ class ServerSpec(_Section):
         if bad:
             other = "vllm" if self.kind == "llama.cpp" else "llama.cpp"
             raise ValueError(f"{', '.join(bad)} not valid for kind '{self.kind}'; remove it or set kind = '{other}'")
-        if self.tensor_split is not None and (not self.tensor_split or any(x < 0 for x in self.tensor_split)
-                                              or sum(self.tensor_split) <= 0):
-            raise ValueError("tensor_split must be non-negative numbers with a positive sum, e.g. [2, 3]")
+        ts = self.tensor_split
+        if ts is not None and (not ts or not all(math.isfinite(x) and x >= 0 for x in ts) or sum(ts) <= 0):
+            raise ValueError("tensor_split must be finite non-negative numbers with a positive sum, e.g. [2, 3]")
+        if ts is not None and self.gpus and len(ts) > len(self.gpus):
+            raise ValueError(f"tensor_split has {len(ts)} entries but the server has {len(self.gpus)} GPU(s) "
+                             "in `gpus`; give one entry per GPU")
         return self
 
 
@@ -371,16 +401,21 @@ def load_config(path: Path | str | None = None) -> Config:
         if explicit:
             raise ConfigError([f"{p}: file not found; pass an existing TOML file to --config"])
         return Config()
+    if not p.is_file():  # a FIFO or device would block the read or never end
+        raise ConfigError([f"{p}: not a regular file; pass a TOML file to --config"])
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise ConfigError([f"{p}: not valid TOML: {err}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{p}: nested too deeply to be a gpudash config; flatten its tables"]) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError([f"{p}: cannot be read: {err}"]) from None
     return validate(data, str(p))
 
 
-def to_toml(config: Config) -> str:
-    """The config as TOML (unset optional fields are left out, since TOML has no null)."""
+def to_toml(config: Config, redacted: bool = False) -> str:
+    """The config as TOML (unset optional fields are left out, since TOML has no null); `redacted` masks
+    secret-looking server env values and flags (for copies written to disk)."""
     data = config.model_dump(mode="json", exclude_none=True)
-    return tomli_w.dumps(data)
+    return tomli_w.dumps(redact_config_data(data) if redacted else data)

@@ -25,18 +25,23 @@ def _when(ts: float | None) -> str:
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the sessions as a JSON array.")
 @pass_config
 def history(cfg: Config, db: str | None, as_json: bool) -> None:
-    """List recorded sessions: start, end, duration, source and row counts per table."""
+    """List recorded sessions: start, end, duration, source and row counts per table.
+
+    A session without an end shows as live (its writer runs), interrupted (its writer is gone) or open
+    (written on another host)."""
     from gpudash.store import Store, StoreError
 
     path = db_path(cfg, db)
     if not path.exists():
         usage_error(f"no database at {path}; record a session with `gpudash record` or pass --db")
     try:
-        store = Store.open(path)
+        store = Store.open(path, writing=False)
+        try:
+            sessions = store.sessions()
+        finally:
+            store.close()
     except StoreError as err:
         usage_error(str(err))
-    sessions = store.sessions()
-    store.close()
     if as_json:
         click.echo(json.dumps([s.as_dict() for s in sessions], indent=2))
         return
@@ -46,6 +51,6 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     click.echo(f"{'id':>4}  {'started':19}  {'ended':19}  {'duration':>9}  {'source':18}  rows")
     for s in sessions:
         rows = ", ".join(f"{_SHORT.get(t, t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
-        ended = _when(s.ended) if s.ended else "open"
+        ended = _when(s.ended) if s.ended else s.state
         click.echo(f"{s.id:>4}  {_when(s.started):19}  {ended:19}  {s.duration_s:>8.1f}s  {s.source:18}  "
                    f"ticks {s.rows.get('ticks', 0)}{', ' + rows if rows else ''}")

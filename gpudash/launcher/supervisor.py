@@ -31,7 +31,9 @@ from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.logparse import LogFacts, parse_line
+from gpudash.private_fs import private_dir, private_file
 from gpudash.records import Event, ServerSample
+from gpudash.redact import redact_args, redact_spec
 from gpudash.shares import budget_spec, model_shape
 
 TAIL_LINES = 2000
@@ -64,7 +66,8 @@ class _Server:
 
 
 def _spec_dict(spec: ServerSpec) -> dict[str, Any]:
-    return spec.model_dump(mode="json", exclude_defaults=True)
+    """A spec as recorded in events: non-default fields, secret env values and flags masked."""
+    return redact_spec(spec.model_dump(mode="json", exclude_defaults=True))
 
 
 class Supervisor:
@@ -269,9 +272,9 @@ class Supervisor:
         except LaunchError as err:
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=err.cause)
             raise
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(srv.log_path, "a", encoding="utf-8", errors="replace")
-        log.write(f"=== gpudash {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd.argv)}\n")
+        private_dir(self._log_dir)
+        log = open(private_file(srv.log_path), "a", encoding="utf-8", errors="replace")
+        log.write(f"=== gpudash {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(redact_args(cmd.argv))}\n")
         log.flush()
         try:
             # Spawned from the one long-lived spawner thread: the death signal (guard.py) follows that thread.

@@ -97,7 +97,15 @@ def _v3_indices(db: sqlite_utils.Database) -> None:
         db[table].create_index(["session_id", "ts"], if_not_exists=True)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1_core_tables, _v2_ticks, _v3_indices]
+def _v4_session_writer(db: sqlite_utils.Database) -> None:
+    """The writing process (pid and its start time) per session, so a session whose writer died
+    (kill -9, power loss) shows as interrupted rather than open forever."""
+    db["sessions"].add_column("pid", int)
+    db["sessions"].add_column("pid_started", float)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1_core_tables, _v2_ticks, _v3_indices,
+                                                              _v4_session_writer]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

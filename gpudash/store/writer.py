@@ -44,11 +44,16 @@ class StoreWriter:
         self._thread.start()
 
     def submit(self, snap: Snapshot) -> None:
-        """Queue one snapshot; blocks while `queue_max` rows are already waiting (back-pressure)."""
+        """Queue one snapshot; blocks while `queue_max` rows are already waiting (back-pressure).
+
+        Once the writer has failed (a full disk), snapshots are dropped without a word: the failure is
+        told once, by `error` and `close()`, not once per tick."""
         n = codec.count_rows(snap)
         with self._cond:
             while self._pending and self._pending_rows + n > self.queue_max and not self._stopped():
                 self._cond.wait()
+            if self.error is not None:
+                return
             self._raise_if_stopped()
             self._pending.append(snap)
             self._pending_rows += n

@@ -79,6 +79,31 @@ class StoreConfig(_Section):
     queue_max: int = Field(100_000, ge=100)
     """Rows the writer queue holds before producers are slowed (back-pressure)."""
 
+    raw_days: float | None = Field(1.0, gt=0, le=36500)
+    """Days samples are kept at full resolution; older ones become 1-minute means and maxima (the
+    `<table>_1m` tables). Unset: never downsample."""
+
+    retain_days: float | None = Field(90.0, gt=0, le=36500)
+    """Days anything is kept (samples, 1-minute rows, requests, events, ended sessions). Unset: forever."""
+
+    max_bytes: int | None = None
+    """Size cap of the data in the file (e.g. "20GB"): above it the oldest data is deleted (the last hour
+    always stays). Unset: no cap."""
+
+    prune_interval_s: float = Field(3600.0, ge=10, le=86400)
+    """How often a running recorder applies raw_days / retain_days / max_bytes (`gpudash store prune`
+    applies them at once)."""
+
+    @field_validator("max_bytes", mode="before")
+    @classmethod
+    def _cap_size(cls, v: Any) -> int | None:
+        if v is None:
+            return None
+        n = parse_size(v)
+        if n < 1 << 20:
+            raise ValueError(f"max_bytes must be at least 1 MiB, got {n} bytes")
+        return n
+
     def resolved_path(self) -> Path:
         """The DB path to use: the configured one, else the user data directory's gpudash.db."""
         if self.path is not None:

@@ -68,6 +68,7 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
            db: str | None, listen: str | None, quiet: bool) -> None:
     """Record telemetry to SQLite without a screen, until Ctrl-C, SIGTERM or --duration."""
     from gpudash.store import Store, StoreError, StoreWriter
+    from gpudash.store.retention import Retention
     from gpudash.telemetry.factory import build_sources, sim_engine
     from gpudash.telemetry.sampler import Sampler
 
@@ -93,7 +94,8 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
                 opened.close()
         raise click.ClickException(f"cannot start the {source} telemetry sources: {type(err).__name__}: {err}") from None
     sid = store.begin_session(source, cfg, note="gpudash record")
-    writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max)
+    writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max,
+                         retention=Retention.from_config(cfg.store))
     progress = _Progress()
     sinks = [writer.submit, progress] + ([prom] if prom else [])
     sampler = Sampler(sources, interval, source, sinks=sinks, source_timeout_s=cfg.sampling.source_timeout_s)

@@ -98,8 +98,11 @@ class Store:
                 raise StoreError(f"{what} is read-only; make it writable or pass another --db")
         try:
             private_dir(p.parent)
+            new = not p.exists() or p.stat().st_size == 0
             private_file(p)
             db = connect(p)
+            if new:  # only possible before the first table: prunes can then give pages back to the disk
+                db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             migrate(db)
             if writing:
                 problem = db.execute("PRAGMA quick_check(1)").fetchone()[0]

@@ -7,7 +7,9 @@ A simulated week (sim values, written as fast as the writer takes them, timestam
 * policy: the default [store] policy (full resolution for raw_days = 1, then 1-minute means and maxima),
   applied after every simulated hour as a running recorder does (`prune_interval_s`), then `store vacuum`.
 
-Printed: file bytes and bytes per GPU-day of each, and the ratio policy / raw.
+Printed: file bytes and bytes per GPU-day of each, the ratio policy / raw, and the 1-minute tier alone
+(its pages, from SQLite's dbstat, per GPU-day it covers): what the file grows by per GPU-day once the
+raw day is full.
 
 Run: PYTHONPATH=. python benchmarks/bench_store_growth.py [--days 7] [--gpus 2] [--interval 1.0]
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sqlite3
 import tempfile
 import time
 from pathlib import Path
@@ -38,8 +41,9 @@ def snapshot(tick: int, ts: float, gpus: int, rng: random.Random) -> Snapshot:
     return Snapshot(ts, tick, "sim:8xh20", gpus=g, host=HostSample(ts, rng.uniform(0, 100), 2**35, 2**39, 2))
 
 
-def record(path: Path, days: float, gpus: int, interval: float, policy: Retention | None) -> tuple[int, float]:
-    """Write the simulated span into `path`; returns (file bytes, seconds it took)."""
+def record(path: Path, days: float, gpus: int, interval: float,
+           policy: Retention | None) -> tuple[int, float, int | None]:
+    """Write the simulated span into `path`; returns (file bytes, seconds it took, 1-minute tier bytes)."""
     t0 = time.perf_counter()
     store = Store.open(path)
     sid = store.begin_session("sim:8xh20", Config())
@@ -59,8 +63,12 @@ def record(path: Path, days: float, gpus: int, interval: float, policy: Retentio
     if policy is not None:
         vacuum(store.db)
     store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    try:
+        tier = store.db.execute("SELECT sum(pgsize) FROM dbstat WHERE name LIKE '%\\_1m%' ESCAPE '\\'").fetchone()[0]
+    except sqlite3.OperationalError:  # SQLite built without dbstat
+        tier = None
     store.close()
-    return path.stat().st_size, time.perf_counter() - t0
+    return path.stat().st_size, time.perf_counter() - t0, tier
 
 
 def main() -> None:
@@ -72,14 +80,18 @@ def main() -> None:
     policy = Retention.from_config(StoreConfig())
     gpu_days = a.gpus * a.days
     with tempfile.TemporaryDirectory() as d:
-        raw, raw_s = record(Path(d) / "raw.db", a.days, a.gpus, a.interval, None)
-        kept, kept_s = record(Path(d) / "policy.db", a.days, a.gpus, a.interval, policy)
+        raw, raw_s, _ = record(Path(d) / "raw.db", a.days, a.gpus, a.interval, None)
+        kept, kept_s, tier = record(Path(d) / "policy.db", a.days, a.gpus, a.interval, policy)
     print(f"sim: {a.days:g} days x {a.gpus} GPUs at {a.interval:g} s "
           f"(policy: raw_days={policy.raw_s / DAY:g}, retain_days={policy.retain_s / DAY:g}, 1-minute tier)")
     print(f"{'store':<34}{'file bytes':>14}{'bytes/GPU-day':>16}{'ratio':>8}{'write s':>9}")
     print(f"{'raw, no retention (baseline)':<34}{raw:>14,}{raw / gpu_days:>16,.0f}{1.0:>8.2f}{raw_s:>9.1f}")
     print(f"{'[store] default policy + vacuum':<34}{kept:>14,}{kept / gpu_days:>16,.0f}{kept / raw:>8.3f}"
           f"{kept_s:>9.1f}")
+    tier_days = a.gpus * (a.days - policy.raw_s / DAY)
+    if tier is not None and tier_days > 0:
+        print(f"{'  of which the 1-minute tier':<34}{tier:>14,}{tier / tier_days:>16,.0f}"
+              f"{(tier / tier_days) / (raw / gpu_days):>8.3f}{'':>9}")
 
 
 if __name__ == "__main__":

@@ -299,7 +299,7 @@ class ServerSpec(_Section):
             raise ValueError(f"{', '.join(bad)} not valid for kind '{self.kind}'; remove it or set kind = '{other}'")
         ts = self.tensor_split
         if ts is not None and (not ts or not all(math.isfinite(x) and x >= 0 for x in ts) or sum(ts) <= 0):
-            raise ValueError("tensor_split must be finite non-negative numbers with a positive sum, e.g. [2, 3]")
+            raise ValueError("tensor_split must be non-negative, finite numbers with a positive sum, e.g. [2, 3]")
         if ts is not None and self.gpus and len(ts) > len(self.gpus):
             raise ValueError(f"tensor_split has {len(ts)} entries but the server has {len(self.gpus)} GPU(s) "
                              "in `gpus`; give one entry per GPU")

@@ -5,6 +5,8 @@ prompt and cached token counts the server reports (llama-server `timings.cache_n
 `usage.prompt_tokens_details.cached_tokens`), the total time and the server's own `prompt_ms`.
 A `shared_prefix` fraction of the requests starts with one fixed prefix (prefix-cache hits after the first);
 the rest are all-new text (misses), so the TTFT-vs-hit correlation has both kinds to compare.
+Whatever a server does (stall, drip, flood, answer nonsense), a request ends by its deadline as one
+sample; the bounded reading itself is probe_http.py's job.
 """
 
 from __future__ import annotations

@@ -141,3 +141,46 @@ def test_stop_wins_over_a_restart_that_never_becomes_healthy(tmp_path: Path) -> 
         assert _gone(pids) == []
     finally:
         sup.stop_all()
+
+
+def test_sigterm_on_serve_wins_over_a_restart_that_never_becomes_healthy(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[[servers]]\nname = "v"\nkind = "vllm"\nmodel = "m"\nbinary = "{_crash_once_then_hang(tmp_path)}"\n'
+                   "health_timeout_s = 3600\n[probe]\nenabled = false\n")
+    db = tmp_path / "g.db"
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "c"),
+           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_DATA_HOME": str(tmp_path / "data")}
+    serve = subprocess.Popen([sys.executable, "-c", "from gpudash.cli import main; main()", "serve", "--config",
+                              str(cfg), "--db", str(db), "--sim", "h200", "--quiet"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + WAIT_S
+        restarting = False
+        while not restarting and time.monotonic() < end and serve.poll() is None:
+            time.sleep(0.1)
+            restarting = db.exists() and _events(db, "server.restart") > 0
+        assert restarting, "the server never crashed and restarted"
+        serve.send_signal(signal.SIGTERM)
+        _, err = serve.communicate(timeout=WAIT_S)
+    finally:
+        serve.kill()
+    assert serve.returncode == 0, err
+    assert "Traceback" not in err
+    assert _gone([p.pid for p in psutil.process_iter() if str(tmp_path) in " ".join(_cmdline(p))]) == []
+
+
+def _events(db: Path, kind: str) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(db, timeout=5) as c:
+            return c.execute("SELECT count(*) FROM events WHERE kind = ?", [kind]).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []

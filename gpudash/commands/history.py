@@ -16,6 +16,12 @@ _SHORT = {"gpu_samples": "gpu", "gpu_process_samples": "gpu_proc", "host_samples
           "server_samples": "server", "requests": "req", "events": "event"}
 
 
+def _label(table: str) -> str:
+    """A table's short name; the 1-minute tier of `gpu_samples` is `gpu/1m`."""
+    base = table.removesuffix("_1m")
+    return _SHORT.get(base, base) + ("/1m" if base != table else "")
+
+
 def _when(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
@@ -50,7 +56,7 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
         return
     click.echo(f"{'id':>4}  {'started':19}  {'ended':19}  {'duration':>9}  {'source':18}  rows")
     for s in sessions:
-        rows = ", ".join(f"{_SHORT.get(t, t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
+        rows = ", ".join(f"{_label(t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
         ended = _when(s.ended) if s.ended else s.state
         click.echo(f"{s.id:>4}  {_when(s.started):19}  {ended:19}  {s.duration_s:>8.1f}s  {s.source:18}  "
                    f"ticks {s.rows.get('ticks', 0)}{', ' + rows if rows else ''}")

@@ -1,5 +1,6 @@
 """Export one session to files: one per table, in CSV, JSON or Parquet.
 
+One file per table, plus one per 1-minute tier table where retention has folded old samples into it.
 Every file carries the session's `source` column, so a simulated session stays labelled `sim:<profile>`
 wherever its rows travel. Nothing is written until every check has passed (no existing files unless
 `force`, pyarrow importable for Parquet, a writable directory). Every file is written beside its target
@@ -24,7 +25,7 @@ from gpudash.private_fs import private_dir, private_file
 from gpudash.records import SAMPLE_TABLES
 from gpudash.redact import redact_config_data, redact_spec
 from gpudash.store.schema import columns, encode_json
-from gpudash.store.store import SESSION_TABLES, Store
+from gpudash.store.store import SESSION_TABLES, TIER_TABLES, Store
 
 FORMATS = ("csv", "json", "parquet")
 _PARQUET_BATCH = 50_000
@@ -47,7 +48,8 @@ def export_session(store: Store, sid: int, fmt: str, out_dir: Path, force: bool 
         raise ExportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     writer = {"csv": _write_csv, "json": _write_json, "parquet": _parquet_writer()}[fmt]
     source = store.session_row(sid)["source"]
-    targets = {t: out_dir / f"{t}.{fmt}" for t in SESSION_TABLES}
+    tables = [*SESSION_TABLES, *(t for t in TIER_TABLES if store.count(sid, t))]  # the 1-minute tier if it holds any
+    targets = {t: out_dir / f"{t}.{fmt}" for t in tables}
     existing = [p for p in targets.values() if p.exists()]
     if existing and not force:
         raise ExportError(f"{len(existing)} export file(s) already exist in {out_dir} (e.g. {existing[0].name}); "

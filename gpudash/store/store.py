@@ -24,10 +24,12 @@ from gpudash.config import Config, to_toml
 from gpudash.private_fs import private_dir, private_file
 from gpudash.records import SAMPLE_TABLES, Event, RequestSample, Snapshot
 from gpudash.store import codec
-from gpudash.store.schema import SchemaTooNew, decode_json, immediate, migrate
+from gpudash.store.schema import ROLLUP_TABLES, SchemaTooNew, decode_json, immediate, migrate, rollup_table
 
 # Tables a session's rows live in, in export order.
 SESSION_TABLES: tuple[str, ...] = ("sessions", "ticks", *SAMPLE_TABLES)
+# The 1-minute tier (retention.py): a session's samples older than [store] raw_days live here.
+TIER_TABLES: tuple[str, ...] = tuple(rollup_table(t) for t in ROLLUP_TABLES)
 log = logging.getLogger(__name__)
 
 
@@ -155,7 +157,7 @@ class Store:
 
     def _sessions(self) -> list[SessionInfo]:
         counts: dict[int, dict[str, int]] = {}
-        for table in SESSION_TABLES[1:]:
+        for table in (*SESSION_TABLES[1:], *TIER_TABLES):
             for sid, n in self.db.execute(f"SELECT session_id, count(*) FROM [{table}] GROUP BY session_id"):
                 counts.setdefault(sid, {})[table] = n
         out = []
@@ -165,6 +167,7 @@ class Store:
         for r in rows:
             end = r["ended"] or r["last_ts"] or r["started"]
             rc = {t: counts.get(r["id"], {}).get(t, 0) for t in SESSION_TABLES[1:]}
+            rc.update({t: n for t in TIER_TABLES if (n := counts.get(r["id"], {}).get(t, 0))})
             out.append(SessionInfo(r["id"], r["started"], r["ended"], max(0.0, end - r["started"]),
                                    r["source"], r["host"], r["version"], r["note"], rc, _state(r, here)))
         return out
@@ -198,8 +201,11 @@ class Store:
         if table == "sessions":
             yield self.session_row(sid)
             return
+        if table in TIER_TABLES:
+            yield from self.db.query(f"SELECT * FROM [{table}] WHERE session_id = ? ORDER BY bucket, rowid", [sid])
+            return
         if table not in SESSION_TABLES:
-            raise StoreError(f"unknown table {table!r}; tables are {', '.join(SESSION_TABLES)}")
+            raise StoreError(f"unknown table {table!r}; tables are {', '.join(SESSION_TABLES + TIER_TABLES)}")
         yield from self.db.query(f"SELECT * FROM [{table}] WHERE session_id = ? ORDER BY tick, rowid", [sid])
 
     def count(self, sid: int, table: str) -> int:

@@ -131,3 +131,19 @@ def test_a_running_writer_applies_the_policy(store: Store) -> None:
         writer.close()
     assert store.count(sid, "gpu_samples") == 0
     assert store.db.execute("SELECT sum(n) FROM gpu_samples_1m").fetchone()[0] == 240
+
+
+def test_the_minute_tier_is_exported_and_counted(store: Store, tmp_path: Path) -> None:
+    import csv
+
+    from gpudash.store.export import export_session
+
+    sid = _fill(store, NOW - 2 * DAY, 120)
+    prune(store.db, Retention(raw_s=DAY), now=NOW)
+    (info,) = store.sessions()
+    assert info.rows["gpu_samples_1m"] == 4 and info.rows["host_samples_1m"] == 2
+    done = {e.table: e for e in export_session(store, sid, "csv", tmp_path / "out")}
+    assert done["gpu_samples_1m"].rows == 4 and "events" in done
+    with done["gpu_samples_1m"].path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["source"] for r in rows} == {"sim:h200"} and {r["n"] for r in rows} == {"60"}

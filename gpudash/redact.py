@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 MASK = "***"
-_SECRET = re.compile(r"token|secret|passw(or)?d|credential|auth|(api|access|private|secret|client)[-_]?key|(^|[-_])key$",
-                     re.IGNORECASE)
+_SECRET = re.compile(r"token|secret|passw(or)?d|credential|auth"
+                     r"|(api|access|private|secret|client)[-_]?key|(^|[-_])key$", re.IGNORECASE)
 
 
 def secret_name(name: str) -> bool:

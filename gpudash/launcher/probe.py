@@ -245,7 +245,10 @@ def probe_request(client: httpx.Client, base_url: str, model: str, prompt: str, 
 
 
 def _cut_off(cutoff: Cutoff, deadline_s: float) -> str:
-    return "the probe was stopped" if cutoff.cancelled else f"no complete answer within the request deadline of {deadline_s:g} s"
+    """Why a request whose socket was shut ended: a stop, or its deadline."""
+    if cutoff.cancelled:
+        return "the probe was stopped"
+    return f"no complete answer within the request deadline of {deadline_s:g} s"
 
 
 def _in_daemons(jobs: list[Callable[[], _T]], concurrency: int) -> list[_T]:
@@ -273,7 +276,8 @@ def _in_daemons(jobs: list[Callable[[], _T]], concurrency: int) -> list[_T]:
 
 def run_probe(base_url: str, requests: int, concurrency: int = 1, shared_prefix: float = 0.5,
               prompt_words: int = 256, max_tokens: int = 16, server: str | None = None,
-              seed: int = 0, deadline_s: float = DEFAULT_DEADLINE_S, cutoff: Cutoff | None = None) -> list[RequestSample]:
+              seed: int = 0, deadline_s: float = DEFAULT_DEADLINE_S,
+              cutoff: Cutoff | None = None) -> list[RequestSample]:
     """Send `requests` probe requests, `concurrency` at a time, each bounded by `deadline_s`.
 
     Raises httpx.HTTPError / ProbeFailure (a ValueError) when the server cannot be reached or lists no

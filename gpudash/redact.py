@@ -60,3 +60,20 @@ def redact_config_data(data: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(out.get("servers"), list):
         out["servers"] = [redact_spec(s) if isinstance(s, Mapping) else s for s in out["servers"]]
     return out
+
+
+def secret_values(env: Mapping[str, str], args: Sequence[str]) -> tuple[str, ...]:
+    """The values `redact_env` and `redact_args` mask, longest first, for masking them in free text (a
+    server that prints its own arguments into its log, as vLLM does). Values under 4 characters are left
+    alone: masking every "1" in a log would hide more than it protects."""
+    values = {v for k, v in env.items() if secret_name(k)}
+    for given, shown in zip(args, redact_args(args)):
+        if given != shown:
+            values.add(given.split("=", 1)[1] if shown.endswith("=" + MASK) else given)
+    return tuple(sorted((v for v in values if len(v) >= 4), key=len, reverse=True))
+
+
+def mask_values(text: str, values: Sequence[str]) -> str:
+    for v in values:
+        text = text.replace(v, MASK)
+    return text

@@ -33,7 +33,7 @@ from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free
 from gpudash.launcher.logparse import LogFacts, parse_line
 from gpudash.private_fs import private_dir, private_file
 from gpudash.records import Event, ServerSample
-from gpudash.redact import redact_args, redact_spec
+from gpudash.redact import mask_values, redact_args, redact_spec, secret_values
 from gpudash.shares import budget_spec, model_shape
 
 TAIL_LINES = 2000
@@ -291,7 +291,8 @@ class Supervisor:
             srv.spec, srv.port, srv.proc = spec, port, proc
             srv.state, srv.started, srv.facts = "loading", None, LogFacts()
         self._event(actor_kind, name, old=old, new=_spec_dict(spec))
-        srv.reader = threading.Thread(target=self._read_log, args=(srv, proc, log), daemon=True,
+        secrets = secret_values(cmd.env, cmd.argv)
+        srv.reader = threading.Thread(target=self._read_log, args=(srv, proc, log, secrets), daemon=True,
                                       name=f"gpudash-log-{name}")
         srv.reader.start()
         url = f"http://{url_host(spec.host)}:{port}/health"
@@ -318,11 +319,13 @@ class Supervisor:
         self._event("server.ready", name, new=address if build is None else f"{address} ({build})", ts=ready_ts)
         threading.Thread(target=self._wait_exit, args=(srv, proc), daemon=True, name=f"gpudash-wait-{name}").start()
 
-    def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO) -> None:
-        """Reader thread: copy the server's output to its log file and tail; it owns (and closes) the file."""
+    def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO, secrets: tuple[str, ...]) -> None:
+        """Reader thread: copy the server's output to its log file and tail, its secrets masked (a server
+        may print its own arguments); it owns (and closes) the file."""
         assert proc.stdout is not None
         with log:
             for line in proc.stdout:
+                line = mask_values(line, secrets)
                 log.write(line)
                 log.flush()
                 with self._lock:

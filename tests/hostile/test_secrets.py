@@ -13,7 +13,7 @@ import pytest
 
 from gpudash.config import Config, ServerSpec
 from gpudash.launcher.supervisor import Supervisor
-from gpudash.redact import MASK, redact_args, redact_env, secret_name
+from gpudash.redact import MASK, mask_values, redact_args, redact_env, secret_name, secret_values
 from gpudash.store import Store, StoreWriter
 from gpudash.store.export import export_session
 from gpudash.telemetry.inbox import Inbox
@@ -31,6 +31,12 @@ def test_secret_names(name: str) -> None:
 @pytest.mark.parametrize("name", ["CUDA_VISIBLE_DEVICES", "--port", "--model", "PATH", "--keep", "monkey"])
 def test_plain_names(name: str) -> None:
     assert not secret_name(name)
+
+
+def test_secret_values_are_masked_in_free_text() -> None:
+    values = secret_values({"HF_TOKEN": "hf_abcdef", "X": "plain"}, ["--api-key", "sk-123456", "--hf-token=hf_9876"])
+    line = "args: --api-key sk-123456 --hf-token=hf_9876 token hf_abcdef plain"
+    assert mask_values(line, values) == f"args: --api-key {MASK} --hf-token={MASK} token {MASK} plain"
 
 
 def test_flags_and_env_are_masked() -> None:
@@ -60,6 +66,7 @@ for a in args:
         keep.append(a)
 if not any(a.startswith("--help") for a in args):
     json.dump({{"env": os.environ.get("HF_TOKEN"), "args": given}}, open({str(got)!r}, "w"))
+    print(f"non-default args: {{args}}, token {{os.environ.get('HF_TOKEN')}}", flush=True)  # as vLLM prints them
 sys.argv = ["vllm", *keep]
 runpy.run_path({str(DOUBLE)!r}, run_name="__main__")
 """)
@@ -89,6 +96,7 @@ def test_secrets_reach_the_server_and_no_file(tmp_path: Path) -> None:
     start = next(e for e in events if e.kind == "server.start")
     assert start.new["env"]["HF_TOKEN"] == MASK and start.new["env"]["OTHER"] == "plain"
     log = sup.log_path("v")
+    assert "non-default args" in log.read_text()  # the server's own line arrived, its secrets masked
     assert not any(s in log.read_text() for s in SECRETS)
     assert _mode(log) == 0o600 and _mode(logs) == 0o700 and _mode(logs.parent) == 0o700
 

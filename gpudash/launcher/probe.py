@@ -39,6 +39,8 @@ DEFAULT_DEADLINE_S = 60.0
 # How long ProbeRunner.stop waits for a round in flight before the caller goes on to stop the servers.
 STOP_WAIT_S = 5.0
 
+# How often the thread waiting for probe results wakes (so a signal delivered to another thread is handled).
+_WAKE_S = 0.1
 _RAW = {"Accept-Encoding": "identity"}  # bytes on the wire are what the caps count: no decompression bombs
 _T = TypeVar("_T")
 _Count = Annotated[int, Field(ge=0, lt=2**63)]
@@ -271,7 +273,13 @@ def _in_daemons(jobs: list[Callable[[], _T]], concurrency: int) -> list[_T]:
 
     for i in range(min(concurrency, len(jobs))):
         threading.Thread(target=work, daemon=True, name=f"gpudash-probe-{i}").start()
-    return [done.get() for _ in jobs]
+    out: list[_T] = []
+    while len(out) < len(jobs):
+        try:  # never an endless wait: a Ctrl-C taken by a worker thread runs only when this thread runs Python
+            out.append(done.get(timeout=_WAKE_S))
+        except queue.Empty:
+            pass
+    return out
 
 
 def run_probe(base_url: str, requests: int, concurrency: int = 1, shared_prefix: float = 0.5,

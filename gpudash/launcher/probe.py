@@ -54,6 +54,8 @@ class _Shape(BaseModel):
 
 
 _S = TypeVar("_S", bound=_Shape)
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}
 
 _WORDS = ("time person year way day thing man world life hand part child eye woman place work week case "
           "point government company number group problem fact water room mother area money story month lot "
@@ -151,7 +153,9 @@ def _shaped(shape: type[_S], value: Any, what: str) -> _S:
     except ValidationError as err:
         e = err.errors()[0]
         where = ".".join(str(p) for p in e["loc"]) or "the top level"
-        raise ProbeFailure(f"{what} has the wrong shape at {where}: {e['msg']}") from None
+        msg = e["msg"].split(" or instance of ")[0].replace("valid dictionary", "JSON object")
+        got = _JSON_TYPES.get(type(e["input"]), "something else")
+        raise ProbeFailure(f"{what} has the wrong shape at {where}: {msg}, got {got}") from None
 
 
 def model_id(client: httpx.Client, base_url: str, deadline_s: float = DEFAULT_DEADLINE_S,

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "plan": "gpudash.commands.plan:plan",
     "llama": "gpudash.commands.llama_cmd:llama",
     "server": "gpudash.commands.server_cmd:server",
+    "store": "gpudash.commands.store_cmd:store",
 }
 
 

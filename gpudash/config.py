@@ -7,10 +7,12 @@ file, the field and what was expected; the CLI prints those lines and exits 2.
 
 from __future__ import annotations
 
+import math
 import re
+import socket
 import tomllib
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Annotated, Any, Iterable, Literal
 
 import platformdirs
 import tomli_w
@@ -18,8 +20,11 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
                       field_validator, model_validator)
 
 from engine.config import KNOB, KNOB_TABLE
+from gpudash.redact import redact_config_data
 
 APP_NAME = "gpudash"
+# Highest GPU index a [[servers]] entry may name (CUDA enumerates at most 64 devices on one host).
+MAX_GPU_INDEX = 63
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
@@ -36,8 +41,8 @@ def parse_size(value: int | float | str) -> int:
     if isinstance(value, bool):
         raise ValueError("expected a size in bytes or a string like '4MiB', got a boolean")
     if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"expected a size >= 0, got {value}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"expected a finite size >= 0, got {value}")
         return int(value)
     m = _SIZE_RE.match(str(value))
     if not m or m.group(2).lower() not in _SIZE_UNITS:
@@ -61,7 +66,7 @@ class SamplingConfig(_Section):
     interval_s: float = Field(1.0, gt=0.01, le=3600)
     """Seconds between the end of one telemetry sweep and the start of the next."""
 
-    source_timeout_s: float = Field(0.5, gt=0)
+    source_timeout_s: float = Field(0.5, gt=0, le=3600)
     """A source slower than this yields NA for its fields on that tick instead of holding the others."""
 
 
@@ -74,6 +79,31 @@ class StoreConfig(_Section):
 
     queue_max: int = Field(100_000, ge=100)
     """Rows the writer queue holds before producers are slowed (back-pressure)."""
+
+    raw_days: float | None = Field(1.0, gt=0, le=36500)
+    """Days samples are kept at full resolution; older ones become 1-minute means and maxima (the
+    `<table>_1m` tables). Unset: never downsample."""
+
+    retain_days: float | None = Field(90.0, gt=0, le=36500)
+    """Days anything is kept (samples, 1-minute rows, requests, events, ended sessions). Unset: forever."""
+
+    max_bytes: int | None = None
+    """Size cap of the data in the file (e.g. "20GB"): above it the oldest data is deleted (the last hour
+    always stays). Unset: no cap."""
+
+    prune_interval_s: float = Field(3600.0, ge=10, le=86400)
+    """How often a running recorder applies raw_days / retain_days / max_bytes (`gpudash store prune`
+    applies them at once)."""
+
+    @field_validator("max_bytes", mode="before")
+    @classmethod
+    def _cap_size(cls, v: Any) -> int | None:
+        if v is None:
+            return None
+        n = parse_size(v)
+        if n < 1 << 20:
+            raise ValueError(f"max_bytes must be at least 1 MiB, got {n} bytes")
+        return n
 
     def resolved_path(self) -> Path:
         """The DB path to use: the configured one, else the user data directory's gpudash.db."""
@@ -149,10 +179,22 @@ class ServerSpec(_Section):
     host: str = "127.0.0.1"
     """Address the server binds."""
 
+    @field_validator("host")
+    @classmethod
+    def _resolvable(cls, v: str) -> str:
+        if v in ("", "0.0.0.0", "::"):  # every address of this machine
+            return v
+        try:
+            socket.getaddrinfo(v, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            raise ValueError(f"host {v!r} does not resolve to an address; use an IP such as 127.0.0.1 "
+                             "or a name this machine resolves") from None
+        return v
+
     port: int | None = Field(None, ge=1, le=65535)
     """Port; unset picks a free one at launch."""
 
-    gpus: list[int] = Field(default_factory=list)
+    gpus: list[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]] = Field(default_factory=list)
     """GPU indices the server may use (CUDA_VISIBLE_DEVICES); empty means all, or CPU when none exist."""
 
     share: float | None = Field(None, gt=0, le=1)
@@ -245,7 +287,7 @@ class ServerSpec(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables for the server process."""
 
-    health_timeout_s: float = Field(300.0, gt=0)
+    health_timeout_s: float = Field(300.0, gt=0, le=86400)
     """Seconds a server may take to answer its health check before the launch fails."""
 
     restart_on_crash: bool = True
@@ -264,9 +306,12 @@ class ServerSpec(_Section):
         if bad:
             other = "vllm" if self.kind == "llama.cpp" else "llama.cpp"
             raise ValueError(f"{', '.join(bad)} not valid for kind '{self.kind}'; remove it or set kind = '{other}'")
-        if self.tensor_split is not None and (not self.tensor_split or any(x < 0 for x in self.tensor_split)
-                                              or sum(self.tensor_split) <= 0):
-            raise ValueError("tensor_split must be non-negative numbers with a positive sum, e.g. [2, 3]")
+        ts = self.tensor_split
+        if ts is not None and (not ts or not all(math.isfinite(x) and x >= 0 for x in ts) or sum(ts) <= 0):
+            raise ValueError("tensor_split must be non-negative, finite numbers with a positive sum, e.g. [2, 3]")
+        if ts is not None and self.gpus and len(ts) > len(self.gpus):
+            raise ValueError(f"tensor_split has {len(ts)} entries but the server has {len(self.gpus)} GPU(s) "
+                             "in `gpus`; give one entry per GPU")
         if isinstance(self.n_gpu_layers, int) and self.n_gpu_layers < -2:
             raise ValueError(f"n_gpu_layers {self.n_gpu_layers} is not a layer count; use a number >= 0, "
                              f"\"all\" or \"auto\"")
@@ -282,8 +327,11 @@ class ProbeConfig(_Section):
     enabled: bool = True
     """Run the probe workload against ready servers while gpudash launch / serve runs."""
 
-    interval_s: float = Field(2.0, gt=0)
+    interval_s: float = Field(2.0, gt=0, le=86400)
     """Seconds between probe rounds."""
+
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    """Whole-request deadline of one probe request (a server that stalls or drips fails it after this)."""
 
     concurrency: int = Field(1, ge=1, le=256)
     """Requests in flight at once."""
@@ -385,7 +433,8 @@ def default_config_path() -> Path:
 def _problem_lines(where: str, err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        # a TOML key may hold any character: one that is not printable is shown escaped, so a problem is one line
+        loc = ".".join(str(p) if str(p).isprintable() else repr(str(p)) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown field; remove it or check its spelling (`gpudash config show` lists every field)"
@@ -409,16 +458,21 @@ def load_config(path: Path | str | None = None) -> Config:
         if explicit:
             raise ConfigError([f"{p}: file not found; pass an existing TOML file to --config"])
         return Config()
+    if not p.is_file():  # a FIFO or device would block the read or never end
+        raise ConfigError([f"{p}: not a regular file; pass a TOML file to --config"])
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise ConfigError([f"{p}: not valid TOML: {err}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{p}: nested too deeply to be a gpudash config; flatten its tables"]) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError([f"{p}: cannot be read: {err}"]) from None
     return validate(data, str(p))
 
 
-def to_toml(config: Config) -> str:
-    """The config as TOML (unset optional fields are left out, since TOML has no null)."""
+def to_toml(config: Config, redacted: bool = False) -> str:
+    """The config as TOML (unset optional fields are left out, since TOML has no null); `redacted` masks
+    secret-looking server env values and flags (for copies written to disk)."""
     data = config.model_dump(mode="json", exclude_none=True)
-    return tomli_w.dumps(data)
+    return tomli_w.dumps(redact_config_data(data) if redacted else data)

@@ -66,13 +66,14 @@ class StoreRecording:
         if self.writer is not None:
             return self.writer
         from gpudash.store import Store, StoreWriter
+        from gpudash.store.retention import Retention
 
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         self._store = Store.open(self.db_path)
         self.session_id = self._store.begin_session(self._source, self._config, note=self._note)
         sc = self._config.store
         self.writer = StoreWriter(self.db_path, self.session_id, flush_interval_s=sc.flush_interval_s,
-                                  queue_max=sc.queue_max)
+                                  queue_max=sc.queue_max, retention=Retention.from_config(sc))
         return self.writer
 
     def record_leftovers(self, drained: Mapping[str, tuple]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import click
@@ -27,10 +28,13 @@ def export(cfg: Config, session: str, db: str | None, fmt: str, out: str, force:
     if not path.exists():
         usage_error(f"no database at {path}; record a session with `gpudash record` or pass --db")
     try:
-        with Store.open(path) as store:
+        with Store.open(path, writing=False) as store:
             sid = store.resolve_session(session)
             done = export_session(store, sid, fmt, Path(out).expanduser(), force=force)
     except (StoreError, ExportError) as err:
         usage_error(str(err))
+    except sqlite3.DatabaseError as err:
+        usage_error(f"{path} cannot be read ({err}); it may be damaged: `sqlite3 FILE .recover` can save "
+                    "what is readable")
     total = sum(e.rows for e in done)
     click.echo(f"exported session {sid}: {len(done)} files, {total} rows, into {Path(out).expanduser()}")

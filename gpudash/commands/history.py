@@ -16,6 +16,12 @@ _SHORT = {"gpu_samples": "gpu", "gpu_process_samples": "gpu_proc", "host_samples
           "server_samples": "server", "requests": "req", "events": "event"}
 
 
+def _label(table: str) -> str:
+    """A table's short name; the 1-minute tier of `gpu_samples` is `gpu/1m`."""
+    base = table.removesuffix("_1m")
+    return _SHORT.get(base, base) + ("/1m" if base != table else "")
+
+
 def _when(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
@@ -25,14 +31,17 @@ def _when(ts: float | None) -> str:
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the sessions as a JSON array.")
 @pass_config
 def history(cfg: Config, db: str | None, as_json: bool) -> None:
-    """List recorded sessions: start, end, duration, source and row counts per table."""
+    """List recorded sessions: start, end, duration, source and row counts per table.
+
+    A session without an end shows as live (its writer runs), interrupted (its writer is gone) or open
+    (written on another host)."""
     from gpudash.store import Store, StoreError
 
     path = db_path(cfg, db)
     if not path.exists():
         usage_error(f"no database at {path}; record a session with `gpudash record` or pass --db")
     try:
-        with Store.open(path) as store:
+        with Store.open(path, writing=False) as store:
             sessions = store.sessions()
     except StoreError as err:
         usage_error(str(err))
@@ -44,7 +53,7 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
         return
     click.echo(f"{'id':>4}  {'started':19}  {'ended':19}  {'duration':>9}  {'source':18}  rows")
     for s in sessions:
-        rows = ", ".join(f"{_SHORT.get(t, t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
-        ended = _when(s.ended) if s.ended else "open"
+        rows = ", ".join(f"{_label(t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
+        ended = _when(s.ended) if s.ended else s.state
         click.echo(f"{s.id:>4}  {_when(s.started):19}  {ended:19}  {s.duration_s:>8.1f}s  {s.source:18}  "
                    f"ticks {s.rows.get('ticks', 0)}{', ' + rows if rows else ''}")

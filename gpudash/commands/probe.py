@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import click
 
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
 from gpudash.config import Config
+from gpudash.records import RequestSample
 
 
 def _ms(x: float | None) -> str:
@@ -31,16 +33,21 @@ def _coef(x: float | None) -> str:
               help="Prompt length in words (default: [probe] prompt_tokens).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None,
               help="Tokens generated per request (default: [probe] max_tokens).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, max=3600, min_open=True), default=None,
+              help="Whole-request deadline in seconds (default: [probe] timeout_s).")
 @db_option
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the summary and requests as JSON.")
 @pass_config
 def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float, prompt_words: int | None,
-          max_tokens: int | None, db: str | None, as_json: bool) -> None:
-    """Send streaming chat requests to URL and summarize TTFT, cache hits and their correlation."""
+          max_tokens: int | None, timeout_s: float | None, db: str | None, as_json: bool) -> None:
+    """Send streaming chat requests to URL and summarize TTFT, cache hits and their correlation.
+
+    Exits 1 when every request failed, 2 when the server cannot be probed at all."""
     import httpx
 
     from gpudash.launcher.correlation import summarize
     from gpudash.launcher.probe import run_probe
+    from gpudash.launcher.probe_http import ProbeFailure
     from gpudash.records import as_row
 
     if not url.startswith(("http://", "https://")):
@@ -53,13 +60,20 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
             store = Store.open(db_path(cfg, db))
         except StoreError as err:
             usage_error(str(err))
+    deadline = timeout_s or cfg.probe.timeout_s
     try:
         samples = run_probe(url, n, concurrency, shared_prefix, prompt_words or cfg.probe.prompt_tokens,
-                            max_tokens or cfg.probe.max_tokens)
-    except (httpx.HTTPError, ValueError) as err:
+                            max_tokens or cfg.probe.max_tokens, deadline_s=deadline)
+    except (httpx.HTTPError, ProbeFailure) as err:
         if store is not None:
             store.close()
-        usage_error(f"cannot probe {url} ({type(err).__name__}: {err}); start the server or fix the URL")
+        cause = str(err) if isinstance(err, ProbeFailure) else f"{type(err).__name__}: {err}"
+        usage_error(f"cannot probe {url} ({cause}); start the server or fix the URL")
+    except KeyboardInterrupt:
+        if store is not None:
+            store.close()
+        click.echo("gpudash probe: interrupted", err=True)
+        sys.exit(130)
     if store is not None:
         sid = store.begin_session("probe", cfg, note=f"gpudash probe {url}")
         store.insert_requests(sid, samples)
@@ -69,6 +83,7 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
     if as_json:
         out = {"url": url, "session": sid, "summary": dataclasses.asdict(s), "requests": [as_row(r) for r in samples]}
         click.echo(json.dumps(out, indent=2))
+        _fail_if_all_failed(url, samples)
         return
     c = s.correlation
     click.echo(f"{url}: {s.requests} requests ({s.failed} failed), concurrency {concurrency}, "
@@ -85,3 +100,11 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
         click.echo(f"  error: {e}", err=True)
     if sid is not None:
         click.echo(f"  recorded as session {sid}")
+    _fail_if_all_failed(url, samples)
+
+
+def _fail_if_all_failed(url: str, samples: list[RequestSample]) -> None:
+    """Exit 1 (the server failed, not the command line) when no request succeeded."""
+    if samples and not any(r.ok for r in samples):
+        click.echo(f"gpudash: every request to {url} failed (first: {samples[0].error})", err=True)
+        sys.exit(1)

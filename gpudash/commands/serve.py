@@ -51,6 +51,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     from gpudash.launcher.errors import LaunchError
     from gpudash.launcher.stack import LaunchStack, default_log_dir
     from gpudash.store import Store, StoreError, StoreWriter
+    from gpudash.store.retention import Retention
     from gpudash.telemetry.factory import build_sources
     from gpudash.telemetry.inbox import Inbox
     from gpudash.telemetry.sampler import Sampler
@@ -76,7 +77,8 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     # No engine passed: a sim rig brings (and closes) its own; serve records servers, not engine paths.
     sources = build_sources(rig, cfg, inbox=inbox, pids=stack.supervisor.pids) + stack.sources
     sid = store.begin_session(source, cfg, note="gpudash serve" + (" (demo)" if stack.demo else ""))
-    writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max)
+    writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max,
+                         retention=Retention.from_config(cfg.store))
     requests = _Requests()
     sampler = Sampler(sources, cfg.sampling.interval_s, source, sinks=[writer.submit, requests],
                       source_timeout_s=cfg.sampling.source_timeout_s)

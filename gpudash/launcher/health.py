@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import time
 
 import httpx
@@ -53,9 +54,12 @@ class NotHealthy(Exception):
         self.exit_code = exit_code
 
 
-def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float, poll_s: float = HEALTH_POLL_S) -> float:
-    """Block until GET `url` returns 200; return the time it did. Raises NotHealthy on exit or timeout."""
+def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float, poll_s: float = HEALTH_POLL_S,
+                 cancel: threading.Event | None = None) -> float:
+    """Block until GET `url` returns 200; return the time it did. Raises NotHealthy on exit, on timeout,
+    or as soon as `cancel` is set (a stop must not wait out the health timeout)."""
     deadline = time.monotonic() + timeout_s
+    cancel = cancel or threading.Event()
     last = "no answer yet"
     with httpx.Client(timeout=httpx.Timeout(2.0, connect=0.5), trust_env=False) as client:
         while True:
@@ -72,7 +76,8 @@ def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float, poll_s: flo
             if time.monotonic() >= deadline:
                 raise NotHealthy(f"did not answer 200 on /health within {timeout_s:g} s (last: {last}); "
                                  "raise its `health_timeout_s` if it needs longer")
-            time.sleep(poll_s)
+            if cancel.wait(poll_s):
+                raise NotHealthy("was stopped while loading")
 
 
 def build_info(base_url: str) -> str | None:

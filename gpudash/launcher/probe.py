@@ -5,21 +5,27 @@ prompt and cached token counts the server reports (llama-server `timings.cache_n
 `usage.prompt_tokens_details.cached_tokens`), the total time and the server's own `prompt_ms`.
 A `shared_prefix` fraction of the requests starts with one fixed prefix (prefix-cache hits after the first);
 the rest are all-new text (misses), so the TTFT-vs-hit correlation has both kinds to compare.
+Whatever a server does (stall, drip, flood, answer nonsense), a request ends by its deadline as one
+sample; the bounded reading itself is probe_http.py's job.
 """
 
 from __future__ import annotations
 
-import json
+import functools
+import logging
+import queue
 import random
 import threading
 import time
 import zlib
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpudash.launcher.probe_http import (MAX_BODY_BYTES, Cutoff, ProbeFailure, parse_json, read_capped, read_prefix,
+                                         sse_data)
 from gpudash.records import RequestSample
 
 if TYPE_CHECKING:
@@ -28,9 +34,28 @@ if TYPE_CHECKING:
 
 # Share of a shared-prefix prompt that is the common prefix; the rest is new text per request.
 PREFIX_SHARE = 0.9
-REQUEST_TIMEOUT_S = 120.0
+# Whole-request deadline when the caller names none ([probe] timeout_s in launch/serve).
+DEFAULT_DEADLINE_S = 60.0
 # How long ProbeRunner.stop waits for a round in flight before the caller goes on to stop the servers.
 STOP_WAIT_S = 5.0
+
+# How often the thread waiting for probe results wakes (so a signal delivered to another thread is handled).
+_WAKE_S = 0.1
+_RAW = {"Accept-Encoding": "identity"}  # bytes on the wire are what the caps count: no decompression bombs
+_T = TypeVar("_T")
+_Count = Annotated[int, Field(ge=0, lt=2**63)]
+log = logging.getLogger(__name__)
+
+
+class _Shape(BaseModel):
+    """What the probe reads of a server's JSON; anything else the server adds is ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+_S = TypeVar("_S", bound=_Shape)
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}
 
 _WORDS = ("time person year way day thing man world life hand part child eye woman place work week case "
           "point government company number group problem fact water room mother area money story month lot "
@@ -71,99 +96,241 @@ class PromptMaker:
             return f"{self._rng.getrandbits(32):08x} {self._text(self.words)}", False
 
 
-def _sse_data(lines: Iterator[str]) -> Iterator[dict]:
-    """JSON payloads of an OpenAI-style event stream's `data:` lines, up to `[DONE]`."""
-    for line in lines:
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
-        if data:
-            yield json.loads(data)
+class _Delta(_Shape):
+    content: str | None = None
+    reasoning_content: str | None = None
 
 
-def _carries_output(chunk: dict) -> bool:
-    for choice in chunk.get("choices") or ():
-        delta = choice.get("delta") or {}
-        if delta.get("content") is not None or delta.get("reasoning_content") is not None:
-            return True
-        if choice.get("text") is not None or choice.get("finish_reason") is not None:
-            return True
-    return False
+class _Choice(_Shape):
+    delta: _Delta | None = None
+    text: str | None = None
+    finish_reason: str | None = None
+
+    def carries_output(self) -> bool:
+        d = self.delta
+        return (d is not None and (d.content is not None or d.reasoning_content is not None)) \
+            or self.text is not None or self.finish_reason is not None
 
 
-def model_id(client: httpx.Client, base_url: str) -> str:
-    """The first model id /v1/models lists (vLLM requires it in requests; llama-server accepts any)."""
-    r = client.get(f"{base_url}/v1/models")
-    r.raise_for_status()
-    data = r.json().get("data") or []
-    if not data:
-        raise ValueError(f"{base_url}/v1/models lists no model")
-    return str(data[0]["id"])
+class _PromptDetails(_Shape):
+    cached_tokens: _Count | None = None
+
+
+class _Usage(_Shape):
+    prompt_tokens: _Count | None = None
+    completion_tokens: _Count | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+
+
+class _Timings(_Shape):
+    """llama-server's per-request timings."""
+
+    prompt_n: _Count | None = None
+    cache_n: _Count | None = None
+    prompt_ms: float | None = Field(None, ge=0, allow_inf_nan=False)
+
+
+class _Chunk(_Shape):
+    """One chat-completion stream chunk, as far as the probe reads it."""
+
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    timings: _Timings | None = None
+
+
+class _ModelEntry(_Shape):
+    id: str = Field(min_length=1)
+
+
+class _Models(_Shape):
+    data: list[_ModelEntry]
+
+
+def _shaped(shape: type[_S], value: Any, what: str) -> _S:
+    """`value` read as `shape`, or a ProbeFailure saying in one sentence where it is wrong."""
+    try:
+        return shape.model_validate(value)
+    except ValidationError as err:
+        e = err.errors()[0]
+        where = ".".join(str(p) for p in e["loc"]) or "the top level"
+        msg = e["msg"].split(" or instance of ")[0].replace("valid dictionary", "JSON object")
+        got = _JSON_TYPES.get(type(e["input"]), "something else")
+        raise ProbeFailure(f"{what} has the wrong shape at {where}: {msg}, got {got}") from None
+
+
+def model_id(client: httpx.Client, base_url: str, deadline_s: float = DEFAULT_DEADLINE_S,
+             cutoff: Cutoff | None = None) -> str:
+    """The first model id /v1/models lists (vLLM requires it in requests; llama-server accepts any).
+
+    Raises httpx.HTTPError or ProbeFailure (a ValueError) in one sentence when there is none to be had.
+    """
+    cutoff = cutoff or Cutoff()
+    deadline = time.monotonic() + deadline_s
+    what = f"{base_url}/v1/models"
+    late = ProbeFailure(f"{what} did not answer within {deadline_s:g} s")
+    fired = None
+    try:
+        with client.stream("GET", what, headers=_RAW, timeout=cutoff.timeout(deadline)) as r, \
+                cutoff.watch(r, deadline) as fired:
+            if r.status_code != 200:
+                raise ProbeFailure(f"{what} answered HTTP {r.status_code}: {read_prefix(r)[:200]}")
+            try:
+                body = read_capped(r, MAX_BODY_BYTES, deadline)
+            except ProbeFailure as err:
+                raise late if fired.is_set() else ProbeFailure(f"{what}: {err}") from None
+            if fired.is_set():  # the deadline shut the connection: what was read is cut short
+                raise late
+    except httpx.TimeoutException:
+        raise late from None
+    except httpx.HTTPError:
+        if fired is not None and fired.is_set():
+            raise late from None
+        raise
+    models = _shaped(_Models, parse_json(body, what), what)
+    if not models.data:
+        raise ProbeFailure(f"{what} lists no model")
+    return models.data[0].id
 
 
 def probe_request(client: httpx.Client, base_url: str, model: str, prompt: str, max_tokens: int,
-                  server: str) -> RequestSample:
-    """One streaming chat completion, timed from send to first output chunk and to the end of the stream."""
+                  server: str, deadline_s: float = DEFAULT_DEADLINE_S, cutoff: Cutoff | None = None) -> RequestSample:
+    """One streaming chat completion, timed from send to first output chunk and to the end of the stream.
+
+    Never raises for what the server does: a failure (no answer within `deadline_s` for the whole request,
+    an error status, a malformed or oversized answer, a stream without output) is a sample with ok=False.
+    """
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "stream": True, "stream_options": {"include_usage": True}}
     ts = time.time()
     t0 = time.perf_counter()
+    deadline = time.monotonic() + deadline_s
+    cutoff = cutoff or Cutoff()
     ttft = None
-    usage: dict = {}
-    timings: dict = {}
-    try:
-        with client.stream("POST", f"{base_url}/v1/chat/completions", json=body) as r:
-            if r.status_code != 200:
-                r.read()
-                return RequestSample(ts=ts, server=server, ttft_s=None, total_s=time.perf_counter() - t0,
-                                     prompt_tokens=None, cached_tokens=None, ok=False,
-                                     error=f"HTTP {r.status_code}: {r.text[:200]}")
-            for chunk in _sse_data(r.iter_lines()):
-                if ttft is None and _carries_output(chunk):
-                    ttft = time.perf_counter() - t0
-                usage = chunk.get("usage") or usage
-                timings = chunk.get("timings") or timings
-    except (httpx.HTTPError, ValueError) as err:
+    usage = _Usage()
+    timings = _Timings()
+
+    def failed(error: str) -> RequestSample:
         return RequestSample(ts=ts, server=server, ttft_s=ttft, total_s=time.perf_counter() - t0,
-                             prompt_tokens=None, cached_tokens=None, ok=False, error=f"{type(err).__name__}: {err}")
+                             prompt_tokens=None, cached_tokens=None, ok=False, error=error)
+
+    fired = None
+    try:
+        with client.stream("POST", f"{base_url}/v1/chat/completions", json=body, headers=_RAW,
+                           timeout=cutoff.timeout(deadline)) as r, cutoff.watch(r, deadline) as fired:
+            if r.status_code != 200:
+                return failed(f"HTTP {r.status_code}: {read_prefix(r)[:200]}")
+            for n, data in enumerate(sse_data(r, deadline)):
+                chunk = _shaped(_Chunk, parse_json(data, f"stream chunk {n}"), f"stream chunk {n}")
+                if ttft is None and any(c.carries_output() for c in chunk.choices or ()):
+                    ttft = time.perf_counter() - t0
+                usage = chunk.usage or usage
+                timings = chunk.timings or timings
+            if fired.is_set():
+                raise ProbeFailure("cut off")
+    except ProbeFailure as err:
+        if fired is not None and fired.is_set():
+            return failed(_cut_off(cutoff, deadline_s))
+        return failed(str(err))
+    except httpx.TimeoutException:
+        return failed(f"no answer within the request deadline of {deadline_s:g} s")
+    except httpx.HTTPError as err:
+        if fired is not None and fired.is_set():
+            return failed(_cut_off(cutoff, deadline_s))
+        return failed(f"{type(err).__name__}: {err}")
+    if ttft is None:
+        return failed("HTTP 200 but the stream carried no output")
     total = time.perf_counter() - t0
-    details = usage.get("prompt_tokens_details") or {}
-    cached = timings.get("cache_n", details.get("cached_tokens"))
-    prompt_tokens = usage.get("prompt_tokens")
-    if prompt_tokens is None and "prompt_n" in timings:
-        prompt_tokens = timings["prompt_n"] + timings.get("cache_n", 0)
+    details = usage.prompt_tokens_details or _PromptDetails()
+    cached = timings.cache_n if timings.cache_n is not None else details.cached_tokens
+    prompt_tokens = usage.prompt_tokens
+    if prompt_tokens is None and timings.prompt_n is not None:
+        prompt_tokens = timings.prompt_n + (timings.cache_n or 0)
     return RequestSample(ts=ts, server=server, ttft_s=ttft, total_s=total, prompt_tokens=prompt_tokens,
-                         cached_tokens=cached, completion_tokens=usage.get("completion_tokens"),
-                         server_prompt_ms=timings.get("prompt_ms"))
+                         cached_tokens=cached, completion_tokens=usage.completion_tokens,
+                         server_prompt_ms=timings.prompt_ms)
+
+
+def _cut_off(cutoff: Cutoff, deadline_s: float) -> str:
+    """Why a request whose socket was shut ended: a stop, or its deadline."""
+    if cutoff.cancelled:
+        return "the probe was stopped"
+    return f"no complete answer within the request deadline of {deadline_s:g} s"
+
+
+def _in_daemons(jobs: list[Callable[[], _T]], concurrency: int) -> list[_T]:
+    """Run `jobs`, `concurrency` at a time, on daemon threads; results in completion order.
+
+    Daemon threads, not a ThreadPoolExecutor: an executor's workers are joined at interpreter exit, so a
+    request stuck in a read would keep Ctrl-C from ending the program. The jobs must not raise.
+    """
+    todo = iter(jobs)
+    lock = threading.Lock()
+    done: queue.SimpleQueue[_T] = queue.SimpleQueue()
+
+    def work() -> None:
+        while True:
+            with lock:
+                job = next(todo, None)
+            if job is None:
+                return
+            done.put(job())
+
+    for i in range(min(concurrency, len(jobs))):
+        threading.Thread(target=work, daemon=True, name=f"gpudash-probe-{i}").start()
+    out: list[_T] = []
+    while len(out) < len(jobs):
+        try:  # never an endless wait: a Ctrl-C taken by a worker thread runs only when this thread runs Python
+            out.append(done.get(timeout=_WAKE_S))
+        except queue.Empty:
+            pass
+    return out
 
 
 def run_probe(base_url: str, requests: int, concurrency: int = 1, shared_prefix: float = 0.5,
               prompt_words: int = 256, max_tokens: int = 16, server: str | None = None,
-              seed: int = 0) -> list[RequestSample]:
-    """Send `requests` probe requests, `concurrency` at a time; results in completion order.
+              seed: int = 0, deadline_s: float = DEFAULT_DEADLINE_S,
+              cutoff: Cutoff | None = None) -> list[RequestSample]:
+    """Send `requests` probe requests, `concurrency` at a time, each bounded by `deadline_s`.
 
-    Raises httpx.HTTPError / ValueError when the server cannot be reached or lists no model.
+    Raises httpx.HTTPError / ProbeFailure (a ValueError) when the server cannot be reached or lists no
+    model. On KeyboardInterrupt every request in flight is cut off before it propagates.
     """
     base_url = base_url.rstrip("/").removesuffix("/v1")  # "http://host:8000/v1" is how OpenAI clients say it
     name = server or base_url.split("://", 1)[-1]
     maker = PromptMaker(prompt_words, shared_prefix, seed)
+    cutoff = cutoff or Cutoff()
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    with httpx.Client(timeout=REQUEST_TIMEOUT_S, limits=limits, trust_env=False) as client:
-        model = model_id(client, base_url)
+    client = httpx.Client(limits=limits, trust_env=False)
+    try:
+        model = model_id(client, base_url, deadline_s, cutoff)
 
-        def one(_: int) -> RequestSample:
-            return probe_request(client, base_url, model, maker.next()[0], max_tokens, name)
+        def one() -> RequestSample:
+            return _guarded(lambda: probe_request(client, base_url, model, maker.next()[0], max_tokens, name,
+                                                  deadline_s, cutoff), name)
 
-        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gpudash-probe") as pool:
-            return list(pool.map(one, range(requests)))
+        return _in_daemons([one] * requests, concurrency)
+    except BaseException:
+        cutoff.cancel()
+        raise
+    finally:
+        client.close()
+
+
+def _guarded(request: Callable[[], RequestSample], server: str) -> RequestSample:
+    """A request whose unexpected exception becomes a failed sample, so no worker thread dies of one."""
+    try:
+        return request()
+    except Exception as err:  # noqa: BLE001 - the world's mistakes end as one failed request
+        return RequestSample(ts=time.time(), server=server, ttft_s=None, total_s=None, prompt_tokens=None,
+                             cached_tokens=None, ok=False, error=f"{type(err).__name__}: {err}")
 
 
 class ProbeRunner:
     """Background thread: every `interval_s`, one round of `concurrency` probe requests per ready server.
 
-    Results go to the inbox (and so into the snapshot's `requests` and the store).
+    Results go to the inbox (and so into the snapshot's `requests` and the store). Whatever a server
+    answers, or whatever goes wrong in a round, ends as failed requests of that round: the thread goes on
+    probing every server for the rest of the session.
     """
 
     def __init__(self, supervisor: Supervisor, config: ProbeConfig, inbox: Pushable):
@@ -171,6 +338,7 @@ class ProbeRunner:
         self._cfg = config
         self._inbox = inbox
         self._stop = threading.Event()
+        self._cutoff = Cutoff()
         self._thread: threading.Thread | None = None
         self._makers: dict[str, PromptMaker] = {}
         self._models: dict[tuple[str, int | None], str] = {}
@@ -181,8 +349,9 @@ class ProbeRunner:
             self._thread.start()
 
     def stop(self) -> None:
-        """No new rounds; a round in flight ends when its requests do (or when the servers stop)."""
+        """No new rounds, and the requests of a round in flight are cut off now."""
         self._stop.set()
+        self._cutoff.cancel()
         if self._thread is not None:
             self._thread.join(timeout=STOP_WAIT_S)
             self._thread = None
@@ -190,15 +359,22 @@ class ProbeRunner:
     def _run(self) -> None:
         c = self._cfg
         limits = httpx.Limits(max_connections=c.concurrency * 8)
-        with httpx.Client(timeout=REQUEST_TIMEOUT_S, limits=limits, trust_env=False) as client, \
-                ThreadPoolExecutor(max_workers=c.concurrency, thread_name_prefix="gpudash-probe") as pool:
+        with httpx.Client(limits=limits, trust_env=False) as client:
             while not self._stop.is_set():
                 for st in self._sup.states():
                     if st.state == "ready" and not self._stop.is_set():
-                        self._round(client, pool, st.server, st.pid)
+                        try:
+                            self._round(client, st.server, st.pid)
+                        except Exception as err:  # noqa: BLE001 - one bad round never ends the probing
+                            log.exception("probe round for %s failed", st.server)
+                            self._inbox.push(self._failure(st.server, f"{type(err).__name__}: {err}"))
                 self._stop.wait(c.interval_s)
 
-    def _round(self, client: httpx.Client, pool: ThreadPoolExecutor, server: str, pid: int | None) -> None:
+    def _failure(self, server: str, error: str) -> RequestSample:
+        return RequestSample(ts=time.time(), server=server, ttft_s=None, total_s=None, prompt_tokens=None,
+                             cached_tokens=None, ok=False, error=error)
+
+    def _round(self, client: httpx.Client, server: str, pid: int | None) -> None:
         base = self._sup.base_url(server)
         if base is None:
             return
@@ -206,13 +382,16 @@ class ProbeRunner:
         maker = self._makers.setdefault(server, PromptMaker(c.prompt_tokens, c.shared_prefix,
                                                             seed=zlib.crc32(server.encode())))
         try:
-            model = self._models.get((server, pid)) or model_id(client, base)
-        except (httpx.HTTPError, ValueError) as err:
-            self._inbox.push(RequestSample(ts=time.time(), server=server, ttft_s=None, total_s=None,
-                                           prompt_tokens=None, cached_tokens=None, ok=False,
-                                           error=f"/v1/models: {err}"))
+            model = self._models.get((server, pid)) or model_id(client, base, c.timeout_s, self._cutoff)
+        except (httpx.HTTPError, ProbeFailure) as err:
+            if not self._stop.is_set():  # requests cut off by stop() measure nothing
+                self._inbox.push(self._failure(server, f"/v1/models: {err}"))
             return
         self._models[(server, pid)] = model
-        prompts = [maker.next()[0] for _ in range(c.concurrency)]
-        for sample in pool.map(lambda p: probe_request(client, base, model, p, c.max_tokens, server), prompts):
-            self._inbox.push(sample)
+        jobs = [functools.partial(_guarded, functools.partial(probe_request, client, base, model, maker.next()[0],
+                                                              c.max_tokens, server, c.timeout_s, self._cutoff), server)
+                for _ in range(c.concurrency)]
+        samples = _in_daemons(jobs, c.concurrency)
+        if not self._stop.is_set():
+            for sample in samples:
+                self._inbox.push(sample)

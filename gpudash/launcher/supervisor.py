@@ -2,9 +2,10 @@
 
 Servers start one after another, each only once the previous one is healthy (concurrent vLLM starts race
 for GPU memory). Every server runs in its own process group so stopping it (SIGTERM, then SIGKILL) takes
-its workers along, and gets SIGTERM should gpudash die without stopping it (guard.py). A waiter thread
-per process notices a crash the moment the process exits and restarts it with backoff; every start,
-ready, crash, restart and stop is pushed to the inbox as an Event.
+its workers along, and is taken down (SIGTERM, then SIGKILL) should gpudash die without stopping it
+(guard.py). A stop wins over a start in progress: the health wait ends as soon as the stop is asked for.
+A waiter thread per process notices a crash the moment the process exits and restarts it with backoff;
+every start, ready, crash, restart and stop is pushed to the inbox as an Event.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.logparse import LogFacts, parse_line
 from gpudash.launcher.sleep import Action, SleepError, SleepResult, sleep_or_wake
+from gpudash.private_fs import private_dir, private_file
 from gpudash.records import Event, ServerSample
+from gpudash.redact import mask_values, redact_args, redact_spec, secret_values
 from gpudash.shares import budget_spec, model_shape
 
 TAIL_LINES = 2000
@@ -64,7 +67,8 @@ class _Server:
 
 
 def _spec_dict(spec: ServerSpec) -> dict[str, Any]:
-    return spec.model_dump(mode="json", exclude_defaults=True)
+    """A spec as recorded in events: non-default fields, secret env values and flags masked."""
+    return redact_spec(spec.model_dump(mode="json", exclude_defaults=True))
 
 
 class Supervisor:
@@ -299,14 +303,14 @@ class Supervisor:
         except LaunchError as err:
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=err.cause)
             raise
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(srv.log_path, "a", encoding="utf-8", errors="replace")
-        log.write(f"=== gpudash {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd.argv)}\n")
+        private_dir(self._log_dir)
+        log = open(private_file(srv.log_path), "a", encoding="utf-8", errors="replace")
+        log.write(f"=== gpudash {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(redact_args(cmd.argv))}\n")
         log.flush()
         try:
             # Spawned from the one long-lived spawner thread: the death signal (guard.py) follows that thread.
             proc = self._spawner.submit(
-                subprocess.Popen, guarded(cmd.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                subprocess.Popen, guarded(cmd.argv, self._stop_timeout_s), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, env={**os.environ, **cmd.env}, start_new_session=True, text=True,
                 errors="replace", bufsize=1).result()
         except OSError as err:
@@ -318,14 +322,19 @@ class Supervisor:
             srv.spec, srv.port, srv.proc = spec, port, proc
             srv.state, srv.started, srv.facts = "loading", None, LogFacts()
         self._event(actor_kind, name, old=old, new=_spec_dict(spec))
-        srv.reader = threading.Thread(target=self._read_log, args=(srv, proc, log), daemon=True,
+        secrets = secret_values(cmd.env, cmd.argv)
+        srv.reader = threading.Thread(target=self._read_log, args=(srv, proc, log, secrets), daemon=True,
                                       name=f"gpudash-log-{name}")
         srv.reader.start()
         url = f"http://{url_host(spec.host)}:{port}/health"
         try:
-            ready_ts = wait_healthy(proc, url, spec.health_timeout_s)
+            ready_ts = wait_healthy(proc, url, spec.health_timeout_s, cancel=srv.cancel)
         except NotHealthy as err:
             self._terminate(srv)
+            if srv.cancel.is_set():  # a stop won the race with the start: no failure to report
+                with self._lock:
+                    srv.state = "stopped"
+                raise LaunchError(name, "was stopped while loading") from None
             last = next((ln for ln in reversed(srv.tail) if ln.strip() and not ln.startswith("===")), "")
             with self._lock:
                 srv.state = "crashed" if err.exit_code is not None else "stopped"
@@ -341,11 +350,13 @@ class Supervisor:
         self._event("server.ready", name, new=address if build is None else f"{address} ({build})", ts=ready_ts)
         threading.Thread(target=self._wait_exit, args=(srv, proc), daemon=True, name=f"gpudash-wait-{name}").start()
 
-    def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO) -> None:
-        """Reader thread: copy the server's output to its log file and tail; it owns (and closes) the file."""
+    def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO, secrets: tuple[str, ...]) -> None:
+        """Reader thread: copy the server's output to its log file and tail, its secrets masked (a server
+        may print its own arguments); it owns (and closes) the file."""
         assert proc.stdout is not None
         with log:
             for line in proc.stdout:
+                line = mask_values(line, secrets)
                 log.write(line)
                 log.flush()
                 with self._lock:

@@ -1,8 +1,11 @@
 """Export one session to files: one per table, in CSV, JSON or Parquet.
 
+One file per table, plus one per 1-minute tier table where retention has folded old samples into it.
 Every file carries the session's `source` column, so a simulated session stays labelled `sim:<profile>`
 wherever its rows travel. Nothing is written until every check has passed (no existing files unless
-`force`, pyarrow importable for Parquet), and each file appears whole (written beside, then renamed).
+`force`, pyarrow importable for Parquet, a writable directory). Every file is written beside its target
+first; they are renamed into place only once all are complete, and a failure half-way (a damaged DB, a
+full disk) removes them all. Files are 0600, a directory the export creates 0700.
 """
 
 from __future__ import annotations
@@ -10,13 +13,19 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sqlite3
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+import tomli_w
+
+from gpudash.private_fs import private_dir, private_file
 from gpudash.records import SAMPLE_TABLES
-from gpudash.store.schema import columns
-from gpudash.store.store import SESSION_TABLES, Store
+from gpudash.redact import redact_config_data, redact_spec
+from gpudash.store.schema import columns, encode_json
+from gpudash.store.store import SESSION_TABLES, TIER_TABLES, Store
 
 FORMATS = ("csv", "json", "parquet")
 _PARQUET_BATCH = 50_000
@@ -39,22 +48,35 @@ def export_session(store: Store, sid: int, fmt: str, out_dir: Path, force: bool 
         raise ExportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     writer = {"csv": _write_csv, "json": _write_json, "parquet": _parquet_writer()}[fmt]
     source = store.session_row(sid)["source"]
-    targets = {t: out_dir / f"{t}.{fmt}" for t in SESSION_TABLES}
+    tables = [*SESSION_TABLES, *(t for t in TIER_TABLES if store.count(sid, t))]  # the 1-minute tier if it holds any
+    targets = {t: out_dir / f"{t}.{fmt}" for t in tables}
     existing = [p for p in targets.values() if p.exists()]
     if existing and not force:
         raise ExportError(f"{len(existing)} export file(s) already exist in {out_dir} (e.g. {existing[0].name}); "
                           f"pass --force to overwrite them or choose another --out")
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(out_dir)
     except OSError as err:
         raise ExportError(f"cannot create {out_dir} ({err.strerror}); choose a writable --out") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise ExportError(f"cannot write into {out_dir} (permission denied); choose a writable --out")
     done = []
-    for table, path in targets.items():
-        header = _header(store, table)
-        tmp = path.with_name(f".{path.name}.partial")
-        rows = writer(tmp, table, header, _labelled(store.rows(sid, table), source, table))
-        os.replace(tmp, path)
-        done.append(Exported(table, path, rows))
+    partial = {table: path.with_name(f".{path.name}.partial") for table, path in targets.items()}
+    try:
+        for table, tmp in partial.items():
+            private_file(tmp)
+            rows = writer(tmp, table, _header(store, table), _labelled(store.rows(sid, table), source, table))
+            done.append(Exported(table, targets[table], rows))
+    except (OSError, sqlite3.DatabaseError) as err:
+        for tmp in partial.values():
+            tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise ExportError(f"cannot write the export into {out_dir} ({err.strerror or err}); "
+                              "free some space or choose another --out; nothing was written") from None
+        raise ExportError(f"{store.path} cannot be read ({err}); it may be damaged: `sqlite3 FILE .recover` can "
+                          "save what is readable; nothing was written") from None
+    for table, tmp in partial.items():  # all or nothing: the files appear only once every one is complete
+        os.replace(tmp, targets[table])
     return done
 
 
@@ -69,14 +91,37 @@ def _header(store: Store, table: str) -> list[tuple[str, type]]:
 
 
 def _labelled(rows: Iterator[dict[str, Any]], source: str, table: str) -> Iterator[dict[str, Any]]:
+    """Rows with the source label, booleans as booleans, and secrets masked (a DB may predate masking)."""
     bools = [c.name for c in columns(table) if c.py is bool] if table in SAMPLE_TABLES else []
     for row in rows:
         if table != "sessions":
             row["source"] = source
+        if table == "sessions" and row.get("config"):
+            row["config"] = _redacted_toml(row["config"])
+        if table == "events":
+            row["old"], row["new"] = _redacted_json(row.get("old")), _redacted_json(row.get("new"))
         for b in bools:
             if row[b] is not None:
                 row[b] = bool(row[b])
         yield row
+
+
+def _redacted_toml(text: str) -> str:
+    try:
+        return tomli_w.dumps(redact_config_data(tomllib.loads(text)))
+    except (tomllib.TOMLDecodeError, TypeError, ValueError):
+        return text
+
+
+def _redacted_json(text: str | None) -> str | None:
+    """An event's old/new JSON with a server spec's env and flags masked; other values unchanged."""
+    if not text or "env" not in text and "extra_args" not in text:
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return encode_json(redact_spec(value)) if isinstance(value, dict) else text
 
 
 def _write_csv(path: Path, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:

@@ -53,6 +53,38 @@ def columns(table: str) -> tuple[Column, ...]:
     return tuple(Column(f.name, _column_type(hints[f.name])) for f in dataclasses.fields(cls))
 
 
+# ---- the 1-minute tier (retention.py fills it) -------------------------------------------------------
+BUCKET_S = 60
+# Periodic sample tables that get a 1-minute tier; requests and events are sparse and stay as they are.
+ROLLUP_TABLES = tuple(t for t in SAMPLE_TABLES if t not in ("requests", "events"))
+# Integer columns that name a thing (a GPU, a process, a port) rather than measure it.
+_ID_INTS = frozenset({"index", "gpu_index", "pid", "gpu", "via", "port"})
+
+
+def rollup_table(table: str) -> str:
+    return f"{table}_1m"
+
+
+@cache
+def rollup_split(table: str) -> tuple[tuple[Column, ...], tuple[Column, ...]]:
+    """(identity columns, measured columns) of a sample table: text and id-like integers identify a row
+    within a minute; every other number is averaged and maximized."""
+    keys = tuple(c for c in columns(table) if c.py is str or (c.py is int and c.name in _ID_INTS))
+    nums = tuple(c for c in columns(table) if c.py in (int, float) and c not in keys and c.name != "ts")
+    return keys, nums
+
+
+def rollup_schema(table: str) -> dict[str, type]:
+    """Columns of `<table>_1m`: session, minute start, sample count, identity, then mean and max per number."""
+    keys, nums = rollup_split(table)
+    cols: dict[str, type] = {"session_id": int, "bucket": float, "n": int}
+    cols.update({c.name: c.sql for c in keys})
+    for c in nums:
+        cols[c.name] = float
+        cols[f"{c.name}_max"] = c.sql
+    return cols
+
+
 def encode_json(value: Any) -> str | None:
     """A free-form value (Event.old/new) as JSON text; None stays NULL."""
     return None if value is None else json.dumps(value, default=str, sort_keys=True)
@@ -97,7 +129,23 @@ def _v3_indices(db: sqlite_utils.Database) -> None:
         db[table].create_index(["session_id", "ts"], if_not_exists=True)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1_core_tables, _v2_ticks, _v3_indices]
+def _v4_session_writer(db: sqlite_utils.Database) -> None:
+    """The writing process (pid and its start time) per session, so a session whose writer died
+    (kill -9, power loss) shows as interrupted rather than open forever."""
+    db["sessions"].add_column("pid", int)
+    db["sessions"].add_column("pid_started", float)
+
+
+def _v5_minute_tier(db: sqlite_utils.Database) -> None:
+    """The 1-minute tier: one `<table>_1m` per periodic sample table (means, maxima and counts)."""
+    for table in ROLLUP_TABLES:
+        db[rollup_table(table)].create(rollup_schema(table), not_null={"session_id", "bucket", "n"},
+                                       foreign_keys=[("session_id", "sessions", "id")])
+        db[rollup_table(table)].create_index(["session_id", "bucket"], if_not_exists=True)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1_core_tables, _v2_ticks, _v3_indices,
+                                                              _v4_session_writer, _v5_minute_tier]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -143,9 +191,15 @@ def migrate(db: sqlite_utils.Database, target: int = SCHEMA_VERSION) -> int:
 
 
 def sync_columns(db: sqlite_utils.Database) -> None:
-    """Add record fields a table lacks (a record gained a field) as nullable columns."""
+    """Add record fields a table lacks (a record gained a field) as nullable columns, in the 1-minute
+    tier too."""
     for table in SAMPLE_TABLES:
         have = set(db[table].columns_dict)
         for c in columns(table):
             if c.name not in have:
                 db[table].add_column(c.name, c.sql)
+    for table in ROLLUP_TABLES:
+        have = set(db[rollup_table(table)].columns_dict)
+        for name, typ in rollup_schema(table).items():
+            if name not in have:
+                db[rollup_table(table)].add_column(name, typ)

@@ -8,6 +8,8 @@ session that no writer is filling: each call becomes a tick of its own so replay
 from __future__ import annotations
 
 import importlib.metadata
+import logging
+import os
 import socket
 import sqlite3
 import time
@@ -15,15 +17,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import psutil
 import sqlite_utils
 
 from gpudash.config import Config, to_toml
+from gpudash.private_fs import private_dir, private_file
 from gpudash.records import SAMPLE_TABLES, Event, RequestSample, Snapshot
 from gpudash.store import codec
-from gpudash.store.schema import SchemaTooNew, decode_json, immediate, migrate
+from gpudash.store.schema import ROLLUP_TABLES, SchemaTooNew, decode_json, immediate, migrate, rollup_table
 
 # Tables a session's rows live in, in export order.
 SESSION_TABLES: tuple[str, ...] = ("sessions", "ticks", *SAMPLE_TABLES)
+# The 1-minute tier (retention.py): a session's samples older than [store] raw_days live here.
+TIER_TABLES: tuple[str, ...] = tuple(rollup_table(t) for t in ROLLUP_TABLES)
+log = logging.getLogger(__name__)
 
 
 class StoreError(ValueError):
@@ -43,6 +50,9 @@ class SessionInfo:
     version: str | None
     note: str | None
     rows: dict[str, int] = field(default_factory=dict)
+    state: str = "closed"
+    """closed (ended), live (its writer runs), interrupted (its writer is gone), or open (cannot tell:
+    another host, or written before writers were noted)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,15 +83,35 @@ class Store:
         self.path = path
 
     @classmethod
-    def open(cls, path: Path | str) -> Store:
-        """Open (creating parent directories and the file if needed) and migrate forward."""
+    def open(cls, path: Path | str, writing: bool = True) -> Store:
+        """Open (creating parent directories 0700 and the file 0600 if needed) and migrate forward.
+
+        For `writing`, a read-only file is refused and SQLite's quick_check runs first, so nothing is
+        appended to a damaged file; readers (history, export) skip that scan of the whole file and
+        report damage where they meet it.
+        """
         p = Path(path).expanduser()
         if p.is_dir():
             raise StoreError(f"{p} is a directory; pass a file path to --db")
+        if p.exists() and not p.is_file():
+            raise StoreError(f"{p} is not a regular file; pass a database file to --db")
+        for what in (p, p.parent) if writing else ():
+            if what.exists() and not os.access(what, os.W_OK):
+                raise StoreError(f"{what} is read-only; make it writable or pass another --db")
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(p.parent)
+            new = not p.exists() or p.stat().st_size == 0
+            private_file(p)
             db = connect(p)
+            if new:  # only possible before the first table: prunes can then give pages back to the disk
+                db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             migrate(db)
+            if writing:
+                problem = db.execute("PRAGMA quick_check(1)").fetchone()[0]
+                if problem != "ok":
+                    db.close()
+                    raise StoreError(f"{p} is damaged ({problem}); gpudash will not add to it: move it aside "
+                                     "(its readable sessions can still be exported) or pass another --db")
         except SchemaTooNew as err:
             raise StoreError(f"{p} was written by a newer gpudash ({err}); upgrade gpudash or pass another --db") from None
         except sqlite3.DatabaseError as err:
@@ -103,30 +133,49 @@ class Store:
 
     def begin_session(self, source: str, config: Config, note: str = "") -> int:
         """A new session row: host, gpudash version, the effective config as TOML, and the source label."""
+        me = psutil.Process()
         with self.db.atomic():
             table = self.db["sessions"].insert({
                 "started": time.time(), "ended": None, "host": socket.gethostname(),
-                "version": gpudash_version(), "config": to_toml(config), "source": source, "note": note,
+                "version": gpudash_version(), "config": to_toml(config, redacted=True), "source": source, "note": note,
+                "pid": me.pid, "pid_started": me.create_time(),
             })
         return int(table.last_pk)
 
-    def end_session(self, sid: int) -> None:
-        with self.db.atomic():
-            self.db.execute("UPDATE sessions SET ended = ? WHERE id = ?", [time.time(), sid])
+    def end_session(self, sid: int) -> bool:
+        """Note the session's end; False (logged, not raised) when the disk refuses even that, since the
+        caller is shutting down and `history` shows such a session as interrupted anyway."""
+        try:
+            with self.db.atomic():
+                self.db.execute("UPDATE sessions SET ended = ? WHERE id = ?", [time.time(), sid])
+        except sqlite3.Error as err:
+            log.warning("could not note the end of session %d in %s: %s", sid, self.path, err)
+            return False
+        return True
 
     def sessions(self) -> list[SessionInfo]:
+        """Every session with its row counts and state; StoreError when the file is damaged."""
+        try:
+            return self._sessions()
+        except sqlite3.DatabaseError as err:
+            raise StoreError(f"{self.path} cannot be read ({err}); it may be damaged: "
+                             "`sqlite3 FILE .recover` can save what is readable") from None
+
+    def _sessions(self) -> list[SessionInfo]:
         counts: dict[int, dict[str, int]] = {}
-        for table in SESSION_TABLES[1:]:
+        for table in (*SESSION_TABLES[1:], *TIER_TABLES):
             for sid, n in self.db.execute(f"SELECT session_id, count(*) FROM [{table}] GROUP BY session_id"):
                 counts.setdefault(sid, {})[table] = n
         out = []
         rows = self.db.query("SELECT s.*, (SELECT max(ts) FROM ticks t WHERE t.session_id = s.id) AS last_ts "
                              "FROM sessions s ORDER BY s.id")
+        here = socket.gethostname()
         for r in rows:
             end = r["ended"] or r["last_ts"] or r["started"]
             rc = {t: counts.get(r["id"], {}).get(t, 0) for t in SESSION_TABLES[1:]}
+            rc.update({t: n for t in TIER_TABLES if (n := counts.get(r["id"], {}).get(t, 0))})
             out.append(SessionInfo(r["id"], r["started"], r["ended"], max(0.0, end - r["started"]),
-                                   r["source"], r["host"], r["version"], r["note"], rc))
+                                   r["source"], r["host"], r["version"], r["note"], rc, _state(r, here)))
         return out
 
     def session_row(self, sid: int) -> dict[str, Any]:
@@ -146,6 +195,8 @@ class Store:
             sid = int(str(ref).strip())
         except ValueError:
             raise StoreError(f"session must be a number or 'latest', got {ref!r}") from None
+        if not 0 < sid < 2**63:  # SQLite integers end at 2**63 - 1
+            raise StoreError(f"no session {sid} in {self.path}; `gpudash history` lists the sessions")
         self.session_row(sid)
         return sid
 
@@ -156,8 +207,11 @@ class Store:
         if table == "sessions":
             yield self.session_row(sid)
             return
+        if table in TIER_TABLES:
+            yield from self.db.query(f"SELECT * FROM [{table}] WHERE session_id = ? ORDER BY bucket, rowid", [sid])
+            return
         if table not in SESSION_TABLES:
-            raise StoreError(f"unknown table {table!r}; tables are {', '.join(SESSION_TABLES)}")
+            raise StoreError(f"unknown table {table!r}; tables are {', '.join(SESSION_TABLES + TIER_TABLES)}")
         yield from self.db.query(f"SELECT * FROM [{table}] WHERE session_id = ? ORDER BY tick, rowid", [sid])
 
     def count(self, sid: int, table: str) -> int:
@@ -196,6 +250,20 @@ class Store:
             tick = 0 if last is None else last + 1
             self.db.execute(codec.TICK_SQL, [sid, tick, ts, None])
             self.db.conn.executemany(codec.insert_sql(table), [(sid, tick) + enc(r) for r in records])
+
+
+def _state(row: dict[str, Any], here: str) -> str:
+    """A session row's state: its writer is known by host, pid and that process's start time (a pid alone
+    may have been reused by an unrelated process since)."""
+    if row["ended"] is not None:
+        return "closed"
+    if row.get("pid") is None or row["host"] != here:
+        return "open"
+    try:
+        alive = abs(psutil.Process(row["pid"]).create_time() - row["pid_started"]) < 1.0
+    except psutil.Error:
+        alive = False
+    return "live" if alive else "interrupted"
 
 
 class _TickRows:

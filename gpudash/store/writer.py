@@ -4,24 +4,30 @@ Snapshots queue in memory (bounded in rows; a producer that outruns the disk wai
 one thread with its own connection turns them into rows and inserts them with `executemany`, one
 transaction per flush. A flush happens when `flush_interval_s` has passed, when `batch_rows` rows are
 waiting, on `flush()` and on `close()`. Each flush is atomic, so a killed process leaves whole ticks.
+With a `Retention`, the same thread applies it every `every_s` (first after one interval), between flushes.
 """
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import threading
 import time
 from pathlib import Path
 
 from gpudash.records import Snapshot
 from gpudash.store import codec
+from gpudash.store.retention import Retention, prune
 from gpudash.store.store import StoreError, connect
+
+log = logging.getLogger(__name__)
 
 
 class StoreWriter:
     """Writes Snapshots of session `sid` into the SQLite file at `store_path` (already migrated by Store.open)."""
 
     def __init__(self, store_path: Path | str, sid: int, flush_interval_s: float = 1.0,
-                 queue_max: int = 100_000, batch_rows: int = 20_000):
+                 queue_max: int = 100_000, batch_rows: int = 20_000, retention: Retention | None = None):
         if flush_interval_s <= 0 or queue_max < 1:
             raise ValueError("flush_interval_s must be > 0 and queue_max >= 1")
         self.sid = sid
@@ -32,6 +38,8 @@ class StoreWriter:
         self.ticks_written = 0
         self.flushes = 0
         self.error: BaseException | None = None
+        self.retention = retention
+        self._next_prune = time.monotonic() + (retention.every_s if retention else 0.0)
         self._db = connect(Path(store_path))
         self._cond = threading.Condition()
         self._pending: list[Snapshot] = []
@@ -44,11 +52,16 @@ class StoreWriter:
         self._thread.start()
 
     def submit(self, snap: Snapshot) -> None:
-        """Queue one snapshot; blocks while `queue_max` rows are already waiting (back-pressure)."""
+        """Queue one snapshot; blocks while `queue_max` rows are already waiting (back-pressure).
+
+        Once the writer has failed (a full disk), snapshots are dropped without a word: the failure is
+        told once, by `error` and `close()`, not once per tick."""
         n = codec.count_rows(snap)
         with self._cond:
             while self._pending and self._pending_rows + n > self.queue_max and not self._stopped():
                 self._cond.wait()
+            if self.error is not None:
+                return
             self._raise_if_stopped()
             self._pending.append(snap)
             self._pending_rows += n
@@ -111,11 +124,24 @@ class StoreWriter:
             with self._cond:
                 self._done += len(batch)
                 self._cond.notify_all()
+            if not closing:
+                self._maybe_prune()
             deadline = time.monotonic() + self.flush_interval_s
             if closing:
                 with self._cond:
                     if not self._pending:
                         return
+
+    def _maybe_prune(self) -> None:
+        """Apply the retention policy when it is due; a failure is logged and tried again next interval
+        (the samples matter more than the pruning)."""
+        if self.retention is None or time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + self.retention.every_s
+        try:
+            prune(self._db, self.retention)
+        except sqlite3.Error as err:
+            log.warning("applying the retention policy failed (tried again in %g s): %s", self.retention.every_s, err)
 
     def _write(self, batch: list[Snapshot]) -> None:
         rows: dict[str, list[tuple]] = {}

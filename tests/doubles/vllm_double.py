@@ -288,6 +288,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("model", nargs="?")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
+    # vllm/entrypoints/openai/cli_args.py (--api-key) and vllm/engine/arg_utils.py (--hf-token): accepted, unused
+    s.add_argument("--api-key", default=None)
+    s.add_argument("--hf-token", default=None)
     s.add_argument("--gpu-memory-utilization", type=float, default=0.92)
     s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     s.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)

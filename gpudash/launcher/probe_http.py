@@ -1,0 +1,150 @@
+"""Reading a server's answer without trusting it: one deadline per request, capped bytes, instant cancel.
+
+httpx's timeouts apply per network read, so a server that drips one byte a second, or streams events
+forever, would hold a request without end. `Cutoff` gives each request a whole-request deadline: once the
+response headers are in, a timer shuts the connection's socket down at the deadline (a blocked read then
+returns at once), and `cancel()` does the same to every request in flight (Ctrl-C, stop). Bodies are
+read raw (no decompression) and in capped amounts, so a 1 GB answer costs a few KB of memory, not a GB.
+
+The event-stream reader here is deliberately tiny: general SSE libraries buffer a line of any length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+# Caps on what one answer may hold; a real chat stream of a few hundred tokens is a few tens of KB.
+MAX_LINE_BYTES = 1 << 20  # one event-stream line
+MAX_STREAM_BYTES = 64 << 20  # a whole streamed answer
+MAX_BODY_BYTES = 4 << 20  # a non-streamed body (/v1/models)
+ERROR_BODY_BYTES = 2048  # how much of an error answer is read, for the message
+
+
+class ProbeFailure(ValueError):
+    """One request failed for a reason the server caused; the message is one sentence."""
+
+
+class Cutoff:
+    """Ends requests at their deadline, or all of them at once on `cancel()`, by shutting their sockets."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: set[socket.socket] = set()
+        self._cancelled = threading.Event()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Every request in flight ends now, and every later one fails at once."""
+        self._cancelled.set()
+        with self._lock:
+            live = list(self._live)
+        for sock in live:
+            _shut(sock)
+
+    def timeout(self, deadline: float) -> httpx.Timeout:
+        """httpx timeouts for the part before the headers arrive: no single wait past the deadline."""
+        left = deadline - time.monotonic()
+        if self.cancelled:
+            raise ProbeFailure("the probe was stopped")
+        if left <= 0:
+            raise ProbeFailure("the request deadline passed before it was sent")
+        return httpx.Timeout(left)
+
+    @contextlib.contextmanager
+    def watch(self, response: httpx.Response, deadline: float) -> Iterator[threading.Event]:
+        """While reading `response`'s body: at `deadline` (or on cancel) its socket is shut down. Yields an
+        Event that is set when that happened, since a shut connection can look like a normal end."""
+        fired = threading.Event()
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is None:  # no socket to shut (a test transport): the per-chunk deadline check still holds
+            yield fired
+            return
+
+        def expire() -> None:
+            fired.set()
+            _shut(sock)
+
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+        timer.daemon = True
+        with self._lock:
+            self._live.add(sock)
+        timer.start()
+        try:
+            if self.cancelled:
+                expire()
+            yield fired
+        finally:
+            timer.cancel()
+            with self._lock:
+                self._live.discard(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def read_capped(response: httpx.Response, cap: int, deadline: float) -> bytes:
+    """The raw body, failing once it passes `cap` bytes or the deadline."""
+    buf = bytearray()
+    for part in response.iter_raw():
+        buf += part
+        if len(buf) > cap:
+            raise ProbeFailure(f"the answer is larger than {cap} bytes")
+        if time.monotonic() > deadline:
+            raise ProbeFailure("the answer did not finish within the request deadline")
+    return bytes(buf)
+
+
+def read_prefix(response: httpx.Response, n: int = ERROR_BODY_BYTES) -> str:
+    """The first `n` bytes of the body as text, for an error message; the rest is never read."""
+    buf = bytearray()
+    for part in response.iter_raw():
+        buf += part
+        if len(buf) >= n:
+            break
+    return bytes(buf[:n]).decode("utf-8", errors="replace").strip()
+
+
+def sse_data(response: httpx.Response, deadline: float) -> Iterator[bytes]:
+    """The payloads of an event stream's `data:` lines, up to `[DONE]`, with every size capped."""
+    buf = bytearray()
+    total = 0
+    for part in response.iter_raw():
+        total += len(part)
+        if total > MAX_STREAM_BYTES:
+            raise ProbeFailure(f"the stream passed {MAX_STREAM_BYTES} bytes without ending")
+        buf += part
+        while (end := buf.find(b"\n")) >= 0:
+            line = bytes(buf[:end]).rstrip(b"\r")
+            del buf[:end + 1]
+            if line.startswith(b"data:"):
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                if data:
+                    yield data
+        if len(buf) > MAX_LINE_BYTES:
+            raise ProbeFailure(f"the stream sent a line longer than {MAX_LINE_BYTES} bytes")
+        if time.monotonic() > deadline:
+            raise ProbeFailure("the stream did not finish within the request deadline")
+
+
+def parse_json(data: bytes, what: str) -> Any:
+    """JSON from bytes; anything unparsable (bad text, absurd nesting) is a ProbeFailure naming `what`."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as err:
+        raise ProbeFailure(f"{what} is not valid JSON ({type(err).__name__})") from None

@@ -1,0 +1,184 @@
+"""The probe against a server that stalls, floods, drips or answers nonsense: every request ends within its
+deadline as one failed sample with one sentence, memory stays small, and the probe thread of launch/serve
+lives on. A deadline here is a bound on the test's wait (a generous join), never a speed assertion."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+
+from gpudash.config import ProbeConfig
+from gpudash.launcher.probe import ProbeRunner, model_id, probe_request, run_probe
+from gpudash.launcher.probe_http import Cutoff, ProbeFailure
+from gpudash.records import ServerSample
+from gpudash.telemetry.inbox import Inbox
+from hostile_server import CHAT_MODES, WRONG_MODELS, HostileServer
+from hostile_helpers import gpudash
+
+DEADLINE_S = 2.0
+JOIN_S = 60.0  # how long a test waits for a probe that must end at its deadline
+
+
+def _one(srv: HostileServer, deadline_s: float = DEADLINE_S):
+    """One probe request run on a thread the test can give up on (so a hang fails instead of blocking)."""
+    out: list = []
+
+    def run() -> None:
+        with httpx.Client(trust_env=False) as client:
+            out.append(probe_request(client, srv.url, "m", "hello", 4, "h", deadline_s=deadline_s))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(JOIN_S)
+    assert not t.is_alive(), f"the probe request in mode {srv.mode} did not end"
+    return out[0]
+
+
+def test_a_good_answer_is_read(hostile: HostileServer) -> None:
+    s = _one(hostile)
+    assert s.ok and s.ttft_s is not None
+    assert (s.prompt_tokens, s.cached_tokens, s.completion_tokens, s.server_prompt_ms) == (7, 3, 1, 1.5)
+
+
+@pytest.mark.parametrize("mode", [m for m in CHAT_MODES if m != "ok"])
+def test_every_bad_mode_is_one_failed_request(hostile: HostileServer, mode: str) -> None:
+    hostile.mode = mode
+    s = _one(hostile)
+    assert not s.ok
+    assert s.error and "\n" not in s.error and "Traceback" not in s.error
+
+
+@pytest.mark.parametrize("mode", ["never_ending", "drip", "silent", "silent_after_headers"])
+def test_a_stalling_server_costs_the_deadline(hostile: HostileServer, mode: str) -> None:
+    hostile.mode = mode
+    s = _one(hostile)
+    assert not s.ok and "deadline" in s.error
+
+
+@pytest.mark.parametrize("mode,words", [("huge_line", "longer than"), ("huge_500", "HTTP 500"),
+                                        ("empty_200", "no output"), ("chunk_list", "wrong shape"),
+                                        ("usage_string", "usage"), ("timings_string", "timings"),
+                                        ("bad_json", "not valid JSON"), ("nested", "not valid JSON")])
+def test_the_failure_names_what_was_wrong(hostile: HostileServer, mode: str, words: str) -> None:
+    hostile.mode = mode
+    assert words in _one(hostile).error
+
+
+def test_a_gigabyte_answer_costs_little_memory(hostile: HostileServer) -> None:
+    me = psutil.Process()
+    for mode in ("huge_line", "huge_500"):
+        hostile.mode = mode
+        before = me.memory_info().rss
+        s = _one(hostile, deadline_s=30.0)
+        assert not s.ok
+        assert me.memory_info().rss - before < 64 << 20, f"{mode} grew the RSS by more than 64 MiB"
+
+
+@pytest.mark.parametrize("mode", ["huge", "nested", "status_500", *WRONG_MODELS])
+def test_a_bad_model_list_is_one_sentence(hostile: HostileServer, mode: str) -> None:
+    hostile.models_mode = mode
+    with httpx.Client(trust_env=False) as client, pytest.raises(ProbeFailure) as err:
+        model_id(client, hostile.url, deadline_s=10.0)
+    assert "/v1/models" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_silent_model_list_costs_the_deadline(hostile: HostileServer) -> None:
+    hostile.models_mode = "silent"
+    with httpx.Client(trust_env=False) as client, pytest.raises(ProbeFailure, match="did not answer within"):
+        model_id(client, hostile.url, deadline_s=DEADLINE_S)
+
+
+def test_cancel_ends_requests_in_flight(hostile: HostileServer) -> None:
+    hostile.mode = "never_ending"
+    cutoff = Cutoff()
+    out: list = []
+    t = threading.Thread(target=lambda: out.extend(run_probe(hostile.url, 4, concurrency=2, deadline_s=3600,
+                                                             cutoff=cutoff)), daemon=True)
+    t.start()
+    assert hostile.chat_started.wait(JOIN_S)
+    cutoff.cancel()
+    t.join(JOIN_S)
+    assert not t.is_alive()
+    assert len(out) == 4 and all(not s.ok and "stopped" in s.error for s in out)
+
+
+class _OneServer:
+    """The two questions ProbeRunner asks a Supervisor, answered for one hostile server."""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def states(self) -> tuple[ServerSample, ...]:
+        return (ServerSample(ts=time.time(), server="h", kind="llama.cpp", state="ready", pid=1, port=None,
+                             uptime_s=None, restarts=0),)
+
+    def base_url(self, name: str) -> str:
+        return self.url
+
+
+def test_the_probe_thread_outlives_bad_answers(hostile: HostileServer) -> None:
+    inbox = Inbox()
+    runner = ProbeRunner(_OneServer(hostile.url), ProbeConfig(interval_s=0.05, timeout_s=5.0), inbox)
+    got = []
+    runner.start()
+    try:
+        for mode in ("chunk_list", "choices_strings", "usage_string", "timings_cache_list", "nested", "ok"):
+            hostile.mode = mode
+            seen = hostile.chat_requests
+            end = time.monotonic() + JOIN_S
+            while hostile.chat_requests < seen + 2 and time.monotonic() < end:
+                got.extend(inbox.poll()["requests"])
+                time.sleep(0.02)
+        end = time.monotonic() + JOIN_S
+        while not any(r.ok for r in got) and time.monotonic() < end:
+            got.extend(inbox.poll()["requests"])
+            time.sleep(0.02)
+    finally:
+        runner.stop()
+    assert any(not r.ok and "wrong shape" in r.error for r in got)
+    assert any(r.ok for r in got), "the probe stopped probing after the bad answers"
+
+
+def test_cli_exits_1_when_every_request_fails(hostile: HostileServer, tmp_path) -> None:
+    hostile.mode = "empty_200"
+    r = gpudash("probe", hostile.url, "--requests", "3", "--timeout", "10", home=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert "every request" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_exits_0_when_requests_succeed(hostile: HostileServer, tmp_path) -> None:
+    r = gpudash("probe", hostile.url, "--requests", "2", home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "2 requests (0 failed)" in r.stdout
+
+
+@pytest.mark.parametrize("mode", ["models_list", "huge", "nested"])
+def test_cli_bad_model_list_is_one_line_exit_2(hostile: HostileServer, tmp_path, mode: str) -> None:
+    hostile.models_mode = mode
+    r = gpudash("probe", hostile.url, "--requests", "1", "--timeout", "10", home=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and "/v1/models" in r.stderr
+
+
+def test_ctrl_c_stops_the_cli_at_once(hostile: HostileServer, tmp_path) -> None:
+    hostile.mode = "never_ending"
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "c")}
+    p = subprocess.Popen([sys.executable, "-c", "from gpudash.cli import main; main()", "probe", hostile.url,
+                          "--requests", "8", "--concurrency", "4", "--timeout", "3600"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert hostile.chat_started.wait(JOIN_S)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=JOIN_S)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err
+    assert "Traceback" not in err

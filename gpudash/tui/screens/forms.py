@@ -15,6 +15,7 @@ from textual.widgets import Checkbox, Input, Label, Static
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.control import Command, SetEngineKnobs, SetShardSize, SetShare, SetSplit
 from gpudash.shares import parse_share
+from gpudash import fmt
 
 EDITABLE_KNOBS = ("h2d_chunk_bytes", "d2h_chunk_bytes", "outstanding", "h2d_fallback_bytes",
                   "d2h_fallback_bytes", "h2d_staging_bytes", "d2h_staging_bytes", "staging_threads")
@@ -49,6 +50,12 @@ def parse_ratios(text: str) -> tuple[float, ...]:
     return ratios
 
 
+def _shown(value: Any) -> str:
+    """A current value as its field shows it: sizes in MiB/GiB when exact, so 64MiB reads as 64MiB."""
+    return fmt.exact_size(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 4096 \
+        else str(value)
+
+
 class FuncValidator(Validator):
     def __init__(self, check: Any) -> None:
         super().__init__()
@@ -62,8 +69,8 @@ class FuncValidator(Validator):
         return self.success()
 
 
-class FormScreen(ModalScreen[Command | None]):
-    """A form: Enter applies when every field is valid, Escape cancels."""
+class FormScreen(ModalScreen[Any]):
+    """A form: Enter applies when every field is valid (dismissing with what `build` made), Esc cancels."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="form.cancel")]
     AUTO_FOCUS = "Input"
@@ -90,7 +97,7 @@ class FormScreen(ModalScreen[Command | None]):
     def action_cancel(self) -> None:
         self.dismiss(None)
 
-    def build(self) -> Command | None:
+    def build(self) -> Any:
         raise NotImplementedError
 
 
@@ -108,7 +115,7 @@ class KnobForm(FormScreen):
                         classes="form-title")
             for k in EDITABLE_KNOBS:
                 yield Label(k)
-                yield Input(str(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
+                yield Input(_shown(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
                             validate_on=["changed", "submitted"])
             yield Checkbox("direct_first", bool(self.knobs.get("direct_first", True)), id="knob-direct_first")
             yield Static("", id="form-errors")
@@ -129,21 +136,24 @@ class KnobForm(FormScreen):
 
 
 class SplitForm(FormScreen):
-    """The selected llama.cpp server's tensor split ratios (-ts)."""
+    """The selected llama.cpp server's tensor split ratios (-ts): one ratio per GPU it runs on."""
 
-    def __init__(self, spec: ServerSpec) -> None:
+    def __init__(self, spec: ServerSpec, gpus: list[int]) -> None:
         super().__init__(id="split-form")
-        self.spec = spec
+        self.spec, self.gpus = spec, gpus
 
     def _check(self, text: str) -> None:
         ratios = parse_ratios(text)
-        if self.spec.gpus and len(ratios) != len(self.spec.gpus):
-            raise ValueError(f"{self.spec.name} runs on GPUs {self.spec.gpus}: give {len(self.spec.gpus)} ratios")
+        if len(ratios) != len(self.gpus):
+            n = len(self.gpus)
+            raise ValueError(f"{self.spec.name} runs on {n} GPU{'s' if n != 1 else ''} "
+                             f"({','.join(map(str, self.gpus))}): give {n} ratio{'s' if n != 1 else ''}, "
+                             f"not {len(ratios)}")
 
     def compose(self) -> ComposeResult:
-        current = ",".join(f"{r:g}" for r in (self.spec.tensor_split or [1.0] * max(1, len(self.spec.gpus))))
+        current = ",".join(f"{r:g}" for r in (self.spec.tensor_split or [1.0] * max(1, len(self.gpus))))
         with Vertical(classes="form"):
-            yield Label(f"Split ratios for {self.spec.name} on GPUs {self.spec.gpus or 'all'} "
+            yield Label(f"Split ratios for {self.spec.name} on GPUs {','.join(map(str, self.gpus))} "
                         "(re-launches it). Enter: apply, Esc: cancel", classes="form-title")
             yield Input(current, id="split-ratios", validators=[FuncValidator(self._check)],
                         validate_on=["changed", "submitted"])
@@ -162,14 +172,21 @@ class ShareForm(FormScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="form"):
-            yield Label(f"Memory share for {self.spec.name} (0-1 of each of its GPUs; re-launches it). "
+            now = "none set: it may use all of its GPUs' memory" if self.spec.share is None \
+                else f"now {self.spec.share:g}"
+            yield Label(f"Memory share for {self.spec.name}, 0-1 of each of its GPUs ({now}; re-launches it). "
                         "Enter: apply, Esc: cancel", classes="form-title")
-            yield Input(f"{self.spec.share or ''}", id="share-value",
+            yield Input(f"{1.0 if self.spec.share is None else self.spec.share:g}", id="share-value",
                         validators=[FuncValidator(parse_share)], validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
 
     def build(self) -> Command | None:
-        return SetShare(self.spec.name, parse_share(self.query_one("#share-value", Input).value))
+        share = parse_share(self.query_one("#share-value", Input).value)
+        if share == self.spec.share:
+            self.query_one("#form-errors", Static).update(f"{self.spec.name} already has share {share:g}; "
+                                                          "edit it or press Esc")
+            return None
+        return SetShare(self.spec.name, share)
 
 
 class ShardForm(FormScreen):
@@ -181,11 +198,13 @@ class ShardForm(FormScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="form"):
-            yield Label(f"Capacity of shard {self.shard} in pool {self.pool} (e.g. 256MiB). "
+            yield Label(f"Capacity of shard {self.shard} in pool {self.pool}, now {fmt.size(self.capacity)} "
+                        "(takes 256MiB, 1GiB or bytes). "
                         "Enter: apply, Esc: cancel", classes="form-title")
-            yield Input(str(self.capacity), id="shard-capacity", validators=[FuncValidator(parse_size)],
+            yield Input(fmt.exact_size(self.capacity), id="shard-capacity", validators=[FuncValidator(parse_size)],
                         validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
 
     def build(self) -> Command | None:
-        return SetShardSize(self.pool, self.shard, parse_size(self.query_one("#shard-capacity", Input).value))
+        # the field's validator checked the size; the command keeps the words typed ("24MiB") for the toast
+        return SetShardSize(self.pool, self.shard, self.query_one("#shard-capacity", Input).value.strip())

@@ -15,7 +15,7 @@ from gpudash.advisor.planner import SplitPlan
 from gpudash.config import ServerSpec
 from gpudash.records import Event
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers
-from gpudash.tui.widgets import fmt
+from gpudash import fmt
 
 
 class TableView(Vertical):
@@ -106,15 +106,15 @@ def warnings_text(warnings: Sequence[Any]) -> Text:
 class ServersView(Vertical):
     """The launcher's servers, and the log tail of the selected one."""
 
-    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s", "restarts", "running", "KV use")
+    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s 10s", "crashes", "relaunches", "running",
+               "KV use")
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
         self._rows: list[tuple[Any, ...]] = []
 
     def compose(self) -> ComposeResult:
-        yield Static("Servers (s: select, S/x/R: start/stop/restart, t: split, m: memory share)",
-                     classes="view-title")
+        yield Static("Servers", classes="view-title", id="servers-title")
         yield Static("no servers yet (the launcher starts them one after another)", classes="empty")
         table: DataTable[Any] = DataTable(cursor_type="row", zebra_stripes=True, id="servers-table")
         table.can_focus = False
@@ -136,17 +136,26 @@ class ServersView(Vertical):
             s = by_name.get(name)
             if s is None:
                 spec = state.specs[name]
-                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", 0, "—", "—"))
+                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", 0, 0, "—", "—"))
                 continue
-            style = {"ready": "green", "crashed": "bold red", "backoff": "yellow"}.get(s.state, "")
-            rows.append((name, s.kind, Text(s.state, style=style), s.port or "—", fmt.duration(s.uptime_s),
-                         fmt.num(s.tokens_per_s, ".1f"), s.restarts, fmt.num(s.requests_running, ".0f"),
-                         fmt.pct(s.kv_cache_usage)))
+            style = {"ready": "green", "crashed": "bold red", "backoff": "yellow",
+                     "relaunching": "bold magenta"}.get(s.state, "")
+            ready = s.state == "ready"  # only a serving server has rates; anything else would be stale
+            rows.append((name, s.kind, Text(s.state, style=style), s.port or "—",
+                         fmt.duration(s.uptime_s if ready else None), fmt.num(state.tokens_per_s(name), ".1f"),
+                         s.restarts, s.relaunches, fmt.num(s.requests_running if ready else None, ".0f"),
+                         fmt.pct(s.kv_cache_usage if ready else None)))
         if rows != self._rows:
             self._rows = rows
             table.clear()
             table.add_rows(rows)
         self.query_one(".empty", Static).display = not names
+        title = Text("Servers")
+        if selected_server in names:
+            title.append("  selected: ")
+            title.append(f" {selected_server} ", style="bold reverse")
+            title.append("  (s: next; S/x/R start/stop/restart it)")
+        self.query_one("#servers-title", Static).update(title)
         if selected_server in names:
             table.move_cursor(row=names.index(selected_server), animate=False)
 
@@ -176,7 +185,7 @@ class EngineView(Vertical):
         yield table
         yield Static("knobs: —", id="knobs")
 
-    def update_view(self, state: ViewState) -> None:
+    def update_view(self, state: ViewState, unsaved: dict[str, Any] | None = None, config: Any = None) -> None:
         snap = state.latest
         paths = snap.engine_paths if snap is not None else ()
         busy = sorted((p for p in paths if p.bytes_total or p.queue_depth),
@@ -195,15 +204,19 @@ class EngineView(Vertical):
                          else "no engine paths reported yet")
         total = sum(p.gbps for p in paths)
         knobs = "  ".join(f"{k}={_knob(v)}" for k, v in state.knobs.items()) or "—"
-        self.query_one("#knobs", Static).update(
-            f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all\nknobs: {knobs}")
+        text = Text(f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all\n"
+                    f"knobs: {knobs}")
+        if unsaved:
+            text.append(f"\nNOT SAVED: {', '.join(unsaved)} changed in this run only; w saves them into "
+                        f"{config or 'the config file'}", style="bold yellow")
+        self.query_one("#knobs", Static).update(text)
 
 
 def _knob(v: Any) -> str:
-    """Sizes as the config writes them: 4MiB when a whole number of MiB, else 2.81MB."""
+    """Sizes as the config writes them (4MiB, 2.81MB); counts and flags as they are."""
     if isinstance(v, bool) or not isinstance(v, int) or v < 4096:
         return str(v)
-    return f"{v >> 20}MiB" if v % 2**20 == 0 else f"{v / 1e6:g}MB"
+    return fmt.exact_size(v)
 
 
 class PoolsView(TableView):

@@ -105,7 +105,17 @@ def card_text(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list[
     return t
 
 
-class GpuCard(Static):
+def split_card(text: Text) -> tuple[Text, Text]:
+    """The card's lines before its PCIe block and from it on. They are redrawn apart: at idle the plots
+    stay as they were while the power and temperature lines move, and a redraw is paid per area."""
+    lines = text.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.plain.startswith("TX ")), len(lines))
+    if at <= 1:  # a compact card opens with PCIe: keep it in one block
+        at = len(lines)
+    return Text("\n").join(lines[:at]), Text("\n").join(lines[at:])
+
+
+class GpuCard(Vertical):
     """One GPU: its numbers, and TX / RX plots as a share of what the link can carry (last minute)."""
 
     def __init__(self, index: int) -> None:
@@ -113,6 +123,11 @@ class GpuCard(Static):
         self.index = index
         self._last: tuple | None = None
         self._built_for = (0, 0)  # the (width, height) the current text was built for
+        self._shown: tuple[Text, Text] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="card-top")
+        yield Static(classes="card-rest")
 
     def on_resize(self) -> None:
         # A hidden view's cards are resized to nothing and back on every view switch: rebuild only when
@@ -123,14 +138,31 @@ class GpuCard(Static):
     def _plot_size(self) -> tuple[int, int]:
         return max(8, self.content_size.width or 26), self.content_size.height or FULL_LINES + 2 * PLOT_ROWS
 
+    def on_mount(self) -> None:
+        if self._last is not None:  # a sample came before the card's two blocks existed
+            self.update_card(*self._last)
+
     def update_card(self, g: GpuSample, state: ViewState, sim: bool, selected: bool) -> None:
         self._last = (g, state, sim, selected)
+        if not self.query(".card-rest"):
+            return
         tx, rx = state.link_history.get(g.index, ((), ()))
         util, mem = state.use_history.get(g.index, ((), ()))
         self._built_for = self._plot_size()
-        # The card's size comes from the grid, never from its text: skip the layout pass on every tick.
-        self.update(card_text(g, sim, list(tx), list(rx), *self._built_for, selected=selected, util_hist=list(util),
-                              mem_hist=list(mem)), layout=False)
+        top, rest = split_card(card_text(g, sim, list(tx), list(rx), *self._built_for, selected=selected,
+                                         util_hist=list(util), mem_hist=list(mem)))
+        old_top, old_rest = self._shown or (None, None)
+        if top != old_top:
+            widget = self.query_one(".card-top", Static)
+            lines = len(top.plain.split("\n"))
+            relayout = old_top is None or lines != len(old_top.plain.split("\n"))
+            if relayout:
+                widget.styles.height = lines
+            # Only a change of line count needs a layout pass; otherwise the block repaints in place.
+            widget.update(top, layout=relayout)
+        if rest != old_rest:
+            self.query_one(".card-rest", Static).update(rest, layout=False)
+        self._shown = (top, rest)
         self.set_class(selected, "selected")
         self.set_class(link_status(g).warn, "downgraded")
 

@@ -25,6 +25,14 @@ def exact_size(n: int) -> str:
     return str(n)
 
 
+def knob(value: object) -> str:
+    """An engine knob's value as the config writes it: sizes (4096 bytes and up) as 4MiB or 2.81MB,
+    counts and flags as they are."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 4096:
+        return exact_size(value)
+    return str(value)
+
+
 def rate(bps: float | None) -> str:
     """Bytes/s as GB/s (10**9, like PCIe figures)."""
     return NA if bps is None else f"{bps / 1e9:.2f} GB/s"

@@ -98,3 +98,18 @@ async def test_help_and_palette_list_the_table_and_replay_hides_live_keys() -> N
         await pilot.press("question_mark")
         ids = {r[1] for r in replay.screen.rows}
         assert BY_ID["edit_knobs"].id not in ids and "replay_pause" in ids
+
+
+async def test_g_and_s_move_a_selection_you_can_see() -> None:
+    app = app_for()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("g")
+        await pilot.pause(0.05)
+        card = app.query_one("#gpu-1")
+        assert app.selected_gpu == 1 and card.has_class("selected") and not app.query_one("#gpu-0").has_class("selected")
+        top = card.query_one(".card-top").content
+        assert any("reverse" in str(span.style) for span in top.spans)  # the name shows in reverse
+        await pilot.press("3", "s")
+        title = str(app.query_one("#servers-title").content)
+        assert app.selected_server == "small" and "selected:  small " in title

@@ -50,12 +50,6 @@ def parse_ratios(text: str) -> tuple[float, ...]:
     return ratios
 
 
-def _shown(value: Any) -> str:
-    """A current value as its field shows it: sizes in MiB/GiB when exact, so 64MiB reads as 64MiB."""
-    return fmt.exact_size(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 4096 \
-        else str(value)
-
-
 class FuncValidator(Validator):
     def __init__(self, check: Any) -> None:
         super().__init__()
@@ -115,7 +109,7 @@ class KnobForm(FormScreen):
                         classes="form-title")
             for k in EDITABLE_KNOBS:
                 yield Label(k)
-                yield Input(_shown(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
+                yield Input(fmt.knob(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
                             validate_on=["changed", "submitted"])
             yield Checkbox("direct_first", bool(self.knobs.get("direct_first", True)), id="knob-direct_first")
             yield Static("", id="form-errors")

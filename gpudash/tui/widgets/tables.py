@@ -203,20 +203,13 @@ class EngineView(Vertical):
             empty.update(f"{len(paths)} engine paths, none has moved bytes yet" if paths
                          else "no engine paths reported yet")
         total = sum(p.gbps for p in paths)
-        knobs = "  ".join(f"{k}={_knob(v)}" for k, v in state.knobs.items()) or "—"
+        knobs = "  ".join(f"{k}={fmt.knob(v)}" for k, v in state.knobs.items()) or "—"
         text = Text(f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all\n"
                     f"knobs: {knobs}")
         if unsaved:
             text.append(f"\nNOT SAVED: {', '.join(unsaved)} changed in this run only; w saves them into "
                         f"{config or 'the config file'}", style="bold yellow")
         self.query_one("#knobs", Static).update(text)
-
-
-def _knob(v: Any) -> str:
-    """Sizes as the config writes them (4MiB, 2.81MB); counts and flags as they are."""
-    if isinstance(v, bool) or not isinstance(v, int) or v < 4096:
-        return str(v)
-    return fmt.exact_size(v)
 
 
 class PoolsView(TableView):
@@ -235,11 +228,13 @@ class PoolsView(TableView):
 class HistoryView(TableView):
     TITLE = "Recorded sessions (e: export the selected one, up/down: select)"
     EMPTY = "no recorded sessions in this DB"
-    COLUMNS = ("id", "started", "ended", "duration", "source", "rows")
+    COLUMNS = ("id", "started", "ended", "duration", "source", "what", "rows")
 
     def show_sessions(self, sessions: Iterable[Any], cursor: int) -> None:
+        """`what` is the session's note: which command recorded it (gpudash record, bench engine...)."""
         rows = [(s.id, _clock(s.started), _clock(s.ended), fmt.duration(s.duration_s),
-                 Text(s.source, style="bold yellow" if s.source.startswith("sim:") else ""), sum(s.rows.values()))
+                 Text(s.source, style="bold yellow" if s.source.startswith("sim:") else ""), s.note or fmt.NA,
+                 sum(s.rows.values()))
                 for s in sessions]
         self.fill(rows, cursor)
 

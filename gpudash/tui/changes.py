@@ -142,14 +142,14 @@ class ChangeFlow:
             return
         self._set_pending(None)
         self._discard(command, "discarded with Esc")
-        self.notify(f"discarded: {describe(command)}")
 
     def _set_pending(self, command: Command | None) -> None:
         self.pending_command = command
         self.refresh_keys()
 
     def _discard(self, command: Command, reason: str) -> None:
-        """Every dropped change is an event (through the controller, so it reaches the store too)."""
+        """Every dropped change is said and is an event (through the controller, so it reaches the store)."""
+        self.notify(f"discarded: {summary(command)}")
         controller = self.controller
         if controller is not None:
             controller.discard(command, reason)

@@ -36,8 +36,6 @@ def keys_text(items: list[Item], pinned: list[Item], width: int, note: Text | No
 class KeyBar(Static):
     """Docked at the bottom; the app hands it the keys of the active tab and any pending change."""
 
-    DEFAULT_CSS = "KeyBar { dock: bottom; height: 1; background: $panel; }"
-
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
         self.items: list[Item] = []

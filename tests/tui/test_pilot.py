@@ -66,6 +66,8 @@ async def test_split_change_asks_relaunches_and_logs_the_event(live_feed) -> Non
         done.set()
         watcher.join()
         assert ("relaunching", None) in seen  # not `ready` with a running uptime while it re-launches
+        await wait_for(pilot, lambda: any(s.server == "big" and s.state == "ready" and s.pid != pid
+                                          for s in app.state.latest.servers), what="big re-launched")
         big = next(s for s in app.state.latest.servers if s.server == "big")
         assert (big.relaunches, big.restarts) == (1, 0)  # asked for, not a crash
         assert live_feed.controller.specs()["big"].tensor_split == [2.0, 3.0]

@@ -273,9 +273,7 @@ class Supervisor:
         try:
             cmd, port = self._prepare(spec, reuse_port=srv.port if spec.port is None else None)
         except LaunchError as err:
-            with self._lock:
-                if srv.state == "relaunching":  # the old process is already gone
-                    srv.state = "stopped"
+            self._not_relaunching(srv)
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=err.cause)
             raise
         self._log_dir.mkdir(parents=True, exist_ok=True)
@@ -290,6 +288,7 @@ class Supervisor:
                 errors="replace", bufsize=1).result()
         except OSError as err:
             log.close()
+            self._not_relaunching(srv)
             cause = f"could not execute '{cmd.argv[0]}': {err.strerror}"
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=cause)
             raise LaunchError(name, cause) from None
@@ -320,6 +319,12 @@ class Supervisor:
         build = build_info(f"http://{address}") if spec.kind == "llama.cpp" else None
         self._event("server.ready", name, new=address if build is None else f"{address} ({build})", ts=ready_ts)
         threading.Thread(target=self._wait_exit, args=(srv, proc), daemon=True, name=f"gpudash-wait-{name}").start()
+
+    def _not_relaunching(self, srv: _Server) -> None:
+        """A relaunch that failed before its process started: the old one is gone, so it is stopped."""
+        with self._lock:
+            if srv.state == "relaunching":
+                srv.state = "stopped"
 
     def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO) -> None:
         """Reader thread: copy the server's output to its log file and tail; it owns (and closes) the file."""

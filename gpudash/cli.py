@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "llama": "gpudash.commands.llama_cmd:llama",
     "server": "gpudash.commands.server_cmd:server",
     "store": "gpudash.commands.store_cmd:store",
+    "status": "gpudash.commands.status:status",
 }
 
 

@@ -41,8 +41,10 @@ def parse_size(value: int | float | str) -> int:
     if isinstance(value, bool):
         raise ValueError("expected a size in bytes or a string like '4MiB', got a boolean")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"expected a finite size >= 0, got {value}")
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite size in bytes, got {value}")
+        if value < 0:
+            raise ValueError(f"expected a size >= 0, got {value}")
         return int(value)
     m = _SIZE_RE.match(str(value))
     if not m or m.group(2).lower() not in _SIZE_UNITS:
@@ -476,3 +478,15 @@ def to_toml(config: Config, redacted: bool = False) -> str:
     secret-looking server env values and flags (for copies written to disk)."""
     data = config.model_dump(mode="json", exclude_none=True)
     return tomli_w.dumps(redact_config_data(data) if redacted else data)
+
+
+def save_engine_knobs(path: Path, knobs: dict[str, int]) -> None:
+    """Merge `knobs` into the [engine] table of the TOML file at `path` (created if missing), validated as
+    a whole first so a bad result never reaches the file (the TUI's `w`). Comments in the file are not kept."""
+    data: dict[str, Any] = {}
+    if path.exists():
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data.setdefault("engine", {}).update(knobs)
+    validate(data, str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(data), encoding="utf-8")

@@ -301,6 +301,14 @@ class Controller:
             self.inbox.push(event)
         return Result(ok, reason, event)
 
+    def discard(self, command: ControlCommand, reason: str, actor: str = "keyboard") -> Event:
+        """Record that a proposed command was dropped unapplied (`<kind>.discarded`), for the audit trail."""
+        kind, target, new = command.event()
+        event = Event(ts=self._clock(), actor=actor, kind=f"{kind}.discarded", target=target, new=new, reason=reason)
+        if self.inbox is not None:
+            self.inbox.push(event)
+        return event
+
     def _current(self, command: ControlCommand) -> Any:
         """The value a refused command would have changed, for the event row (None when unknown)."""
         try:

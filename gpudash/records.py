@@ -36,6 +36,9 @@ class GpuSample:
     link_width_max: int | None = None
     bar1_total: int | None = None
     bar1_used: int | None = None
+    throttle: str | None = None  # why clocks are held down ("none", "power cap,thermal"...); None: not reported
+    ecc_uncorrected: int | None = None  # volatile uncorrected ECC errors since boot
+    remapped_rows: int | None = None  # rows remapped after uncorrectable errors (A100 and later)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,7 @@ class GpuProcessSample:
     used_bytes: int | None
     name: str = ""
     server: str | None = None
+    sm_pct: float | None = None  # SM utilisation of this process, where the GPU reports it
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +120,7 @@ class ServerSample:
     ts: float
     server: str
     kind: str  # "llama.cpp" | "vllm"
-    state: str  # "starting" | "loading" | "ready" | "crashed" | "stopped" | "backoff"
+    state: str  # "starting" | "loading" | "relaunching" | "ready" | "crashed" | "stopped" | "backoff"
     pid: int | None = None
     port: int | None = None
     uptime_s: float | None = None
@@ -130,6 +134,7 @@ class ServerSample:
     prefix_cache_hits: float | None = None
     ttft_mean_s: float | None = None
     draft_acceptance: float | None = None
+    relaunches: int = 0  # re-launches an operator asked for (`restarts` counts those after a crash)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,13 +12,37 @@ from typing import Any
 import click
 
 from engine import EngineError
-from engine.bench import bench_title, render, render_tune
+from engine.bench import CUDA_SIZES, MEMORY, SIM_SIZES, bench_title, render, render_tune
+from gpudash import fmt
 from engine.profiles import PROFILES
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, usage_error
 from gpudash.config import Config, ConfigError, parse_size
 from gpudash.records import Event
 from gpudash.rig import NvmlRig, SimulatedRig
 from gpudash.tuned import save_tuned
+
+
+def knobs_lines(knobs: dict[str, Any]) -> list[str]:
+    """The engine's knobs as a two-column table, sizes as the config writes them (4MiB, 2.81MB)."""
+    width = max((len(k) for k in knobs), default=0)
+    return ["knobs:"] + [f"  {k:<{width}}  {fmt.knob(v)}" for k, v in knobs.items()]
+
+
+class _Bar:
+    """The bench's progress on stderr: a bar with ETA when the number of steps is known (the bench),
+    elapsed time alone when it is not (the autotune sweep)."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress, self.task, self.steps = progress, None, 0
+
+    def phase(self, name: str, total: int | None) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, completed=self.progress.tasks[self.task].total or self.steps)
+        self.task, self.steps = self.progress.add_task(name, total=total), 0
+
+    def __call__(self, what: str) -> None:
+        self.steps += 1
+        self.progress.update(self.task, completed=self.steps - 1, description=what)
 
 
 def _record(cfg: Config, db: str | None, source: str, rows: list[Any], tuned: dict[str, int] | None) -> str:
@@ -83,16 +107,26 @@ def bench_engine(cfg: Config, backend: str | None, profile: str | None, as_json:
         check_engine(eng)
     except EngineError as err:
         usage_error(f"cannot run the {backend} engine bench: {err}")
-    say = (lambda m: None) if as_json else (lambda m: click.echo(f"  ... {m}", err=True))
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    steps = len(size_list or (CUDA_SIZES if backend == "cuda" else SIM_SIZES)) * 2 * len(MEMORY)
+    progress = Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                        console=Console(stderr=True), transient=True, disable=as_json)
+    say = _Bar(progress)
     out: dict[str, Any] = {"source": source, "sim": backend == "sim"}
     tuned = None
-    with eng:
+    with eng, progress:
         if tune:
+            say.phase("autotune", None)
             res = run_tune(eng, progress=say)
             stored = _store_tuned(backend, res.knobs)
             eng.set(**res.knobs)
             tuned = res.knobs
             out["tune"] = {"knobs": res.knobs, "table": res.table, "notes": res.notes, "stored": stored}
+        say.phase("bench", steps)
         rows = list(run_bench(eng, size_list, progress=say))
         out["knobs"] = eng.knobs()
         out["device"] = eng.topology().gpus[0].name
@@ -113,5 +147,7 @@ def bench_engine(cfg: Config, backend: str | None, profile: str | None, as_json:
     if tune:
         click.echo(f"autotune ({source}): {tuned}; {out['tune']['stored']}")
         click.echo(render_tune(res))
-    click.echo(render(title, out["knobs"], out["baseline"], rows, fig))
+    table = render(title, out["knobs"], out["baseline"], rows, fig).splitlines()
+    click.echo("\n".join(part for line in table
+                          for part in (knobs_lines(out["knobs"]) if line.startswith("knobs: ") else [line])))
     click.echo(out["store"] if "store" in out else "")

@@ -4,11 +4,12 @@ configured servers (or the launcher's embedded demo) supervised and recorded."""
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import click
 
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, sim_options, usage_error
-from gpudash.config import Config
+from gpudash.config import Config, default_config_path
 
 
 def check_keys(keys: dict[str, str]) -> None:
@@ -42,7 +43,8 @@ def launch(config: Config, sim: str | None, no_sim: bool, db: str | None, no_rec
     from gpudash.tui.feeds import LiveFeed
 
     feed = LiveFeed(config, rig, path, record=not no_record)
-    app = GpudashApp(feed, keys=config.keys)
+    app = GpudashApp(feed, keys=config.keys, config_path=Path(
+        click.get_current_context().find_root().obj.get("config_path") or default_config_path()))
     # SIGTERM (systemd, kill) quits like the quit key, so the servers stop and the session closes.
     signal.signal(signal.SIGTERM, lambda signum, frame: app.call_later(app.exit))
     try:

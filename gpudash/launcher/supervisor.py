@@ -57,7 +57,8 @@ class _Server:
     proc: subprocess.Popen | None = None
     state: str = "stopped"
     started: float | None = None
-    restarts: int = 0
+    restarts: int = 0  # after a crash
+    relaunches: int = 0  # asked for (restart(), e.g. a new split)
     crashes_in_row: int = 0
     facts: LogFacts = LogFacts()
     tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
@@ -136,10 +137,12 @@ class Supervisor:
         with self._lock:
             return tuple(
                 ServerSample(ts=now, server=n, kind=s.spec.kind, state=s.state,
-                             pid=s.proc.pid if s.proc is not None and s.state in ("loading", "ready", "sleeping")
+                             pid=s.proc.pid if s.proc is not None and s.state in ("loading", "relaunching", "ready",
+                                                                                  "sleeping")
                              else None,
                              port=s.port, uptime_s=(now - s.started) if s.started and s.state == "ready" else None,
-                             restarts=s.restarts, tokens_per_s=s.facts.tokens_per_s,
+                             restarts=s.restarts, relaunches=s.relaunches,
+                             tokens_per_s=s.facts.tokens_per_s if s.state == "ready" else None,
                              draft_acceptance=s.facts.draft_acceptance)
                 for n, s in self._servers.items())
 
@@ -197,15 +200,17 @@ class Supervisor:
             own_port = srv.port if srv.proc is not None and srv.proc.poll() is None else None
             self._prepare(spec, reuse_port=own_port)  # bad spec: raise now, old server untouched
             srv.cancel.set()
+            with self._lock:
+                srv.state, srv.started = "relaunching", None
             self._terminate(srv)
             srv.cancel.clear()
             try:
-                self._launch(srv, spec, actor_kind="server.restart", old=_spec_dict(old_spec))
+                self._launch(srv, spec, actor_kind="server.restart", old=_spec_dict(old_spec), relaunch=True)
             except LaunchError as err:
                 if spec is old_spec or own_port is None:  # nothing ran before: nothing to go back to
                     raise
                 try:
-                    self._launch(srv, old_spec, actor_kind="server.restart")
+                    self._launch(srv, old_spec, actor_kind="server.restart", relaunch=True)
                 except LaunchError as err2:
                     raise LaunchError(name, f"{err.cause}; restarting with the previous settings failed too: "
                                             f"{err2.cause}") from None
@@ -294,13 +299,16 @@ class Supervisor:
             self._event("server.budget", spec.name, new=budget.argv(), reason=budget.note)
         return fitted
 
-    def _launch(self, srv: _Server, spec: ServerSpec, actor_kind: str, old: Any = None) -> None:
+    def _launch(self, srv: _Server, spec: ServerSpec, actor_kind: str, old: Any = None,
+                relaunch: bool = False) -> None:
         """Start `spec` for `srv` and wait for health; on any failure nothing of it is left running. A
-        "server.restart" that comes up counts in `restarts` (also a fall-back to the previous settings)."""
+        "server.restart" that comes up counts in `relaunches` when asked for (`relaunch`, also a fall-back
+        to the previous settings), else in `restarts` (after a crash); a relaunch shows as "relaunching"."""
         name = spec.name
         try:
             cmd, port = self._prepare(spec, reuse_port=srv.port if spec.port is None else None)
         except LaunchError as err:
+            self._not_relaunching(srv)
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=err.cause)
             raise
         private_dir(self._log_dir)
@@ -315,12 +323,13 @@ class Supervisor:
                 errors="replace", bufsize=1).result()
         except OSError as err:
             log.close()
+            self._not_relaunching(srv)
             cause = f"could not execute '{cmd.argv[0]}': {err.strerror}"
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=cause)
             raise LaunchError(name, cause) from None
         with self._lock:
             srv.spec, srv.port, srv.proc = spec, port, proc
-            srv.state, srv.started, srv.facts = "loading", None, LogFacts()
+            srv.state, srv.started, srv.facts = "relaunching" if relaunch else "loading", None, LogFacts()
         self._event(actor_kind, name, old=old, new=_spec_dict(spec))
         secrets = secret_values(cmd.env, cmd.argv)
         srv.reader = threading.Thread(target=self._read_log, args=(srv, proc, log, secrets), daemon=True,
@@ -344,11 +353,18 @@ class Supervisor:
             raise LaunchError(name, cause) from None
         with self._lock:  # counted with the state change: whoever sees "ready" sees the count too
             srv.state, srv.started = "ready", ready_ts
-            srv.restarts += actor_kind == "server.restart"
+            srv.relaunches += relaunch
+            srv.restarts += actor_kind == "server.restart" and not relaunch
         address = f"{url_host(spec.host)}:{port}"
         build = build_info(f"http://{address}") if spec.kind == "llama.cpp" else None
         self._event("server.ready", name, new=address if build is None else f"{address} ({build})", ts=ready_ts)
         threading.Thread(target=self._wait_exit, args=(srv, proc), daemon=True, name=f"gpudash-wait-{name}").start()
+
+    def _not_relaunching(self, srv: _Server) -> None:
+        """A relaunch that failed before its process started: the old one is gone, so it is stopped."""
+        with self._lock:
+            if srv.state == "relaunching":
+                srv.state = "stopped"
 
     def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO, secrets: tuple[str, ...]) -> None:
         """Reader thread: copy the server's output to its log file and tail, its secrets masked (a server

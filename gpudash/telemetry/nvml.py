@@ -58,6 +58,16 @@ P2P_CODES = {
     pynvml.NVML_P2P_STATUS_NOT_SUPPORTED: "NS",
     pynvml.NVML_P2P_STATUS_UNKNOWN: "U",
 }
+# Clock throttle reasons worth naming (idle is not a problem, so it is left out).
+_THROTTLE_REASONS = (
+    (pynvml.nvmlClocksThrottleReasonApplicationsClocksSetting, "app clocks"),
+    (pynvml.nvmlClocksThrottleReasonSwPowerCap, "power cap"),
+    (pynvml.nvmlClocksThrottleReasonHwSlowdown, "hw slowdown"),
+    (pynvml.nvmlClocksThrottleReasonSyncBoost, "sync boost"),
+    (pynvml.nvmlClocksThrottleReasonSwThermalSlowdown, "sw thermal"),
+    (pynvml.nvmlClocksThrottleReasonHwThermalSlowdown, "hw thermal"),
+    (pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown, "power brake"),
+)
 _PCIE_FIELDS = [pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
 _NOT_AVAILABLE = 2**64 - 1
 # nvidia-smi topo -p2p r; pynvml defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (stray comma).
@@ -167,6 +177,7 @@ class Device:
             raise RuntimeError(f"NVML unavailable: {_init_error}")
         self.index = index
         self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self._sm_since = 0  # NVML timestamp (us) of the last per-process utilisation sample read
 
     @cached_property
     def static(self) -> StaticInfo:
@@ -225,7 +236,23 @@ class Device:
             link_gen_max=st.link_gen_max, link_width_max=st.link_width_max,
             bar1_total=st.bar1_total,
             bar1_used=None if bar1 is NA else int(bar1.bar1Used),
+            throttle=self._throttle(),
+            ecc_uncorrected=none(call(pynvml.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                      pynvml.NVML_VOLATILE_ECC)),
+            remapped_rows=self._remapped_rows(),
         )
+
+    def _throttle(self) -> str | None:
+        """The active clock event reasons by name ("none" when clocks run free), None if not reported."""
+        mask = call(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, self.handle)
+        if mask is NA:
+            return None
+        names = [name for bit, name in _THROTTLE_REASONS if mask & bit]
+        return ",".join(names) or "none"
+
+    def _remapped_rows(self) -> int | None:
+        rows = call(pynvml.nvmlDeviceGetRemappedRows, self.handle)  # (correctable, uncorrectable, pending, failed)
+        return None if rows is NA else int(rows[0]) + int(rows[1])
 
     def processes(self, ts: float, servers: dict[int, str]) -> list[GpuProcessSample]:
         """GPU memory per process (compute and graphics), tagged with the server gpudash launched."""
@@ -235,9 +262,18 @@ class Device:
             for p in () if procs is NA else procs:
                 used = p.usedGpuMemory
                 seen[p.pid] = None if used is None or used == _NOT_AVAILABLE else int(used)
+        sm = self._process_sm()
         return [GpuProcessSample(ts=ts, gpu_index=self.index, pid=pid, used_bytes=used,
-                                 name=_process_name(pid), server=servers.get(pid))
+                                 name=_process_name(pid), server=servers.get(pid), sm_pct=sm.get(pid))
                 for pid, used in sorted(seen.items())]
+
+    def _process_sm(self) -> dict[int, float]:
+        """SM utilisation % per process since the previous read ({} where the GPU does not report it)."""
+        samples = call(pynvml.nvmlDeviceGetProcessUtilization, self.handle, self._sm_since)
+        if samples is NA:
+            return {}
+        self._sm_since = max([self._sm_since, *(int(x.timeStamp) for x in samples)])
+        return {int(x.pid): float(x.smUtil) for x in samples}
 
     def pcie_counters(self) -> tuple[int, int] | None:
         """Raw (TX, RX) PCIe byte counters, or None when this GPU does not have them."""

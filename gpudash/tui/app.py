@@ -18,85 +18,51 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterable
 
+from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, TabbedContent, TabPane
+from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from gpudash.control import Command, ServerAction, SetRecording, SetSplit, describe, relaunches
+from gpudash.control import Command, ServerAction, SetRecording, SetShare, SetSplit, describe
 from gpudash.records import Event, Snapshot
 from gpudash.tui import messages as msg
+from gpudash.tui.actions import ACTIONS, BY_CALL, BY_ID, PINNED, VIEWS, Action, bindings
+from gpudash.tui.changes import ChangeFlow
+from gpudash.tui.history import HistoryControls
 from gpudash.tui.feeds import Feed, FeedInfo, Player
 from gpudash.tui.replay_controls import ReplayControls
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_servers, ts_ratios
 from gpudash.tui.widgets.header import SourceHeader
+from gpudash.tui.widgets.keybar import KeyBar
 from gpudash.tui.widgets.latency import LatencyView
 from gpudash.tui.widgets.overview import OverviewView
+from gpudash.tui.widgets.processes import SORTS, ProcessesView
 from gpudash.tui.widgets.tables import (EngineView, EventsView, HistoryView, PoolsView, ServersView,
                                         SplitView)
 
-VIEWS = ("overview", "split", "servers", "latency", "engine", "pools", "history", "events")
-VIEW_NAMES = ("Overview", "Split balance", "Servers", "Latency", "Engine", "Pools", "History", "Events")
-VIEW_WIDGETS = (OverviewView, SplitView, ServersView, LatencyView, EngineView, PoolsView, HistoryView, EventsView)
 MAX_PENDING = 256  # snapshots waiting for the UI; older ones are folded into newer ones beyond this
 LOG_POLL_S = 1.0
-REPLAY_ONLY = {"replay_pause", "replay_step", "replay_back", "replay_forward", "replay_slower", "replay_faster"}
-LIVE_ONLY = {"edit_split", "apply_plan", "edit_share", "edit_knobs", "apply", "server_start", "server_stop",
-             "server_restart", "server_sleep", "server_wake", "toggle_recording"}
 
 
-def _bindings() -> list[Binding]:
-    views = [Binding(str(i + 1), f"show_view('{v}')", n, id=f"view_{v}", show=False)
-             for i, (v, n) in enumerate(zip(VIEWS, VIEW_NAMES))]
-    return views + [
-        Binding("down", "select(1)", "Select next", id="select_next", show=False),
-        Binding("up", "select(-1)", "Select previous", id="select_previous", show=False),
-        Binding("g", "select_gpu", "Next GPU", id="select_gpu", show=False),
-        Binding("s", "select_server", "Next server", id="select_server", show=False),
-        Binding("t", "edit_split", "Split ratios", id="edit_split"),
-        Binding("p", "apply_plan", "Apply planned split", id="apply_plan"),
-        Binding("m", "edit_share", "Memory share / shard size", id="edit_share", show=False),
-        Binding("k", "edit_knobs", "Engine knobs", id="edit_knobs"),
-        Binding("a", "apply", "Apply", id="apply"),
-        Binding("S", "server('start')", "Start server", id="server_start", show=False),
-        Binding("x", "server('stop')", "Stop server", id="server_stop", show=False),
-        Binding("R", "server('restart')", "Restart server", id="server_restart", show=False),
-        Binding("z", "server('sleep')", "Sleep server (vLLM)", id="server_sleep", show=False),
-        Binding("w", "server('wake')", "Wake server (vLLM)", id="server_wake", show=False),
-        Binding("r", "toggle_recording", "Recording", id="toggle_recording"),
-        Binding("e", "export", "Export session", id="export", show=False),
-        Binding("space", "replay_pause", "Pause/play", id="replay_pause"),
-        Binding("full_stop", "replay_step", "Step one tick", id="replay_step"),
-        Binding("left_square_bracket", "replay_seek(-1)", "Seek back", id="replay_back"),
-        Binding("right_square_bracket", "replay_seek(1)", "Seek forward", id="replay_forward"),
-        Binding("minus", "replay_speed(False)", "Slower", id="replay_slower", show=False),
-        Binding("plus,equals_sign", "replay_speed(True)", "Faster", id="replay_faster", show=False),
-        Binding("question_mark", "help", "Help", id="help"),
-        Binding("q", "quit", "Quit", id="quit"),
-    ]
-
-
-ACTION_IDS: dict[str, set[str]] = {}
-for _b in _bindings():
-    ACTION_IDS.setdefault(_b.action.split("(")[0], set()).add(_b.id or "")
-
-
-class GpudashApp(ReplayControls, App[None]):
+class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "gpudash"
     ENABLE_COMMAND_PALETTE = True
     AUTO_FOCUS = None  # a focused widget inside a tab would switch the view when a modal closes
-    BINDINGS = _bindings()
+    BINDINGS = bindings()
 
     def __init__(self, feed: Feed, *, replay: bool = False, speed: float = 1.0, keys: dict[str, str] | None = None,
-                 export_dir: Path | None = None) -> None:
+                 export_dir: Path | None = None, config_path: Path | None = None) -> None:
         super().__init__()
         self.animation_level = "none"  # a view switch shows at once; no 60 fps tab-underline animation
         self.feed = feed
         self.replay = replay
         self.keys = dict(keys or {})
         self.export_dir = export_dir or Path.cwd()
+        self.config_path = config_path  # where `w` saves knob changes (None: the app was given no file)
+        self.saved_knobs: dict[str, Any] = {}  # the knobs as the config file has them
         self.state = ViewState()
         self.info: FeedInfo | None = None
         self.player: Player | None = None
@@ -109,8 +75,11 @@ class GpudashApp(ReplayControls, App[None]):
         self.sessions: list[Any] = []
         self.session_cursor = 0
         self.shard_cursor = 0
+        self.process_sort = 0  # index into processes.SORTS
+        self.process_filter = ""
         self.first_frame_at: float | None = None
         self._log_chain = False
+        self._history_chain = False
         self._feed_closed = False
         self._feed_close_lock = threading.Lock()
 
@@ -119,10 +88,10 @@ class GpudashApp(ReplayControls, App[None]):
     def compose(self) -> ComposeResult:
         yield SourceHeader(id="header")
         with TabbedContent(id="views", initial="overview"):
-            for view, name, widget in zip(VIEWS, VIEW_NAMES, VIEW_WIDGETS):
-                with TabPane(name, id=view):
-                    yield widget(id=f"{view}-view")
-        yield Footer()
+            for view in VIEWS:
+                with TabPane(view.title, id=view.id):
+                    yield view.widget(id=f"{view.id}-view")
+        yield KeyBar(id="keybar")
 
     def on_mount(self) -> None:
         if self.keys:
@@ -131,6 +100,7 @@ class GpudashApp(ReplayControls, App[None]):
         self.header.rig = "" if self.replay else self.feed.source
         for tabs in self.query("Tabs"):
             tabs.can_focus = False
+        self.refresh_keys()
         self.call_after_refresh(self._after_first_frame)
 
     def _after_first_frame(self) -> None:
@@ -144,7 +114,8 @@ class GpudashApp(ReplayControls, App[None]):
 
     @property
     def active_view(self) -> str:
-        return self.query_one(TabbedContent).active or "overview"
+        tabs = self.query(TabbedContent)  # none once the app is shutting down
+        return (tabs.first().active if tabs else "") or "overview"
 
     def _alive(self) -> bool:
         """False once the app is shutting down and its widgets are gone: timers and queued messages
@@ -183,6 +154,7 @@ class GpudashApp(ReplayControls, App[None]):
         self.info = info
         self.state.specs = dict(info.specs)
         self.state.knobs = dict(info.knobs)
+        self.saved_knobs = dict(info.knobs)
         self.state.update_warnings()
         self._read_model_sizes()
         if not self._alive():
@@ -196,7 +168,7 @@ class GpudashApp(ReplayControls, App[None]):
         if self.replay:
             self.player = Player(info.snapshots, self._speed)
             self._replay_tick()
-        self.refresh_bindings()
+        self.refresh_keys()
         self.refresh_views()
 
     def on_snapshots_pending(self, message: msg.SnapshotsPending) -> None:
@@ -256,19 +228,24 @@ class GpudashApp(ReplayControls, App[None]):
         elif view == "latency":
             self.query_one(LatencyView).update_view(self.state)
         elif view == "engine":
-            self.query_one(EngineView).update_view(self.state)
+            self.query_one(EngineView).update_view(self.state, self.unsaved_knobs(), self.config_path)
         elif view == "pools":
             self.query_one(PoolsView).update_view(self.state, self.shard_cursor)
         elif view == "events":
             self.query_one(EventsView).update_view(self.state)
+        elif view == "processes":
+            self.query_one(ProcessesView).update_view(self.state.latest, self.process_sort, self.process_filter)
         if self.player is not None:
             p = self.player
             self.header.position = (f"tick {p.index + 1}/{len(p.snaps)}  {p.speed:g}x"
                                     f"{'  PAUSED' if p.paused else ''}{'  END' if p.done else ''}")
+            self.refresh_keys()  # the pause key reads Play while paused
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         view = self.active_view
-        if view == "history":
+        self.refresh_keys()
+        if view == "history" and not self._history_chain:
+            self._history_chain = True
             self._load_sessions()
         if view == "servers" and not self._log_chain:
             self._log_chain = True
@@ -292,6 +269,8 @@ class GpudashApp(ReplayControls, App[None]):
             self.header.source = f"{self.feed.source}: failed to start"
         if name == "servers.log_tail":
             self._log_chain = False
+        if name == "history.load":
+            self._history_chain = False
         self.notify(f"{name} failed: {err}", severity="error", timeout=8)
         self.state.events.append(Event(time.time(), "gpudash", "worker.error", name, ok=False, reason=str(err)))
         self.refresh_views()
@@ -319,6 +298,20 @@ class GpudashApp(ReplayControls, App[None]):
                 self.refresh_views()
         else:
             self._cycle_gpu(step)
+
+    def action_sort_processes(self) -> None:
+        self.process_sort = (self.process_sort + 1) % len(SORTS)
+        self.refresh_views()
+
+    def action_filter_processes(self) -> None:
+        from gpudash.tui.screens.filter import FilterForm
+
+        def done(text: str | None) -> None:
+            if text is not None:
+                self.process_filter = text.strip()
+                self.refresh_views()
+
+        self.push_screen(FilterForm("processes whose pid, name or server", self.process_filter), done)
 
     def action_select_gpu(self) -> None:
         self._cycle_gpu(1)
@@ -363,8 +356,13 @@ class GpudashApp(ReplayControls, App[None]):
         from gpudash.tui.screens.forms import SplitForm
 
         spec = self._selected_spec()
-        if spec is not None:
-            self.push_screen(SplitForm(spec), self._propose)
+        if spec is None:
+            return
+        gpus = self.server_gpus(spec)
+        if gpus is None:
+            self.notify("waiting for the first sample: the rig's GPUs are not known yet", severity="warning")
+            return
+        self.push_screen(SplitForm(spec, gpus), self._propose)
 
     def action_apply_plan(self) -> None:
         """Propose the split planner's -ts for the selected split server (or the only one), to confirm."""
@@ -383,21 +381,57 @@ class GpudashApp(ReplayControls, App[None]):
             return
         self._propose(SetSplit(spec.name, ts_ratios(plan.ts)))
 
-    def action_edit_share(self) -> None:
-        """On the Pools view: the selected shard's size; elsewhere: the selected server's memory share."""
-        from gpudash.tui.screens.forms import ShardForm, ShareForm
+    def action_edit_shard(self) -> None:
+        """The selected pool shard's size (Pools view)."""
+        from gpudash.tui.screens.forms import ShardForm
 
-        if self.active_view == "pools":
-            shards = self.state.latest.pool_shards if self.state.latest else ()
-            if not shards:
-                self.notify("no memory pools yet", severity="warning")
-                return
-            s = shards[min(self.shard_cursor, len(shards) - 1)]
-            self.push_screen(ShardForm(s.pool, s.shard, s.capacity), self._propose)
+        shards = self.state.latest.pool_shards if self.state.latest else ()
+        if not shards:
+            self.notify("no memory pools yet", severity="warning")
             return
+        s = shards[min(self.shard_cursor, len(shards) - 1)]
+        self.push_screen(ShardForm(s.pool, s.shard, s.capacity), self._propose)
+
+    def action_edit_share(self) -> None:
+        """The selected server's memory share of each of its GPUs."""
+        from gpudash.tui.screens.forms import ShareForm
+
         spec = self._selected_spec()
         if spec is not None:
             self.push_screen(ShareForm(spec), self._propose)
+
+    def unsaved_knobs(self) -> dict[str, Any]:
+        """Knobs changed in this run that the config file does not have yet."""
+        return {k: v for k, v in self.state.knobs.items() if k in self.saved_knobs and v != self.saved_knobs[k]}
+
+    def action_save_knobs(self) -> None:
+        """`w`: write the changed knobs into the config's [engine] section, so the next start has them."""
+        changed = self.unsaved_knobs()
+        if not changed:
+            self.notify("the engine knobs match the config file: nothing to save")
+            return
+        if self.config_path is None:
+            self.notify("no config file to save into (this run was started without one)", severity="warning")
+            return
+        path = self.config_path
+
+        def save() -> None:
+            from gpudash.config import ConfigError, save_engine_knobs
+
+            try:
+                save_engine_knobs(path, changed)
+            except (ConfigError, OSError, ValueError) as err:
+                self.post_message(msg.KnobsSaved(False, f"cannot save the knobs into {path}: {err}", changed))
+                return
+            self.post_message(msg.KnobsSaved(True, f"saved {', '.join(changed)} into [engine] of {path}", changed))
+
+        self._worker(save, "config.save_knobs", "config")
+
+    def on_knobs_saved(self, message: msg.KnobsSaved) -> None:
+        if message.ok:
+            self.saved_knobs.update(message.knobs)
+        self.notify(message.text, severity="information" if message.ok else "error", timeout=8)
+        self.refresh_views()
 
     def action_edit_knobs(self) -> None:
         from gpudash.tui.screens.forms import KnobForm
@@ -413,43 +447,17 @@ class GpudashApp(ReplayControls, App[None]):
     def action_toggle_recording(self) -> None:
         self._propose(SetRecording(not self.header.recording))
 
-    def _propose(self, command: Command | None) -> None:
-        if command is None:
-            return
-        self.pending_command = command
-        self.header.pending = describe(command)
-        self.action_apply()
+    def _gpus_of(self, command: Command) -> list[int] | None:
+        """The GPUs a server change concerns, for the dialog's title."""
+        if isinstance(command, (SetSplit, SetShare)) and command.server in self.state.specs:
+            return self.server_gpus(self.state.specs[command.server])
+        return None
 
-    def action_apply(self) -> None:
-        from gpudash.tui.screens.dialogs import ConfirmScreen
-
-        command = self.pending_command
-        if command is None:
-            self.notify("nothing to apply: edit split (t), share (m) or knobs (k) first")
-            return
-        if relaunches(command):
-            self.push_screen(ConfirmScreen(f"{describe(command)}.\nThis re-launches the server: it stops serving "
-                                           "until it is healthy again. Apply?"),
-                             lambda yes: self._run_apply(command) if yes else None)
-        else:
-            self._run_apply(command)
-
-    def _run_apply(self, command: Command) -> None:
-        self.pending_command = None
-        self.header.pending = ""
-        self.notify(f"applying: {describe(command)}…")
-        self._worker(partial(self._apply_blocking, command), f"control.apply.{type(command).__name__}", "control")
-
-    def _apply_blocking(self, command: Command) -> None:
-        controller = self.controller
-        if controller is None:
-            self.post_message(msg.Applied(False, "no live rig to change (replay, or still starting)",
-                                          describe(command)))
-            return
-        res = controller.apply(command)
-        self.post_message(msg.Applied(res.ok, res.reason, describe(command)))
-        self.post_message(msg.SpecsChanged(controller.specs()))
-        self.post_message(msg.KnobsChanged(controller.knobs()))
+    def server_gpus(self, spec: Any) -> list[int] | None:
+        """The GPUs a server runs on: its `gpus`, else every GPU of the rig (None before the first tick)."""
+        if spec.gpus:
+            return list(spec.gpus)
+        return list(range(len(self.state.latest.gpus))) if self.state.latest is not None else None
 
     def on_applied(self, message: msg.Applied) -> None:
         if message.ok:
@@ -476,76 +484,43 @@ class GpudashApp(ReplayControls, App[None]):
         if message.rechain:
             self.set_timer(LOG_POLL_S, self._poll_log)
 
-    # ---- history and export --------------------------------------------------------------------------
-
-    def _db_path(self) -> str | None:
-        return self.info.db_path if self.info is not None else None
-
-    def _load_sessions(self) -> None:
-        db = self._db_path()
-        if db is None or not Path(db).exists():
-            self.query_one(HistoryView).show_sessions([], 0)
-            return
-
-        def load() -> None:
-            from gpudash.store import Store
-
-            with Store.open(db) as store:
-                self.post_message(msg.SessionsLoaded(store.sessions()))
-
-        self._worker(load, "history.load", "store")
-
-    def on_sessions_loaded(self, message: msg.SessionsLoaded) -> None:
-        self.sessions = list(reversed(message.sessions))  # newest first
-        self.session_cursor = min(self.session_cursor, max(0, len(self.sessions) - 1))
-        self.query_one(HistoryView).show_sessions(self.sessions, self.session_cursor)
-
-    def action_export(self) -> None:
-        db = self._db_path()
-        if self.active_view == "history" and self.sessions:
-            sid = self.sessions[self.session_cursor].id
-        elif self.controller is not None and self.controller.recorder is not None \
-                and self.controller.recorder.session_id is not None:
-            sid = self.controller.recorder.session_id
-        else:
-            self.notify("nothing to export: open History (7) and select a recorded session", severity="warning")
-            return
-        out = self.export_dir / f"gpudash-session-{sid}"
-
-        def export() -> None:
-            from gpudash.store import Store
-            from gpudash.store.export import ExportError, export_session
-
-            with Store.open(db) as store:
-                try:
-                    done = export_session(store, sid, "csv", out, force=True)
-                    self.post_message(msg.Exported(True, f"exported session {sid}: {len(done)} tables to {out}"))
-                except ExportError as err:
-                    self.post_message(msg.Exported(False, str(err)))
-
-        self._worker(export, "history.export", "store")
-
-    def on_exported(self, message: msg.Exported) -> None:
-        self.notify(message.text, severity="information" if message.ok else "error")
-
-    # ---- bindings: availability, help, command palette -----------------------------------------------
+    # ---- keys: availability, footer, help, command palette (all from the actions table) --------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        ids = ACTION_IDS.get(action, set())
-        if ids & REPLAY_ONLY and not self.replay:
-            return False
-        if ids & LIVE_ONLY and self.replay:
-            return False
-        return True
+        found = BY_CALL.get((action, parameters))
+        if found is None:  # not one of ours (e.g. Textual's own actions)
+            return True
+        return any(a.available(self.replay, self.active_view) for a in found)
 
-    def key_of(self, b: Binding) -> str:
-        """How the key of binding `b` reads on screen, after the config's [keys] remaps."""
-        return self.get_key_display(replace(b, key=self.keys.get(b.id or "", b.key)))
+    def key_of(self, a: Action) -> str:
+        """How the key of action `a` reads on screen, after the config's [keys] remaps."""
+        return self.get_key_display(Binding(self.keys.get(a.id, a.key), a.call))
 
-    def binding_rows(self) -> list[tuple[str, str, str]]:
-        """(key, id, description) for every binding available in this mode, with [keys] remaps applied."""
-        return [(self.key_of(b), b.id or "", b.description)
-                for b in self.BINDINGS if self.check_action(b.action.split("(")[0], ()) is not False]
+    def binding_rows(self) -> list[tuple[str, str, str, str]]:
+        """(key, id, description, where) for every action of this mode, with [keys] remaps applied."""
+        mode_ok = [a for a in ACTIONS if a.mode != ("live" if self.replay else "replay")]
+        return [(self.key_of(a), a.id, a.description, ", ".join(a.views) or "all tabs") for a in mode_ok]
+
+    def refresh_keys(self) -> None:
+        """The footer: this tab's keys, the pending change if any, Help and Quit pinned right."""
+        if not self._alive():
+            return
+        view = self.active_view
+        pending = self.pending_command
+        if pending is None:
+            items = [(self.key_of(a), self._label(a)) for a in ACTIONS if a.show and a.available(self.replay, view)]
+            note = None
+        else:  # the bar is about the pending change until it is applied or discarded
+            items = [(self.key_of(BY_ID["apply"]), "apply"), (self.key_of(BY_ID["discard"]), "discard")]
+            note = Text.assemble(("│ pending: ", "bold magenta"), (describe(pending), "magenta"))
+        self.query_one(KeyBar).show_keys(items, [(self.key_of(a), a.description) for a in PINNED], note)
+
+    def _label(self, a: Action) -> str:
+        """An action's footer words, where they follow the state: replay's pause key, with the speed."""
+        p = self.player
+        if a.id == "replay_pause" and p is not None:
+            return f"{'Play' if p.paused else 'Pause'} ({'paused' if p.paused else 'playing'} at {p.speed:g}x)"
+        return a.description
 
     def action_help(self) -> None:
         from gpudash.tui.screens.dialogs import HelpScreen
@@ -554,15 +529,26 @@ class GpudashApp(ReplayControls, App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for b in self.BINDINGS:
-            if self.check_action(b.action.split("(")[0], ()) is not False:
-                yield SystemCommand(b.description, f"key {self.key_of(b)} ({b.id})",
-                                    partial(self.run_action, b.action))
+        for a in ACTIONS:
+            if a.mode != ("live" if self.replay else "replay"):
+                where = f" on {', '.join(a.views)}" if a.views else ""
+                yield SystemCommand(a.description, f"key {self.key_of(a)}{where} ({a.id})",
+                                    partial(self._run_from_palette, a))
+
+    def _run_from_palette(self, a: Action) -> None:
+        """A tab's action chosen elsewhere goes to its tab first, where the operator sees what it acts on."""
+        if a.views and self.active_view not in a.views:
+            self.action_show_view(a.views[0])
+        self.call_after_refresh(self.run_action, a.call)
 
     # ---- quitting ------------------------------------------------------------------------------------
 
     async def action_quit(self) -> None:
-        """Stop what gpudash started (servers, sampler, recorder, engine) off the UI thread, then exit."""
+        """Stop what gpudash started (servers, sampler, recorder, engine) off the UI thread, then exit;
+        with a change pending, ask first."""
+        self.confirm_quit(self._quit_now)
+
+    def _quit_now(self) -> None:
         self.header.source = f"{self.header.source} (stopping…)"
         self._worker(self.close_feed, "feed.close", "close")
 

@@ -92,3 +92,12 @@ class ModelSizes(Message):
     """Model file sizes per server (bytes), read off the UI thread for the split planner."""
 
     sizes: dict[str, int]
+
+
+@dataclass
+class KnobsSaved(Message):
+    """Engine knobs were written into the config file (`ok`), or why not (`text`)."""
+
+    ok: bool
+    text: str
+    knobs: dict[str, Any]

@@ -20,6 +20,7 @@ from gpudash.shares import ShareWarning, share_warnings
 HISTORY_TICKS = 120  # points kept for the live PCIe plots
 REQUESTS_KEPT = 2000  # probe requests kept for the latency view
 EVENTS_KEPT = 5000
+RATE_WINDOW_S = 10.0  # server rates are averaged over this much time: one tick alone swings 0 <-> peak
 # A link below its max generation/width is only worth a warning when it carries traffic or the GPU works:
 # GPUs drop link speed at idle by design.
 BUSY_UTIL_PCT = 10.0
@@ -157,6 +158,7 @@ class ViewState:
         self.latest: Snapshot | None = None
         # per GPU: (TX, RX) history as a fraction of what the link could carry at that tick
         self.link_history: dict[int, tuple[deque[float], deque[float]]] = {}
+        self.use_history: dict[int, tuple[deque[float], deque[float]]] = {}  # per GPU: (util, memory) 0..1
         self.requests: deque[RequestSample] = deque(maxlen=REQUESTS_KEPT)
         self.events: deque[Event] = deque(maxlen=EVENTS_KEPT)
         self.specs: dict[str, ServerSpec] = {}
@@ -167,6 +169,22 @@ class ViewState:
         # starts again (it is only detectable in the tick of its start event).
         self.warnings: tuple[ShareWarning, ...] = ()
         self._start_warnings: dict[str, tuple[ShareWarning, ...]] = {}
+        self._rates: dict[str, deque[tuple[float, float]]] = {}  # per server: (ts, tok/s) while ready
+
+    def _track_rate(self, server: str, state: str, ts: float, value: float | None) -> None:
+        window = self._rates.setdefault(server, deque())
+        if state != "ready":  # a stopped or re-launching server has no rate, and its old one is history
+            window.clear()
+            return
+        if value is not None:
+            window.append((ts, value))
+        while window and window[0][0] < ts - RATE_WINDOW_S:
+            window.popleft()
+
+    def tokens_per_s(self, server: str) -> float | None:
+        """Generated tokens/s over the last RATE_WINDOW_S while ready; None when there is no sample."""
+        window = self._rates.get(server)
+        return sum(v for _, v in window) / len(window) if window else None
 
     def ingest(self, snap: Snapshot) -> None:
         """Fold one snapshot in: latest values replace, series and logs append."""
@@ -178,6 +196,12 @@ class ViewState:
             link = link_status(g)
             tx.append(link.tx_fraction or 0.0)
             rx.append(link.rx_fraction or 0.0)
+            util, mem = self.use_history.setdefault(g.index, (deque(maxlen=HISTORY_TICKS),
+                                                              deque(maxlen=HISTORY_TICKS)))
+            util.append((g.util_pct or 0.0) / 100)
+            mem.append(g.mem_used / g.mem_total if g.mem_used is not None and g.mem_total else 0.0)
+        for s in snap.servers:
+            self._track_rate(s.server, s.state, s.ts, s.tokens_per_s)
         self.requests.extend(snap.requests)
         self.events.extend(snap.events)
         for e in snap.events:  # replayed changes move the knobs and specs the views show

@@ -125,3 +125,32 @@ def test_sigterm_stops_the_servers_and_closes_the_session(tmp_path: Path) -> Non
     assert con.execute("SELECT kind FROM events ORDER BY ts DESC LIMIT 1").fetchone()[0] == "server.stop"
     pids = {r[0] for r in con.execute("SELECT DISTINCT pid FROM server_samples WHERE pid IS NOT NULL")}
     assert pids and not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_80x24_keeps_help_quit_and_every_gpus_pcie(tmp_path: Path) -> None:
+    """The smallest terminal people use: the real app at 80x24 still shows Help and Quit, the PCIe lines
+    of all 8 GPUs, the DB file name, and a confirmation dialog that fits with all its answers."""
+    cfg, db = tmp_path / "config.toml", tmp_path / "gpudash.db"
+    cfg.write_text(CONFIG)
+    cmd = f"env -u COLUMNS -u LINES {GPUDASH} --config {cfg} launch --sim 8xh20 --db {db}; echo GPUDASH-EXIT=$?; sleep 30"
+    tmux("new-session", "-d", "-s", "small", "-x", "80", "-y", "24", cmd)
+    tmux("resize-window", "-t", "small", "-x", "80", "-y", "24")
+    try:
+        screen = wait_screen("small", "SIM 8xh20", "GPU7", db.name)
+        deadline = time.monotonic() + 10
+        while (screen.count("TX "), screen.count("RX ")) != (8, 8) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first frames come before the cards know their size
+            screen = tmux("capture-pane", "-p", "-t", "small")
+        assert (screen.count("TX "), screen.count("RX ")) == (8, 8), screen
+        assert screen.splitlines()[-1].rstrip().endswith("?  Help  q  Quit"), screen
+        tmux("send-keys", "-t", "small", "3")
+        wait_screen("small", "demo", "ready", " S  Start  x  Stop  R  Restart")
+        tmux("send-keys", "-t", "small", "x")
+        dialog = wait_screen("small", "Stop demo?", "apply now", "discard")
+        assert all(len(line.rstrip()) <= 80 for line in dialog.splitlines())
+        tmux("send-keys", "-t", "small", "Escape")
+        wait_screen("small", "discarded: stop demo")
+        tmux("send-keys", "-t", "small", "q")
+        wait_screen("small", "GPUDASH-EXIT=0", timeout=30)
+    finally:
+        subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)

@@ -7,6 +7,7 @@ import pytest
 from textual.widgets import Input, Static
 from tui_helpers import wait_for
 
+from gpudash.config import EngineSettings
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.screens.forms import EDITABLE_KNOBS, KnobForm
 
@@ -26,7 +27,8 @@ async def test_staging_threshold_edit_reaches_the_engine(live_feed) -> None:
         await pilot.pause()
         for k in EDITABLE_KNOBS:  # the form opens with the engine's values, every field on screen
             inp = form.query_one(f"#knob-{k}", Input)
-            assert inp.value == str(live_feed.engine.knobs()[k])
+            # sizes read as 2.81MB or 4MiB, and mean exactly the engine's value
+            assert getattr(EngineSettings.model_validate({k: inp.value}), k) == live_feed.engine.knobs()[k], k
             assert 0 <= inp.region.y and inp.region.bottom <= SIZE[1] and inp.region.height == 1, k
         errors = form.query_one("#form-errors", Static)
         assert errors.region.height >= 1 and errors.region.bottom <= SIZE[1]

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
+import time
 
 import pytest
 from tui_helpers import wait_for
 from textual.widgets import DataTable, Static
 
 from gpudash.tui.app import GpudashApp
-from gpudash.tui.screens.dialogs import ConfirmScreen
+from gpudash.tui.screens.dialogs import ChoiceScreen
+from gpudash.tui.screens.export import ExportForm
 from gpudash.tui.screens.forms import KnobForm, SplitForm
 
 SIZE = (120, 40)
@@ -45,12 +48,28 @@ async def test_split_change_asks_relaunches_and_logs_the_event(live_feed) -> Non
         await pilot.press("3", "t")
         assert isinstance(app.screen, SplitForm)
         await pilot.press("ctrl+a", "ctrl+k", *"2,3", "enter")
-        assert isinstance(app.screen, ConfirmScreen)  # a re-launch is announced and must be confirmed
-        assert "re-launches" in str(app.screen.query_one("#confirm-text", Static).content)
-        await pilot.press("y")
+        assert isinstance(app.screen, ChoiceScreen)  # a re-launch is announced and must be confirmed
+        assert "starts again with -ts 2,3" in str(app.screen.query_one("#confirm-text", Static).content)
+        seen: set[tuple[str, float | None]] = set()
+        done = threading.Event()
+
+        def watch() -> None:  # the supervisor's view every 10 ms: the relaunch may be shorter than a tick
+            while not done.is_set():
+                big = next(s for s in live_feed.controller.supervisor.states() if s.server == "big")
+                seen.add((big.state, big.uptime_s if big.state != "ready" else 0.0))
+                time.sleep(0.01)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        await pilot.press("a")
         await wait_for(pilot, lambda: ("server.split", True) in kinds(app), what="the server.split event")
+        done.set()
+        watcher.join()
+        assert ("relaunching", None) in seen  # not `ready` with a running uptime while it re-launches
         await wait_for(pilot, lambda: any(s.server == "big" and s.state == "ready" and s.pid != pid
                                           for s in app.state.latest.servers), what="big re-launched")
+        big = next(s for s in app.state.latest.servers if s.server == "big")
+        assert (big.relaunches, big.restarts) == (1, 0)  # asked for, not a crash
         assert live_feed.controller.specs()["big"].tensor_split == [2.0, 3.0]
         assert ("server.restart", True) in kinds(app)
         await pilot.press("8")
@@ -62,8 +81,12 @@ async def test_split_change_asks_relaunches_and_logs_the_event(live_feed) -> Non
     assert rows and "2.0" in rows[0][2]  # the change reached the store
 
 
-async def test_engine_knob_edit_reaches_the_engine(live_feed) -> None:
-    app = GpudashApp(live_feed)
+async def test_engine_knob_edit_reaches_the_engine_and_w_saves_it(live_feed, tmp_path) -> None:
+    import tomllib
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("# mine\n[sampling]\ninterval_s = 0.5\n")
+    app = GpudashApp(live_feed, config_path=cfg)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await pilot.press("5", "k")
@@ -76,6 +99,11 @@ async def test_engine_knob_edit_reaches_the_engine(live_feed) -> None:
         await wait_for(pilot, lambda: "h2d_chunk_bytes=4MiB" in knobs_text(app), what="the Engine view's new knob")
         ev = next(e for e in app.state.events if e.kind == "engine.knobs")
         assert ev.old == {"h2d_chunk_bytes": 2_810_000} and ev.new == {"h2d_chunk_bytes": 4 * 2**20}
+        assert "NOT SAVED: h2d_chunk_bytes" in knobs_text(app)  # a run-only change says so until saved
+        await pilot.press("w")
+        await wait_for(pilot, lambda: "NOT SAVED" not in knobs_text(app), what="the knobs saved")
+        saved = tomllib.loads(cfg.read_text())
+        assert saved["engine"] == {"h2d_chunk_bytes": 4 * 2**20} and saved["sampling"]["interval_s"] == 0.5
 
 
 async def test_bad_values_are_refused_with_the_reason(live_feed) -> None:
@@ -87,14 +115,14 @@ async def test_bad_values_are_refused_with_the_reason(live_feed) -> None:
         assert isinstance(app.screen, KnobForm)  # the form stays open: nothing was sent
         errors = str(app.screen.query_one("#form-errors", Static).content)
         assert "chunk size must be between 4 KiB and 1 GiB" in errors
-        await pilot.press("escape", "t", "ctrl+a", "ctrl+k", *"1,2,3", "enter")
+        await pilot.press("escape", "3", "t", "ctrl+a", "ctrl+k", *"1,2,3", "enter")
         assert isinstance(app.screen, SplitForm)
         assert "give 2 ratios" in str(app.screen.query_one("#form-errors", Static).content)
         await pilot.press("escape", "m", "ctrl+a", "ctrl+k", *"1.5", "enter")
         assert "memory share 1.5 is outside (0, 1]" in str(app.screen.query_one("#form-errors", Static).content)
         # A value the form accepts but the rig cannot take: `side` already holds 0.4 of GPU 1.
         pids = {s.server: s.pid for s in app.state.latest.servers}
-        await pilot.press("ctrl+a", "ctrl+k", *"0.8", "enter", "y")
+        await pilot.press("ctrl+a", "ctrl+k", *"0.8", "enter", "a")
         await wait_for(pilot, lambda: ("server.share", False) in kinds(app), what="the refused share change")
         ev = next(e for e in app.state.events if e.kind == "server.share")
         assert "GPU 1: shares add up to" in ev.reason
@@ -165,10 +193,28 @@ async def test_history_lists_sessions_and_exports_the_selected_one(live_feed, tm
         await wait_for(pilot, lambda: app.sessions, what="the sessions list")
         assert "sim:8xh20" in table_text(app, "#history-view")
         await pilot.press("e")
+        assert isinstance(app.screen, ExportForm)  # format and folder are asked for
+        await pilot.press("enter")
         sid = app.sessions[0].id
         out = tmp_path / "exports" / f"gpudash-session-{sid}"
         await wait_for(pilot, lambda: (out / "gpu_samples.csv").exists(), what="the export files")
         assert len((out / "gpu_samples.csv").read_text().splitlines()) > 8  # header + 8 GPUs per tick
+        before = (out / "gpu_samples.csv").stat().st_mtime_ns
+        await pilot.press("e", "enter")  # the same folder again: refused in the form, nothing overwritten
+        assert isinstance(app.screen, ExportForm)
+        assert "exports never overwrite" in str(app.screen.query_one("#form-errors", Static).content)
+        assert (out / "gpu_samples.csv").stat().st_mtime_ns == before
+        await pilot.press("escape")
+        from gpudash.config import Config
+        from gpudash.store import Store
+
+        store = Store.open(live_feed.db_path)  # another process records a session meanwhile
+        try:
+            other = store.begin_session("sim:h200", Config())
+        finally:
+            store.close()
+        await wait_for(pilot, lambda: other in [x.id for x in app.sessions], what="History refreshing by itself")
+        assert app.active_view == "history" and app.sessions[app.session_cursor].id == sid  # selection kept
 
 
 async def test_server_stop_asks_then_start(live_feed) -> None:
@@ -178,8 +224,8 @@ async def test_server_stop_asks_then_start(live_feed) -> None:
         await pilot.press("3", "s")
         assert app.selected_server == "side"
         await pilot.press("x")
-        assert isinstance(app.screen, ConfirmScreen)
-        await pilot.press("y")
+        assert isinstance(app.screen, ChoiceScreen)
+        await pilot.press("a")
         await wait_for(pilot, lambda: any(s.server == "side" and s.state == "stopped" for s in app.state.latest.servers),
                        what="side stopped")
         await pilot.press("S")
@@ -232,9 +278,6 @@ async def test_quit_during_start_up_leaves_nothing_running(live_feed) -> None:
 async def test_leaving_the_app_waits_for_a_quit_that_is_still_closing_the_feed() -> None:
     """`q` closes the feed on a worker; an unmount meanwhile (the app leaving) must wait for that close
     to finish rather than return early, or the last events may not have reached the store yet."""
-    import threading
-    import time
-
     from fixtures import FixedFeed, sim_snapshot
 
     feed = FixedFeed([sim_snapshot(tick=0)])

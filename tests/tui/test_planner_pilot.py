@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.feeds import LiveFeed
-from gpudash.tui.screens.dialogs import ConfirmScreen
+from gpudash.tui.screens.dialogs import ChoiceScreen
 
 pytestmark = pytest.mark.anyio
 
@@ -40,9 +40,9 @@ async def test_planned_split_is_shown_and_applied(mixed_feed) -> None:
         advice = str(app.query_one("#split-advice", Static).content)
         assert "big: -ts 1,1 now" in advice and "follows free memory" in advice  # current, planned and why
         await pilot.press("p")
-        assert isinstance(app.screen, ConfirmScreen)
-        assert "re-launches big" in str(app.screen.query_one("#confirm-text", Static).content)
-        await pilot.press("y")
+        assert isinstance(app.screen, ChoiceScreen)
+        assert "Re-launch big with split -ts 2,3 on GPUs 0,1?" in str(app.screen.query_one("#confirm-title", Static).content)
+        await pilot.press("a")
         await wait_for(pilot, lambda: any(e.kind == "server.split" and e.ok for e in app.state.events),
                        what="the server.split event")
         ev = next(e for e in app.state.events if e.kind == "server.split")

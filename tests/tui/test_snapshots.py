@@ -67,3 +67,27 @@ def test_split_view_with_plan_and_share_warnings(snap_compare) -> None:
         assert pilot.app.header.warnings == 1
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)], ids=["80x24", "200x60"])
+@pytest.mark.parametrize("key, view", [("1", "overview"), ("3", "servers"), ("5", "engine")])
+def test_view_at_size(snap_compare, size: tuple[int, int], key: str, view: str) -> None:
+    """The smallest terminal an operator uses and a large one: the footer keeps Help and Quit, the
+    8-GPU cards keep their PCIe lines, and the header keeps the DB file name."""
+
+    async def run_before(pilot) -> None:
+        await loaded(pilot)
+        await pilot.press(key)
+        await pilot.pause(0.1)
+        assert pilot.app.active_view == view
+
+    assert snap_compare(app_for(), terminal_size=size, run_before=run_before)
+
+
+def test_relaunch_dialog_at_80x24(snap_compare) -> None:
+    async def run_before(pilot) -> None:
+        await loaded(pilot)
+        await pilot.press("3", "t", "ctrl+a", "ctrl+k", *"1,1", "enter")
+        await pilot.pause(0.1)
+
+    assert snap_compare(app_for(), terminal_size=(80, 24), run_before=run_before)

@@ -111,3 +111,40 @@ def test_a_split_runs_the_plan_when_its_proportions_match() -> None:
     assert runs_plan(SPECS["big"].model_copy(update={"tensor_split": [0.4, 0.6]}), plan)
     assert not runs_plan(SPECS["big"].model_copy(update={"tensor_split": [1, 1]}), plan)
     assert not runs_plan(SPECS["big"].model_copy(update={"tensor_split": None}), plan)
+
+
+def _server_tick(t: int, state: str, tps: float | None):
+    snap = sim_snapshot(tick=t)
+    big = replace(snap.servers[0], ts=snap.ts, state=state, tokens_per_s=tps)
+    return replace(snap, servers=(big,))
+
+
+def test_tokens_per_s_is_a_window_mean_and_none_once_not_ready() -> None:
+    from gpudash.tui.state import RATE_WINDOW_S
+
+    st = ViewState()
+    st.ingest_all(_server_tick(t, "ready", 1200.0 if t % 2 else 0.0) for t in range(4))
+    assert st.tokens_per_s("big") == 600.0  # 0, 1200, 0, 1200: not whatever the last tick said
+    st.ingest(_server_tick(4, "stopped", 885.4))  # a stale rate from a stopped server is not shown
+    assert st.tokens_per_s("big") is None
+    st.ingest(_server_tick(5, "relaunching", None))
+    assert st.tokens_per_s("big") is None
+    far = int(RATE_WINDOW_S) + 10
+    st.ingest_all([_server_tick(6, "ready", 100.0), _server_tick(far, "ready", 300.0)])
+    assert st.tokens_per_s("big") == 300.0  # the tick 6 sample left the window
+
+
+def test_gpu_cards_keep_pcie_when_small_and_fill_when_tall() -> None:
+    from gpudash.tui.widgets.overview import card_text
+
+    g = replace(H20, mem_used=12 * 2**30, mem_total=96 * 2**30, power_w=110.0, temp_c=45.0,
+                pcie_tx_bps=12e9, pcie_rx_bps=3e9)
+    small = card_text(g, True, [0.1] * 30, [0.0] * 30, width=16, height=7).plain.splitlines()
+    assert len(small) <= 7 and all(len(line) <= 16 for line in small[1:]), small
+    assert small[1].startswith("TX  12.0G") and small[2].startswith("RX   3.0G")  # the headline stays
+    idle = card_text(replace(g, pcie_tx_bps=0.0), False, [0.0] * 26, [0.0] * 26, width=26, height=13).plain
+    assert "▁" * 26 in idle  # an idle link still draws its baseline
+    tall = card_text(g, False, [0.5] * 40, [0.5] * 40, width=40, height=33, util_hist=[0.2] * 40,
+                     mem_hist=[0.125] * 40).plain.splitlines()
+    assert "util history" in tall and "mem history" in tall and 33 - 4 < len(tall) <= 33  # a lone GPU's card is full
+    assert "SM — held by NA  ECC — remapped —" in tall  # where the source reports no clocks/ECC: NA, not 0

@@ -1,50 +1,77 @@
-"""Confirmation before a change that re-launches a server, and the help screen listing every key."""
+"""The choice dialog (confirm a re-launch, replace a pending change, quit with one pending) and the help
+screen listing every key."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Label
+from textual.widgets import DataTable, Static
+
+from gpudash.tui.widgets.keybar import KEY_STYLE
 
 
-class ConfirmScreen(ModalScreen[bool]):
-    """Says what will happen (e.g. a re-launch) and waits for y or n."""
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One answer: the key that gives it (a Textual key name), how the key reads, and what it does."""
 
-    BINDINGS = [
-        Binding("y", "answer(True)", "Yes, apply", id="confirm.yes"),
-        Binding("n,escape", "answer(False)", "No", id="confirm.no"),
-    ]
+    key: str
+    label: str
+    value: str
+    shown_key: str = ""
 
-    def __init__(self, text: str) -> None:
-        super().__init__(id="confirm")
-        self.text = text
+    @property
+    def key_text(self) -> str:
+        return self.shown_key or self.key
+
+
+class ChoiceScreen(ModalScreen[str]):
+    """Says what will happen and waits for one of its keys; the dialog returns that choice's value.
+    Escape always answers (with the choice bound to it), so a dialog can never trap the operator."""
+
+    def __init__(self, title: str, text: str, choices: list[Choice]) -> None:
+        super().__init__(classes="confirm")
+        self.title_text, self.text, self.choices = title, text, choices
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="form"):
-            yield Label(self.text, id="confirm-text")
-            yield Label("y: apply   n / Esc: cancel", classes="form-title")
+            yield Static(Text(self.title_text), classes="form-title", id="confirm-title")
+            yield Static(Text(self.text), id="confirm-text")
+            keys = Text()
+            for c in self.choices:
+                keys.append(f" {c.key_text} ", style=KEY_STYLE)
+                keys.append(f" {c.label}   ")
+            yield Static(keys, id="confirm-keys")
 
-    def action_answer(self, yes: bool) -> None:
-        self.dismiss(yes)
+    def on_key(self, event: events.Key) -> None:
+        for c in self.choices:
+            if event.key == c.key:
+                event.stop()
+                self.dismiss(c.value)
+                return
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every key binding: its key (after remaps), its id (for [keys] in the config) and what it does."""
+    """Every key binding: its key (after remaps), its id (for [keys] in the config), what it does and
+    on which tabs."""
 
     BINDINGS = [Binding("escape,question_mark,q", "close", "Close", id="help.close")]
 
-    def __init__(self, rows: list[tuple[str, str, str]]) -> None:
+    def __init__(self, rows: list[tuple[str, str, str, str]]) -> None:
         super().__init__(id="help")
         self.rows = rows
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="form help"):
-            yield Label("Keys (remap any of them in the config's \\[keys] by id, e.g. quit = \"ctrl+q\"). "
-                        "Esc closes.", classes="form-title")
+            yield Static("Keys (remap any of them in the config's \\[keys] by id, e.g. quit = \"ctrl+q\"). "
+                         "Esc closes.", classes="form-title")
             table: DataTable[str] = DataTable(cursor_type="row")
-            table.add_columns("key", "id", "action")
+            table.add_columns("key", "id", "action", "where")
             table.add_rows(self.rows)
             yield table
 

@@ -16,6 +16,7 @@ from engine.config import KNOB, KNOB_TABLE
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.control import Command, SetEngineKnobs, SetShardSize, SetShare, SetSplit
 from gpudash.shares import parse_share
+from gpudash import fmt
 
 # The live knobs of the knob table: numbers as inputs, switches as checkboxes.
 EDITABLE_KNOBS = tuple(k.name for k in KNOB_TABLE if k.live and not k.is_bool)
@@ -64,8 +65,8 @@ class FuncValidator(Validator):
         return self.success()
 
 
-class FormScreen(ModalScreen[Command | None]):
-    """A form: Enter applies when every field is valid, Escape cancels."""
+class FormScreen(ModalScreen[Any]):
+    """A form: Enter applies when every field is valid (dismissing with what `build` made), Esc cancels."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="form.cancel")]
     AUTO_FOCUS = "Input"
@@ -92,7 +93,7 @@ class FormScreen(ModalScreen[Command | None]):
     def action_cancel(self) -> None:
         self.dismiss(None)
 
-    def build(self) -> Command | None:
+    def build(self) -> Any:
         raise NotImplementedError
 
 
@@ -110,7 +111,7 @@ class KnobForm(FormScreen):
                         classes="form-title")
             for k in EDITABLE_KNOBS:
                 yield Label(k)
-                yield Input(str(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
+                yield Input(fmt.knob(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
                             validate_on=["changed", "submitted"])
             for k in SWITCH_KNOBS:
                 yield Checkbox(k, bool(self.knobs.get(k, KNOB[k].default)), id=f"knob-{k}")
@@ -133,21 +134,24 @@ class KnobForm(FormScreen):
 
 
 class SplitForm(FormScreen):
-    """The selected llama.cpp server's tensor split ratios (-ts)."""
+    """The selected llama.cpp server's tensor split ratios (-ts): one ratio per GPU it runs on."""
 
-    def __init__(self, spec: ServerSpec) -> None:
+    def __init__(self, spec: ServerSpec, gpus: list[int]) -> None:
         super().__init__(id="split-form")
-        self.spec = spec
+        self.spec, self.gpus = spec, gpus
 
     def _check(self, text: str) -> None:
         ratios = parse_ratios(text)
-        if self.spec.gpus and len(ratios) != len(self.spec.gpus):
-            raise ValueError(f"{self.spec.name} runs on GPUs {self.spec.gpus}: give {len(self.spec.gpus)} ratios")
+        if len(ratios) != len(self.gpus):
+            n = len(self.gpus)
+            raise ValueError(f"{self.spec.name} runs on {n} GPU{'s' if n != 1 else ''} "
+                             f"({','.join(map(str, self.gpus))}): give {n} ratio{'s' if n != 1 else ''}, "
+                             f"not {len(ratios)}")
 
     def compose(self) -> ComposeResult:
-        current = ",".join(f"{r:g}" for r in (self.spec.tensor_split or [1.0] * max(1, len(self.spec.gpus))))
+        current = ",".join(f"{r:g}" for r in (self.spec.tensor_split or [1.0] * max(1, len(self.gpus))))
         with Vertical(classes="form"):
-            yield Label(f"Split ratios for {self.spec.name} on GPUs {self.spec.gpus or 'all'} "
+            yield Label(f"Split ratios for {self.spec.name} on GPUs {','.join(map(str, self.gpus))} "
                         "(re-launches it). Enter: apply, Esc: cancel", classes="form-title")
             yield Input(current, id="split-ratios", validators=[FuncValidator(self._check)],
                         validate_on=["changed", "submitted"])
@@ -166,14 +170,21 @@ class ShareForm(FormScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="form"):
-            yield Label(f"Memory share for {self.spec.name} (0-1 of each of its GPUs; re-launches it). "
+            now = "none set: it may use all of its GPUs' memory" if self.spec.share is None \
+                else f"now {self.spec.share:g}"
+            yield Label(f"Memory share for {self.spec.name}, 0-1 of each of its GPUs ({now}; re-launches it). "
                         "Enter: apply, Esc: cancel", classes="form-title")
-            yield Input(f"{self.spec.share or ''}", id="share-value",
+            yield Input(f"{1.0 if self.spec.share is None else self.spec.share:g}", id="share-value",
                         validators=[FuncValidator(parse_share)], validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
 
     def build(self) -> Command | None:
-        return SetShare(self.spec.name, parse_share(self.query_one("#share-value", Input).value))
+        share = parse_share(self.query_one("#share-value", Input).value)
+        if share == self.spec.share:
+            self.query_one("#form-errors", Static).update(f"{self.spec.name} already has share {share:g}; "
+                                                          "edit it or press Esc")
+            return None
+        return SetShare(self.spec.name, share)
 
 
 class ShardForm(FormScreen):
@@ -185,11 +196,13 @@ class ShardForm(FormScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="form"):
-            yield Label(f"Capacity of shard {self.shard} in pool {self.pool} (e.g. 256MiB). "
+            yield Label(f"Capacity of shard {self.shard} in pool {self.pool}, now {fmt.size(self.capacity)} "
+                        "(takes 256MiB, 1GiB or bytes). "
                         "Enter: apply, Esc: cancel", classes="form-title")
-            yield Input(str(self.capacity), id="shard-capacity", validators=[FuncValidator(parse_size)],
+            yield Input(fmt.exact_size(self.capacity), id="shard-capacity", validators=[FuncValidator(parse_size)],
                         validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
 
     def build(self) -> Command | None:
-        return SetShardSize(self.pool, self.shard, parse_size(self.query_one("#shard-capacity", Input).value))
+        # the field's validator checked the size; the command keeps the words typed ("24MiB") for the toast
+        return SetShardSize(self.pool, self.shard, self.query_one("#shard-capacity", Input).value.strip())

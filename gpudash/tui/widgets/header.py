@@ -12,12 +12,15 @@ from textual.widgets import Static
 from gpudash.rig import sim_profile_of
 
 
-def _short_path(path: str, keep: int = 36) -> str:
-    """The DB path, shortened from the left so the header stays on one line (the file name survives)."""
+def _short_path(path: str, keep: int) -> str:
+    """The DB path in `keep` cells, shortened from the left so that the file name survives."""
     home = str(Path.home())
     if path.startswith(home):
         path = "~" + path[len(home):]
-    return path if len(path) <= keep else "…" + path[-(keep - 1):]
+    if len(path) <= keep:
+        return path
+    name = Path(path).name
+    return "…" + path[-(keep - 1):] if keep > len(name) else "…" + name[-max(1, keep - 1):]
 
 
 class SourceHeader(Static):
@@ -25,33 +28,41 @@ class SourceHeader(Static):
     db_path: reactive[str] = reactive("—")
     recording: reactive[bool] = reactive(False)
     position: reactive[str] = reactive("")
-    pending: reactive[str] = reactive("")
     warnings: reactive[int] = reactive(0)  # share warnings this tick (listed in the Split balance view)
     rig: reactive[str] = reactive("")  # the rig's stored label ("nvml", "sim:<profile>"): the SIM badge
 
     def render(self) -> Text:
+        """Source, REC, warnings and the replay position always show; the words after the SIM badge only
+        when there is room, and the DB path takes what is left (the file name last to go)."""
+        width = self.size.width or 120
         t = Text(" gpudash ", style="bold reverse")
         t.append("  ")
         if self.source.startswith("replay:"):
             t.append(f" REPLAY {self.source.removeprefix('replay:')} ", style="bold white on blue")
             t.append(" ")
+        sim_words = False
         profile = sim_profile_of(self.rig)
         if profile is not None:
             t.append(f" SIM {profile} ", style="bold black on bright_yellow")
-            t.append(" simulated rig, not real GPUs ", style="bold bright_yellow")
+            sim_words = True
         elif "nvml" in self.source:
             t.append(" real GPUs (NVML) ", style="bold white on dark_green")
         elif not self.source.startswith("replay:"):
             t.append(f" {self.source} ", style="bold white on blue")
-        t.append("  ")
-        t.append(" REC ● on " if self.recording else " REC off ",
-                 style="bold white on red" if self.recording else "dim")
-        t.append(f"  DB {_short_path(self.db_path)}")
+        tail = Text("  ")
+        tail.append(" REC ● on " if self.recording else " REC off ",
+                    style="bold white on red" if self.recording else "dim")
         if self.warnings:
-            t.append(f"  ! {self.warnings} share warning{'s' if self.warnings > 1 else ''} ",
-                     style="bold black on dark_orange")
+            tail.append(f"  ! {self.warnings} share warning{'s' if self.warnings > 1 else ''} ",
+                        style="bold black on dark_orange")
         if self.position:
-            t.append(f"  {self.position}", style="bold")
-        if self.pending:
-            t.append(f"  pending: {self.pending} (a: apply)", style="bold magenta")
+            tail.append(f"  {self.position}", style="bold")
+        db = f"  DB {self.db_path}"
+        words = " simulated rig, not real GPUs "
+        if sim_words and t.cell_len + len(words) + tail.cell_len + min(len(db), 24) <= width:
+            t.append(words, style="bold bright_yellow")
+        t.append_text(tail)
+        room = width - t.cell_len - len("  DB ")
+        if room >= 8:
+            t.append(f"  DB {_short_path(self.db_path, room)}")
         return t

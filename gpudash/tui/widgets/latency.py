@@ -1,4 +1,5 @@
-"""Latency: TTFT over time, prefix-cache hit fraction over time, TTFT vs hit scatter + correlation."""
+"""Latency: TTFT median/p90 and the hit rate as numbers, then TTFT over time, prefix-cache hit fraction
+over time, and TTFT vs hit as a scatter with the correlation."""
 
 from __future__ import annotations
 
@@ -12,32 +13,40 @@ from gpudash.tui.state import ViewState
 SHOWN = 300  # most recent probe requests plotted
 
 
-def correlation_text(requests: list) -> str:
-    """Pearson/Spearman and n from the launcher's correlation (computed in the core, not here)."""
-    try:
-        from gpudash.launcher.correlation import ttft_hit_correlation
-    except ImportError:
-        return "correlation: unavailable (gpudash.launcher.correlation is not installed)"
-    c = ttft_hit_correlation(requests)
+def summary_text(requests: list) -> str:
+    """TTFT median/p90 (overall, cache hits, misses), the hit rate and the TTFT-hit correlation, as
+    `gpudash probe` reports them (the numbers come from the core's summarize, not from here)."""
+    from gpudash.launcher.correlation import summarize
 
-    def f(x: float | None) -> str:
+    s = summarize(requests)
+
+    def ms(x: float | None) -> str:
+        return "—" if x is None else f"{x:.0f} ms"
+
+    def r(x: float | None) -> str:
         return "—" if x is None else f"{x:+.2f}"
 
-    return f"TTFT vs prefix-cache hit: Pearson {f(c.pearson)}  Spearman {f(c.spearman)}  n={c.n}"
+    judged = s.hits + s.misses
+    rate = f"{s.hits / judged * 100:.0f}%" if judged else "—"
+    c = s.correlation
+    return (f"TTFT median {ms(s.ttft_median_ms)}  p90 {ms(s.ttft_p90_ms)}  |  hit rate {rate} "
+            f"({s.hits} hits: median {ms(s.hit_ttft_median_ms)}; {s.misses} misses: median "
+            f"{ms(s.miss_ttft_median_ms)})  |  n={s.requests}, {s.failed} failed\n"
+            f"TTFT vs prefix-cache hit: Pearson {r(c.pearson)}  Spearman {r(c.spearman)}  n={c.n}")
 
 
 class LatencyView(Vertical):
     def compose(self) -> ComposeResult:
-        yield Static("correlation: no probe requests yet", id="corr")
+        yield Static("no probe requests yet", id="corr")
         with Horizontal(id="latency-series"):
             yield PlotextPlot(id="ttft-plot")
             yield PlotextPlot(id="hit-plot")
         yield PlotextPlot(id="scatter-plot")
 
     def update_view(self, state: ViewState) -> None:
-        reqs = [r for r in list(state.requests)[-SHOWN:] if r.ok and r.ttft_s is not None]
-        self.query_one("#corr", Static).update(correlation_text(reqs) if reqs else
-                                               "correlation: no probe requests yet", layout=False)
+        recent = list(state.requests)[-SHOWN:]
+        reqs = [r for r in recent if r.ok and r.ttft_s is not None]
+        self.query_one("#corr", Static).update(summary_text(recent) if recent else "no probe requests yet")
         t0 = reqs[0].ts if reqs else 0.0
         xs = [r.ts - t0 for r in reqs]
         ttft = [r.ttft_s * 1000 for r in reqs]

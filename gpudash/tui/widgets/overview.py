@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from gpudash.records import GpuSample
 from gpudash.tui.state import ViewState, link_status
-from gpudash.tui.widgets import fmt
+from gpudash import fmt
 
 
 def _bar(frac: float | None, width: int = 10) -> str:
@@ -32,66 +32,137 @@ PLOT_ROWS = 3
 
 
 def plot_rows(values: list[float], width: int, rows: int = PLOT_ROWS) -> list[str]:
-    """A multi-row bar plot of 0..1 values (newest on the right), as text lines: cheap to redraw each tick."""
+    """A multi-row bar plot of 0..1 values (newest on the right), as text lines: cheap to redraw each tick.
+    The bottom row never drops below ▁, a baseline, so an idle link still draws its axis."""
     vals = [max(0.0, min(1.0, v)) for v in values[-width:]]
     vals = [0.0] * (width - len(vals)) + vals
     lines = []
     for r in range(rows):
         base = (rows - 1 - r) * 8
-        lines.append("".join(_LEVELS[max(0, min(8, round(v * rows * 8) - base))] for v in vals))
+        low = 1 if r == rows - 1 else 0
+        lines.append("".join(_LEVELS[max(low, min(8, round(v * rows * 8) - base))] for v in vals))
     return lines
 
 
+FULL_LINES = 7  # name, util, mem, power/temp, link, TX, RX: the full card before its plots
+COMPACT_WIDTH = 24  # below this many columns a card switches to short lines
+TALL_ROWS = 8  # plot rows at most in a tall card (few GPUs), where util and memory history join PCIe
+
+
 def card_text(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list[float] = (),
-              width: int = 26) -> Text:
-    """The card's text lines: name, util, memory, power/temperature, link, PCIe TX/RX."""
+              width: int = 26, height: int = FULL_LINES + 2 * PLOT_ROWS, selected: bool = False,
+              util_hist: list[float] = (), mem_hist: list[float] = ()) -> Text:
+    """The card's lines: name, util, memory, power/temperature, link, PCIe TX/RX, each with a plot of
+    as many rows as the height leaves. In a narrow or short card the lines get short and PCIe comes
+    right after the name: it is the headline, and the last thing to lose."""
     link = link_status(g)
     t = Text()
-    t.append(f"GPU{g.index} ", style="bold")
-    t.append(g.name.removeprefix("NVIDIA "))
+    t.append(f"GPU{g.index} ", style="bold reverse" if selected else "bold")
+    t.append(g.name.removeprefix("NVIDIA "), style="reverse" if selected else "")
     if sim:
         t.append(" SIM", style="bold black on yellow")
     t.append("\n")
     util = None if g.util_pct is None else g.util_pct / 100
-    t.append(f"util {_bar(util, 8)} {fmt.num(g.util_pct, '.0f', '%')}\n")
     mem = g.mem_used / g.mem_total if g.mem_used is not None and g.mem_total else None
+    warn = 1 if link.warn else 0
+    if width < COMPACT_WIDTH or height < FULL_LINES + warn:
+        rows = max(0, (height - 6 - warn) // 2)
+        for name, bps, frac, hist, style in (("TX", g.pcie_tx_bps, link.tx_fraction, tx_hist, "green"),
+                                             ("RX", g.pcie_rx_bps, link.rx_fraction, rx_hist, "cyan")):
+            gb = "—" if bps is None else f"{bps / 1e9:.1f}G"
+            t.append(f"{name} {gb:>6} {fmt.pct(frac):>4}\n", style=style)
+            for line in plot_rows(list(hist), width, min(rows, PLOT_ROWS)) if rows else ():
+                t.append(line + "\n", style=style)
+        cur = f"gen{g.link_gen or '?'}x{g.link_width or '?'}"
+        t.append(f"link {cur}{' LOW' if link.warn else ''}\n", style="bold red" if link.warn else "")
+        used = "—" if g.mem_used is None or not g.mem_total else f"{g.mem_used / 2**30:.0f}/{g.mem_total / 2**30:.0f}GiB"
+        t.append(f"{fmt.num(g.util_pct, '.0f', '%')} {used}\n")
+        t.append(f"{fmt.num(g.power_w, '.0f', 'W')} {fmt.num(g.temp_c, '.0f', '°C')}")
+        return t
+    tall = height >= FULL_LINES + warn + 3 + 4 * PLOT_ROWS  # room for clocks/ECC, util and memory history
+    rows = min(TALL_ROWS, (height - FULL_LINES - warn - 3) // 4) if tall \
+        else max(0, min(PLOT_ROWS, (height - FULL_LINES - warn) // 2))
+    t.append(f"util {_bar(util, 8)} {fmt.num(g.util_pct, '.0f', '%')}\n")
     t.append(f"mem  {_bar(mem, 8)} {_pair(g.mem_used, g.mem_total)}\n")
     t.append(f"{fmt.num(g.power_w, '.0f', ' W')}  {fmt.num(g.temp_c, '.0f', ' °C')}\n")
     t.append(f"link {link.text}\n", style="bold red" if link.warn else "")
     if link.warn:
         t.append("DOWNGRADED while busy\n", style="bold white on red")
     t.append(f"TX {fmt.rate(g.pcie_tx_bps):>10} {fmt.pct(link.tx_fraction):>4} of link\n", style="green")
-    for line in plot_rows(list(tx_hist), width):
+    for line in plot_rows(list(tx_hist), width, rows) if rows else ():
         t.append(line + "\n", style="green")
-    t.append(f"RX {fmt.rate(g.pcie_rx_bps):>10} {fmt.pct(link.rx_fraction):>4} of link\n", style="cyan")
-    t.append("\n".join(plot_rows(list(rx_hist), width)), style="cyan")
+    t.append(f"RX {fmt.rate(g.pcie_rx_bps):>10} {fmt.pct(link.rx_fraction):>4} of link", style="cyan")
+    for line in plot_rows(list(rx_hist), width, rows) if rows else ():
+        t.append("\n" + line, style="cyan")
+    if tall:
+        t.append(f"\nSM {fmt.num(g.sm_clock_mhz, 'd', ' MHz')} held by {g.throttle or 'NA'}  "
+                 f"ECC {fmt.num(g.ecc_uncorrected, 'd')} remapped {fmt.num(g.remapped_rows, 'd')}",
+                 style="bold red" if g.ecc_uncorrected or g.remapped_rows else "")
+        for label, hist, style in (("util", util_hist, "yellow"), ("mem", mem_hist, "magenta")):
+            t.append(f"\n{label} history", style=style)
+            for line in plot_rows(list(hist), width, rows):
+                t.append("\n" + line, style=style)
     return t
 
 
-class GpuCard(Static):
+def split_card(text: Text) -> tuple[Text, Text]:
+    """The card's lines before its PCIe block and from it on. They are redrawn apart: at idle the plots
+    stay as they were while the power and temperature lines move, and a redraw is paid per area."""
+    lines = text.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.plain.startswith("TX ")), len(lines))
+    if at <= 1:  # a compact card opens with PCIe: keep it in one block
+        at = len(lines)
+    return Text("\n").join(lines[:at]), Text("\n").join(lines[at:])
+
+
+class GpuCard(Vertical):
     """One GPU: its numbers, and TX / RX plots as a share of what the link can carry (last minute)."""
 
     def __init__(self, index: int) -> None:
         super().__init__(id=f"gpu-{index}", classes="gpu-card")
         self.index = index
         self._last: tuple | None = None
-        self._width = 0  # the plot width the current text was built for
+        self._built_for = (0, 0)  # the (width, height) the current text was built for
+        self._shown: tuple[Text, Text] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="card-top")
+        yield Static(classes="card-rest")
 
     def on_resize(self) -> None:
         # A hidden view's cards are resized to nothing and back on every view switch: rebuild only when
-        # the width really changed (a rebuild costs a second full render of the Overview).
-        if self._last is not None and self._plot_width() != self._width:
-            self.update_card(*self._last)  # the plots take the card's new width
+        # the size really changed (a rebuild costs a second full render of the Overview).
+        if self._last is not None and self._plot_size() != self._built_for and self.content_size.height:
+            self.update_card(*self._last)  # the lines and plots take the card's new size
 
-    def _plot_width(self) -> int:
-        return max(8, self.content_size.width or 26)
+    def _plot_size(self) -> tuple[int, int]:
+        return max(8, self.content_size.width or 26), self.content_size.height or FULL_LINES + 2 * PLOT_ROWS
+
+    def on_mount(self) -> None:
+        if self._last is not None:  # a sample came before the card's two blocks existed
+            self.update_card(*self._last)
 
     def update_card(self, g: GpuSample, state: ViewState, sim: bool, selected: bool) -> None:
         self._last = (g, state, sim, selected)
+        if not self.query(".card-rest"):
+            return
         tx, rx = state.link_history.get(g.index, ((), ()))
-        self._width = self._plot_width()
-        # The card's size comes from the grid, never from its text: skip the layout pass on every tick.
-        self.update(card_text(g, sim, list(tx), list(rx), self._width), layout=False)
+        util, mem = state.use_history.get(g.index, ((), ()))
+        self._built_for = self._plot_size()
+        top, rest = split_card(card_text(g, sim, list(tx), list(rx), *self._built_for, selected=selected,
+                                         util_hist=list(util), mem_hist=list(mem)))
+        old_top, old_rest = self._shown or (None, None)
+        if top != old_top:
+            widget = self.query_one(".card-top", Static)
+            lines = len(top.plain.split("\n"))
+            relayout = old_top is None or lines != len(old_top.plain.split("\n"))
+            if relayout:
+                widget.styles.height = lines
+            # Only a change of line count needs a layout pass; otherwise the block repaints in place.
+            widget.update(top, layout=relayout)
+        if rest != old_rest:
+            self.query_one(".card-rest", Static).update(rest, layout=False)
+        self._shown = (top, rest)
         self.set_class(selected, "selected")
         self.set_class(link_status(g).warn, "downgraded")
 

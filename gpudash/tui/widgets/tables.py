@@ -16,7 +16,7 @@ from gpudash.config import ServerSpec
 from gpudash.rig import is_sim_label
 from gpudash.records import Event
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers
-from gpudash.tui.widgets import fmt
+from gpudash import fmt
 
 
 class TableView(Vertical):
@@ -107,7 +107,8 @@ def warnings_text(warnings: Sequence[Any]) -> Text:
 class ServersView(Vertical):
     """The launcher's servers, and the log tail of the selected one."""
 
-    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s", "computed prompt tok/s", "restarts", "running",
+    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s 10s", "computed prompt tok/s", "crashes",
+               "relaunches", "running",
                "KV use")
 
     def __init__(self, id: str | None = None) -> None:
@@ -115,8 +116,7 @@ class ServersView(Vertical):
         self._rows: list[tuple[Any, ...]] = []
 
     def compose(self) -> ComposeResult:
-        yield Static("Servers (s: select, S/x/R: start/stop/restart, z/w: sleep/wake, t: split, m: memory share)",
-                     classes="view-title")
+        yield Static("Servers", classes="view-title", id="servers-title")
         yield Static("no servers yet (the launcher starts them one after another)", classes="empty")
         table: DataTable[Any] = DataTable(cursor_type="row", zebra_stripes=True, id="servers-table")
         table.can_focus = False
@@ -139,20 +139,28 @@ class ServersView(Vertical):
             s = by_name.get(name)
             if s is None:
                 spec = state.specs[name]
-                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", "—", 0, "—", "—"))
+                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", "—", 0, 0, "—", "—"))
                 continue
-            style = {"ready": "green", "crashed": "bold red", "backoff": "yellow", "sleeping": "cyan"}.get(s.state, "")
-            running = s.state in ("ready", "sleeping")
-            kv = "not reported" if running and s.kv_cache_usage is None else fmt.pct(s.kv_cache_usage)
-            rows.append((name, s.kind, Text(s.state, style=style), s.port or "—", fmt.duration(s.uptime_s),
-                         fmt.num(s.tokens_per_s, ".1f"), fmt.num(s.prompt_tokens_per_s, ".1f"), s.restarts,
-                         fmt.num(s.requests_running, ".0f"), kv))
+            style = {"ready": "green", "crashed": "bold red", "backoff": "yellow", "sleeping": "cyan",
+                     "relaunching": "bold magenta"}.get(s.state, "")
+            ready = s.state == "ready"  # only a serving server has rates; anything else would be stale
+            kv = "not reported" if ready and s.kv_cache_usage is None else fmt.pct(s.kv_cache_usage if ready else None)
+            rows.append((name, s.kind, Text(s.state, style=style), s.port or "—",
+                         fmt.duration(s.uptime_s if ready else None), fmt.num(state.tokens_per_s(name), ".1f"),
+                         fmt.num(s.prompt_tokens_per_s if ready else None, ".1f"), s.restarts, s.relaunches,
+                         fmt.num(s.requests_running if ready else None, ".0f"), kv))
         if rows != self._rows:
             self._rows = rows
             table.clear()
             table.add_rows(rows)
         self.query_one(".empty", Static).display = not names
         self.query_one("#sleep-times", Static).update(_sleep_times(state.events))
+        title = Text("Servers")
+        if selected_server in names:
+            title.append("  selected: ")
+            title.append(f" {selected_server} ", style="bold reverse")
+            title.append("  (s: next; S/x/R start/stop/restart it)")
+        self.query_one("#servers-title", Static).update(title)
         if selected_server in names:
             table.move_cursor(row=names.index(selected_server), animate=False)
 
@@ -193,7 +201,7 @@ class EngineView(Vertical):
         yield table
         yield Static("knobs: —", id="knobs")
 
-    def update_view(self, state: ViewState) -> None:
+    def update_view(self, state: ViewState, unsaved: dict[str, Any] | None = None, config: Any = None) -> None:
         snap = state.latest
         paths = snap.engine_paths if snap is not None else ()
         busy = sorted((p for p in paths if p.bytes_total or p.queue_depth),
@@ -211,16 +219,13 @@ class EngineView(Vertical):
             empty.update(f"{len(paths)} engine paths, none has moved bytes yet" if paths
                          else "no engine paths reported yet")
         total = sum(p.gbps for p in paths)
-        knobs = "  ".join(f"{k}={_knob(v)}" for k, v in state.knobs.items()) or "—"
-        self.query_one("#knobs", Static).update(
-            f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all\nknobs: {knobs}")
-
-
-def _knob(v: Any) -> str:
-    """Sizes as the config writes them: 4MiB when a whole number of MiB, else 2.81MB."""
-    if isinstance(v, bool) or not isinstance(v, int) or v < 4096:
-        return str(v)
-    return f"{v >> 20}MiB" if v % 2**20 == 0 else f"{v / 1e6:g}MB"
+        knobs = "  ".join(f"{k}={fmt.knob(v)}" for k, v in state.knobs.items()) or "—"
+        text = Text(f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all\n"
+                    f"knobs: {knobs}")
+        if unsaved:
+            text.append(f"\nNOT SAVED: {', '.join(unsaved)} changed in this run only; w saves them into "
+                        f"{config or 'the config file'}", style="bold yellow")
+        self.query_one("#knobs", Static).update(text)
 
 
 class PoolsView(TableView):
@@ -239,11 +244,13 @@ class PoolsView(TableView):
 class HistoryView(TableView):
     TITLE = "Recorded sessions (e: export the selected one, up/down: select)"
     EMPTY = "no recorded sessions in this DB"
-    COLUMNS = ("id", "started", "ended", "duration", "source", "rows")
+    COLUMNS = ("id", "started", "ended", "duration", "source", "what", "rows")
 
     def show_sessions(self, sessions: Iterable[Any], cursor: int) -> None:
+        """`what` is the session's note: which command recorded it (gpudash record, bench engine...)."""
         rows = [(s.id, _clock(s.started), _clock(s.ended), fmt.duration(s.duration_s),
-                 Text(s.source, style="bold yellow" if is_sim_label(s.source) else ""), sum(s.rows.values()))
+                 Text(s.source, style="bold yellow" if is_sim_label(s.source) else ""), s.note or fmt.NA,
+                 sum(s.rows.values()))
                 for s in sessions]
         self.fill(rows, cursor)
 

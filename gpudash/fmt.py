@@ -1,4 +1,4 @@
-"""Number formatting shared by the views (NA shows as an em dash, never as zero)."""
+"""Number formatting shared by the TUI and the one-shot commands (NA shows as an em dash, never as zero)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,24 @@ def size(n: float | None) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{int(n)} B"
+
+
+def exact_size(n: int) -> str:
+    """A size as a form field takes it back unchanged: 64MiB, 1GiB, 2.81MB, or plain bytes."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    if n >= 10**6 and round(float(f"{n / 1e6:g}") * 1e6) == n:
+        return f"{n / 1e6:g}MB"
+    return str(n)
+
+
+def knob(value: object) -> str:
+    """An engine knob's value as the config writes it: sizes (4096 bytes and up) as 4MiB or 2.81MB,
+    counts and flags as they are."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 4096:
+        return exact_size(value)
+    return str(value)
 
 
 def rate(bps: float | None) -> str:

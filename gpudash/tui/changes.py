@@ -1,0 +1,194 @@
+"""Changes from the keyboard, mixed into GpudashApp: forms build a command, a change that re-launches a
+server is confirmed in a dialog that says what it will do, and at most one such change waits as
+*pending* (shown in the header and footer, applied with `a`, discarded with Esc). A new one replaces it
+only after asking, quitting with one asks too, and every discard is recorded as an event.
+
+Changes that re-launch nothing (engine knobs, a shard size, recording) apply at once and leave the
+pending one alone.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from gpudash import fmt
+from gpudash.control import Command, ServerAction, SetEngineKnobs, SetShare, SetSplit, describe, relaunches
+from gpudash.records import Event
+from gpudash.tui import messages as msg
+from gpudash.tui.actions import BY_ID
+from gpudash.tui.screens.dialogs import Choice, ChoiceScreen
+
+LATER = Choice("l", "later (stays pending)", "later")
+
+
+def summary(command: Command) -> str:
+    """What a toast says about a command: control's words, with engine sizes in MiB/GiB as typed."""
+    if isinstance(command, SetEngineKnobs):
+        return "set engine " + ", ".join(f"{k}={fmt.knob(v)}" for k, v in command.knobs.items())
+    return describe(command)
+
+
+def consequence(command: Command, gpus: list[int] | None = None) -> tuple[str, str]:
+    """(dialog title, what happens) in the words of this action: a stop is not a re-launch."""
+    on = f" on GPUs {','.join(map(str, gpus))}" if gpus else ""
+    match command:
+        case SetSplit(server, ratios):
+            ts = ",".join(f"{r:g}" for r in ratios)
+            return (f"Re-launch {server} with split -ts {ts}{on}?",
+                    f"{server} stops serving, starts again with -ts {ts}, and serves again once it is healthy.")
+        case SetShare(server, share):
+            return (f"Re-launch {server} with memory share {share:g}?",
+                    f"{server} stops serving, starts again holding at most {share:g} of each of its GPUs' "
+                    "memory, and serves again once it is healthy.")
+        case ServerAction(server, "stop"):
+            return (f"Stop {server}?",
+                    f"{server} stops serving and stays stopped until you start it again (S on Servers).")
+        case ServerAction(server, "restart"):
+            return (f"Restart {server}?",
+                    f"{server} stops serving, starts again with the same settings, and serves again once "
+                    "it is healthy.")
+    return f"{describe(command)}?", f"This will {describe(command)}."
+
+
+class ChangeFlow:
+    """Uses the app's `controller`, `state`, `notify`, `push_screen`, `_worker` and `refresh_keys`."""
+
+    pending_command: Command | None
+
+    if TYPE_CHECKING:  # provided by the app
+        controller: Any
+        state: Any
+        keys: dict[str, str]
+
+        def key_of(self, a: Any) -> str: ...
+
+        def notify(self, message: str, **kwargs: Any) -> None: ...
+
+        def push_screen(self, screen: Any, callback: Any = None) -> Any: ...
+
+        def _worker(self, fn: Any, name: str, group: str = "default") -> None: ...
+
+        def refresh_keys(self) -> None: ...
+
+        def refresh_views(self) -> None: ...
+
+        def exit(self, *args: Any) -> None: ...
+
+        def _gpus_of(self, command: Command) -> list[int] | None: ...
+
+        def post_message(self, message: Any) -> bool: ...
+
+    def _choice(self, action_id: str, label: str, value: str) -> Choice:
+        """A dialog answer on the key of one of the app's actions (after [keys] remaps), named the way
+        the footer names it, so that `a` in the footer is `a` in the dialog."""
+        a = BY_ID[action_id]
+        return Choice(self.keys.get(a.id, a.key), label, value, self.key_of(a))
+
+    def _propose(self, command: Command | None) -> None:
+        """A form's or a key's command: apply it, or (for a re-launch) confirm it first."""
+        if command is None:
+            return
+        if not relaunches(command):
+            self._run_apply(command)
+            return
+        old = self.pending_command
+        if old is None or old == command:
+            self._confirm(command)
+            return
+        text = f"Pending: {describe(old)}\nNew:     {describe(command)}\nOnly one change waits at a time."
+        self.push_screen(ChoiceScreen("Replace the pending change?", text, [
+            self._choice("apply", "replace it with the new one", "replace"),
+            self._choice("discard", "keep the pending one, drop the new one", "keep"),
+        ]), partial(self._replace_answered, old, command))
+
+    def _replace_answered(self, old: Command, new: Command, answer: str | None) -> None:
+        if answer == "replace":
+            self._discard(old, f"replaced by: {describe(new)}")
+            self._set_pending(None)
+            self._confirm(new)
+        else:
+            self._discard(new, f"the pending change was kept: {describe(old)}")
+
+    def _confirm(self, command: Command) -> None:
+        title, text = consequence(command, self._gpus_of(command))
+        self._set_pending(command)
+        choices = [self._choice("apply", "apply now", "apply"), LATER, self._choice("discard", "discard", "discard")]
+        self.push_screen(ChoiceScreen(title, text, choices), partial(self._confirmed, command))
+
+    def _confirmed(self, command: Command, answer: str | None) -> None:
+        if self.pending_command != command:
+            return  # a concurrent change of the slot (it cannot happen from the keyboard)
+        if answer == "apply":
+            self._run_apply(command)
+        elif answer == "later":
+            self.notify(f"pending: {describe(command)} ({self.key_of(BY_ID['apply'])}: apply, "
+                        f"{self.key_of(BY_ID['discard'])}: discard)")
+        else:
+            self._set_pending(None)
+            self._discard(command, "cancelled in the confirmation dialog")
+
+    def action_apply(self) -> None:
+        command = self.pending_command
+        if command is None:
+            self.notify("nothing pending: changes that re-launch a server wait here when you choose 'later'")
+            return
+        self._run_apply(command)
+
+    def action_discard(self) -> None:
+        command = self.pending_command
+        if command is None:
+            return
+        self._set_pending(None)
+        self._discard(command, "discarded with Esc")
+
+    def _set_pending(self, command: Command | None) -> None:
+        self.pending_command = command
+        self.refresh_keys()
+
+    def _discard(self, command: Command, reason: str) -> None:
+        """Every dropped change is said and is an event (through the controller, so it reaches the store)."""
+        self.notify(f"discarded: {summary(command)}")
+        controller = self.controller
+        if controller is not None:
+            controller.discard(command, reason)
+            return
+        self.state.events.append(Event(time.time(), "keyboard", "change.discarded", describe(command),
+                                       new=describe(command), reason=reason))
+        self.refresh_views()
+
+    def _run_apply(self, command: Command) -> None:
+        if self.pending_command == command:
+            self._set_pending(None)
+        self.notify(f"applying: {summary(command)}…")
+        self._worker(partial(self._apply_blocking, command), f"control.apply.{type(command).__name__}", "control")
+
+    def _apply_blocking(self, command: Command) -> None:
+        controller = self.controller
+        if controller is None:
+            self.post_message(msg.Applied(False, "no live rig to change (replay, or still starting)",
+                                          describe(command)))
+            return
+        res = controller.apply(command)
+        self.post_message(msg.Applied(res.ok, res.reason, summary(command)))
+        self.post_message(msg.SpecsChanged(controller.specs()))
+        self.post_message(msg.KnobsChanged(controller.knobs()))
+
+    def confirm_quit(self, quit_now: Any) -> None:
+        """`q`: quit, but with a change pending ask first (quitting discards it, as an event)."""
+        command = self.pending_command
+        if command is None:
+            quit_now()
+            return
+
+        def answered(answer: str | None) -> None:
+            if answer == "quit":
+                self._set_pending(None)
+                self._discard(command, "discarded on quit")
+                quit_now()
+
+        self.push_screen(ChoiceScreen("Quit with a change pending?",
+                                      f"Pending: {describe(command)}\nQuitting discards it; nothing was applied.",
+                                      [self._choice("quit", "quit and discard it", "quit"),
+                                       self._choice("discard", "stay", "stay")]), answered)

@@ -1,0 +1,57 @@
+"""The export form: which format and which folder; an export never writes over files already there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Input, Label, Static
+
+from gpudash.store.export import FORMATS
+from gpudash.tui.screens.forms import FormScreen, FuncValidator
+
+
+@dataclass(frozen=True, slots=True)
+class ExportRequest:
+    session: int
+    fmt: str
+    folder: Path
+
+
+def check_format(text: str) -> None:
+    if text.strip().lower() not in FORMATS:
+        raise ValueError(f"format {text.strip()!r} is not one of {', '.join(FORMATS)}")
+
+
+def check_folder(text: str) -> None:
+    """A new or empty folder only: the export never overwrites."""
+    if not text.strip():
+        raise ValueError("give a folder to write the export into")
+    folder = Path(text.strip()).expanduser()
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(f"{folder} already exists and is not an empty folder; exports never overwrite, "
+                         "so choose another folder")
+
+
+class ExportForm(FormScreen):
+    def __init__(self, session: int, folder: Path) -> None:
+        super().__init__(id="export-form")
+        self.session, self.folder = session, folder
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="form"):
+            yield Label(f"Export session {self.session}: one file per table. Enter: export, Esc: cancel",
+                        classes="form-title")
+            yield Label(f"format ({', '.join(FORMATS)})")
+            yield Input("csv", id="export-format", validators=[FuncValidator(check_format)],
+                        validate_on=["changed", "submitted"])
+            yield Label("folder (new or empty)")
+            yield Input(str(self.folder), id="export-folder", validators=[FuncValidator(check_folder)],
+                        validate_on=["changed", "submitted"])
+            yield Static("", id="form-errors")
+
+    def build(self) -> ExportRequest:
+        return ExportRequest(self.session, self.query_one("#export-format", Input).value.strip().lower(),
+                             Path(self.query_one("#export-folder", Input).value.strip()).expanduser())

@@ -1,0 +1,83 @@
+"""What the tabs say: the Servers tab tells the truth about each server (rates only while it serves,
+`relaunching` with no uptime during a re-launch, crash restarts apart from the relaunches an operator
+asked for), and the Latency tab gives TTFT and hit-rate numbers next to its plots."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from fixtures import FixedFeed, sim_snapshot
+from textual.widgets import DataTable, Static
+from tui_helpers import wait_for
+
+from gpudash.tui.app import GpudashApp
+
+pytestmark = pytest.mark.anyio
+
+
+def rows(app: GpudashApp) -> dict[str, list[str]]:
+    table = app.query_one("#servers-view").query_one(DataTable)
+    return {str(r[0]): [str(c) for c in r] for r in (table.get_row_at(i) for i in range(table.row_count))}
+
+
+async def test_stopped_and_relaunching_servers_show_no_rates() -> None:
+    snap = sim_snapshot(tick=3)
+    big, small = snap.servers
+    stopped = replace(big, state="stopped", pid=None, uptime_s=None, tokens_per_s=885.4, requests_running=1,
+                      kv_cache_usage=0.25, restarts=2, relaunches=0)
+    relaunching = replace(small, state="relaunching", uptime_s=300.0, tokens_per_s=50.0, restarts=0, relaunches=3)
+    app = GpudashApp(FixedFeed([snap, replace(snap, tick=4, servers=(stopped, relaunching))]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.state.ticks == 2 and app.info is not None, what="the fixed feed")
+        await pilot.press("3")
+        await pilot.pause(0.05)
+        table = app.query_one("#servers-view").query_one(DataTable)
+        cols = [str(c.label) for c in table.columns.values()]
+        r = rows(app)
+        big_row, small_row = dict(zip(cols, r["big"])), dict(zip(cols, r["small"]))
+        assert big_row["state"] == "stopped" and big_row["tok/s 10s"] == "—" and big_row["running"] == "—"
+        assert big_row["KV use"] == "—" and (big_row["crashes"], big_row["relaunches"]) == ("2", "0")
+        assert small_row["state"] == "relaunching" and small_row["uptime"] == "—" and small_row["tok/s 10s"] == "—"
+        assert (small_row["crashes"], small_row["relaunches"]) == ("0", "3")
+
+
+async def test_latency_numbers_next_to_the_plots() -> None:
+    """sim_snapshot's probe requests: TTFT 20 or 70 ms, half of them with 200 of 256 prompt tokens cached."""
+    app = GpudashApp(FixedFeed([sim_snapshot(tick=t) for t in range(6)]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.state.ticks == 6 and app.info is not None, what="the fixed feed")
+        await pilot.press("4")
+        await pilot.pause(0.05)
+        text = str(app.query_one("#corr", Static).content)
+        assert "TTFT median 45 ms  p90 70 ms" in text, text
+        assert "hit rate 50% (6 hits: median 20 ms; 6 misses: median 70 ms)" in text, text
+        assert "Pearson" in text and "n=12" in text
+
+
+async def test_processes_tab_sorts_and_filters() -> None:
+    """sim_snapshot's `big` holds 7 GiB on GPU 0 and 9 GiB on GPU 1 (one pid); the host sees its CPU/RSS."""
+    from gpudash.records import ProcessSample
+
+    snap = sim_snapshot(tick=2)
+    snap = replace(snap, processes=(ProcessSample(snap.ts, 4242, "big", 12.5, 3 * 2**30),
+                                    ProcessSample(snap.ts, 4343, "small", 1.0, 2**30)))
+    app = GpudashApp(FixedFeed([snap]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.state.ticks == 1 and app.info is not None, what="the fixed feed")
+        await pilot.press("9")
+        await pilot.pause(0.05)
+        table = app.query_one("#processes-view").query_one(DataTable)
+
+        def shown() -> list[list[str]]:
+            return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+        assert shown() == [["1", "4242", "llama-server", "big", "9.0 GiB", "—", "12.5%", "3.0 GiB"],
+                           ["0", "4242", "llama-server", "big", "7.0 GiB", "—", "12.5%", "3.0 GiB"],
+                           ["—", "4343", "—", "small", "—", "—", "1.0%", "1.0 GiB"]]  # launched, on no GPU here
+        await pilot.press("o", "o", "o")  # VRAM -> SM% -> CPU% -> RSS
+        assert "sorted by RSS" in str(app.query_one("#processes-view .view-title", Static).content)
+        await pilot.press("slash", *"small", "enter")
+        await pilot.pause(0.05)
+        assert [r[1] for r in shown()] == ["4343"]
+        assert "1 of 3" in str(app.query_one("#processes-view .view-title", Static).content)

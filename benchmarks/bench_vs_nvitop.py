@@ -12,6 +12,7 @@ Run: .venv/bin/python benchmarks/bench_vs_nvitop.py [--seconds 60] [--size 160x4
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -22,8 +23,9 @@ from pathlib import Path
 
 import psutil
 
-GPUDASH = Path(sys.executable).with_name("gpudash")
-NVITOP = Path(sys.executable).with_name("nvitop")
+# Both run as modules of this interpreter, so the comparison needs no console scripts on PATH.
+GPUDASH = [sys.executable, "-m", "gpudash"]
+NVITOP = [sys.executable, "-m", "nvitop"]
 SOCKET = f"gpudash-vs-nvitop-{uuid.uuid4().hex[:8]}"
 GOAL = 1.5  # gpudash may use at most this many times nvitop's CPU
 
@@ -54,8 +56,8 @@ def main() -> None:
     size = tuple(int(x) for x in args.size.split("x"))
     if shutil.which("tmux") is None:
         sys.exit("bench_vs_nvitop: tmux is needed; install it")
-    if not NVITOP.exists():
-        sys.exit(f"bench_vs_nvitop: {NVITOP} is missing; pip install nvitop into this environment")
+    if importlib.util.find_spec("nvitop") is None:
+        sys.exit("bench_vs_nvitop: nvitop is not importable here; pip install nvitop into this environment")
     from gpudash.telemetry.nvml import driver_available
 
     reason = driver_available()
@@ -66,8 +68,8 @@ def main() -> None:
         cfg = Path(d) / "config.toml"
         cfg.write_text("[sampling]\ninterval_s = 1.0\n\n[probe]\nenabled = false\n")
         try:
-            ours = start("gpudash", [str(GPUDASH), "--config", str(cfg), "launch", "--no-sim", "--no-record"], size)
-            theirs = start("nvitop", [str(NVITOP), "--interval", "1"], size)
+            ours = start("gpudash", [*GPUDASH, "--config", str(cfg), "launch", "--no-sim", "--no-record"], size)
+            theirs = start("nvitop", [*NVITOP, "--interval", "1"], size)
             time.sleep(args.warmup)
             c0 = (cpu_s(ours), cpu_s(theirs))
             t0 = time.perf_counter()

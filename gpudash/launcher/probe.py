@@ -227,16 +227,13 @@ def probe_request(client: httpx.Client, base_url: str, model: str, prompt: str, 
                 timings = chunk.timings or timings
             if fired.is_set():
                 raise ProbeFailure("cut off")
-    except ProbeFailure as err:
-        if fired is not None and fired.is_set():
+    except (ProbeFailure, httpx.HTTPError) as err:
+        # whatever broke after a stop or at the deadline (a shut socket, a pooled connection gone) is that
+        if cutoff.cancelled or (fired is not None and fired.is_set()):
             return failed(_cut_off(cutoff, deadline_s))
-        return failed(str(err))
-    except httpx.TimeoutException:
-        return failed(f"no answer within the request deadline of {deadline_s:g} s")
-    except httpx.HTTPError as err:
-        if fired is not None and fired.is_set():
-            return failed(_cut_off(cutoff, deadline_s))
-        return failed(f"{type(err).__name__}: {err}")
+        if isinstance(err, httpx.TimeoutException):
+            return failed(f"no answer within the request deadline of {deadline_s:g} s")
+        return failed(str(err) if isinstance(err, ProbeFailure) else f"{type(err).__name__}: {err}")
     if ttft is None:
         return failed("HTTP 200 but the stream carried no output")
     total = time.perf_counter() - t0

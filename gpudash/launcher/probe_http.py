@@ -37,7 +37,7 @@ class Cutoff:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._live: set[socket.socket] = set()
+        self._live: dict[socket.socket, threading.Event] = {}  # socket being read -> its watch's "fired"
         self._cancelled = threading.Event()
 
     @property
@@ -48,8 +48,9 @@ class Cutoff:
         """Every request in flight ends now, and every later one fails at once."""
         self._cancelled.set()
         with self._lock:
-            live = list(self._live)
-        for sock in live:
+            live = list(self._live.items())
+        for sock, fired in live:
+            fired.set()  # before the shutdown: the reader must never take the cut stream for a normal end
             _shut(sock)
 
     def timeout(self, deadline: float) -> httpx.Timeout:
@@ -79,7 +80,7 @@ class Cutoff:
         timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
         timer.daemon = True
         with self._lock:
-            self._live.add(sock)
+            self._live[sock] = fired
         timer.start()
         try:
             if self.cancelled:
@@ -88,7 +89,7 @@ class Cutoff:
         finally:
             timer.cancel()
             with self._lock:
-                self._live.discard(sock)
+                self._live.pop(sock, None)
 
 
 def _shut(sock: socket.socket) -> None:

@@ -173,6 +173,18 @@ class PreloadStats:
     paths: tuple[PathStats, ...]
     links: tuple[LinkStats, ...]
 
+    def summary_lines(self) -> list[str]:
+        """Copies taken vs passed through, bytes, time and GB/s per direction, as an aligned table."""
+        head = f"{'dir':<4}{'taken':>9}{'passed':>9}{'GB taken':>10}{'GB passed':>10}{'s in calls':>11}" \
+               f"{'s landed':>10}{'GB/s':>8}{'staged':>8}{'errors':>7}"
+        rows = [head]
+        for label, d in (("h2d", self.h2d), ("d2h", self.d2h)):
+            rate = f"{d.bytes_taken / d.ns_to_landed_taken:.2f}" if d.ns_to_landed_taken else "—"
+            rows.append(f"{label:<4}{d.copies_taken:>9}{d.copies_passed:>9}{d.bytes_taken / 1e9:>10.3f}"
+                        f"{d.bytes_passed / 1e9:>10.3f}{d.ns_in_calls_taken / 1e9:>11.3f}"
+                        f"{d.ns_to_landed_taken / 1e9:>10.3f}{rate:>8}{d.staged_copies:>8}{d.errors:>7}")
+        return rows
+
 
 def _knobs_dict(k: N.Knobs, h2d_staging: int, d2h_staging: int) -> dict[str, Any]:
     out: dict[str, Any] = {f: getattr(k, f) for f, _ in N.Knobs._fields_ if f != "reserved"}

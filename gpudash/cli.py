@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "bench": "gpudash.commands.bench:bench",
     "doctor": "gpudash.commands.doctor:doctor",
     "plan": "gpudash.commands.plan:plan",
+    "run": "gpudash.commands.run:run",
 }
 
 

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from engine import preload_shm as P
+from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.supervisor import Supervisor
+from gpudash.telemetry.inbox import Inbox
 from preload_helpers import ProcessSide, remove_blocks
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher"))
+from launcher_helpers import Events, assert_gone  # noqa: E402  (the launcher tests' event recorder)
 
 DATA = Path(__file__).resolve().parent / "data"
 HEADER_DIR = Path(__file__).resolve().parents[2] / "csrc" / "preload"
@@ -66,3 +73,33 @@ def process_side(process_side_program: Path) -> Iterator[Callable[..., ProcessSi
             p.proc.kill()
             p.proc.wait()
         remove_blocks(p.pid)
+
+
+@pytest.fixture(scope="session")
+def prefill_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small model with room for prompts of a few thousand tokens."""
+    return write_demo_model(tmp_path_factory.mktemp("models") / "ctx4k.gguf", DemoModelShape(context=4096))
+
+
+@pytest.fixture
+def events() -> Events:
+    return Events(Inbox())
+
+
+@pytest.fixture
+def make_supervisor(events: Events, tmp_path: Path) -> Iterator[Callable[..., Supervisor]]:
+    """Supervisor factory; every supervisor made is stopped at teardown and must leave no process behind."""
+    made: list[Supervisor] = []
+
+    def make(specs, **kw) -> Supervisor:
+        sup = Supervisor(specs, events.inbox, tmp_path / "logs", **kw)
+        made.append(sup)
+        return sup
+
+    yield make
+    for sup in made:
+        pids = list(sup.pids())
+        sup.stop_all()
+        assert_gone(pids)
+        for pid in pids:  # a server stopped by SIGTERM never ran its exit handlers
+            remove_blocks(pid)

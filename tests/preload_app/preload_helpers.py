@@ -35,3 +35,17 @@ class ProcessSide:
 def remove_blocks(pid: int) -> None:
     for prefix in (P.STATS_PREFIX, P.KNOBS_PREFIX):
         (P.SHM_DIR / f"{prefix}{pid}").unlink(missing_ok=True)
+
+
+def wait_for_block(pid: int, timeout_s: float = 30.0) -> None:
+    """Until process `pid` has published its stats block (the limit only turns a hang into a failure)."""
+    import time
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            P.StatsView(pid).close()
+            return
+        except P.BlockUnavailable:
+            time.sleep(0.01)
+    raise AssertionError(f"process {pid} published no stats block within {timeout_s} s")

@@ -61,6 +61,9 @@ __attribute__((constructor)) static void start(void) {
   s->pid = (int32_t)owner;
   s->state = sw && !strcmp(sw, "off") ? GP_STATE_OFF : GP_STATE_ACTIVE;
   s->num_gpus = 1;
+  s->num_paths = 2; /* direct:0 both ways, idle */
+  s->paths[0].direction = GE_H2D;
+  s->paths[1].direction = GE_D2H;
   s->started_at = s->updated_at = (double)t.tv_sec + t.tv_nsec * 1e-9;
   snprintf(s->name, sizeof s->name, "%s", getenv("GPUDASH_PRELOAD_NAME") ? getenv("GPUDASH_PRELOAD_NAME") : "");
   s->version = GPUDASH_PRELOAD_SHM_VERSION;

@@ -125,8 +125,9 @@ class Controller:
 
     def __init__(self, *, engine: Any = None, supervisor: Any = None, inbox: Any = None,
                  recorder: Recorder | None = None, pools: Callable[[], Mapping[str, Any]] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, preload: Any = None) -> None:
         self.engine = engine
+        self.preload = preload  # gpudash.preload.PreloadKnobs: engine knobs also reach preloaded servers
         self.supervisor = supervisor
         self.pools = pools  # () -> {pool name: engine.pools.MemoryPool}
         self.inbox = inbox
@@ -227,6 +228,8 @@ class Controller:
             raise Refused(str(err)) from None
         except Exception as err:  # noqa: BLE001 - an engine refusal of any type is reported, not raised
             raise Refused(f"the engine refused: {err}") from None
+        if self.preload is not None:  # each preloaded server's outcome is an event of its own
+            self.preload.apply(new)
         return old, new
 
     def _spec(self, server: str) -> ServerSpec:

@@ -45,6 +45,10 @@ def build_sources(source_label: str, config: Config, *, inbox: Inbox | None = No
     else:
         raise ValueError(f"unknown telemetry source {source_label!r}; expected 'nvml' or 'sim:<profile>'")
     sources.append(HostSource(pids))
+    if source_label == "nvml":  # preloaded servers copy to real GPUs only; a sim session stays all sim
+        from gpudash.telemetry.preload import PreloadSource
+
+        sources.append(PreloadSource(pids))
     if engine is not None:
         from gpudash.telemetry.engine import EngineSource
 

@@ -143,6 +143,7 @@ class LiveFeed:
     def _start(self, deliver: Deliver) -> FeedInfo:
         from gpudash.control import Controller
         from gpudash.launcher.stack import LaunchStack
+        from gpudash.preload import PreloadKnobs
         from gpudash.telemetry.factory import build_sources
         from gpudash.telemetry.inbox import Inbox
         from gpudash.telemetry.sampler import Sampler
@@ -172,7 +173,8 @@ class LiveFeed:
         if self.record:
             self.recorder.set(True)
         self.controller = Controller(engine=self.engine, supervisor=supervisor, inbox=self.inbox,
-                                     recorder=self.recorder, pools=self.all_pools)
+                                     recorder=self.recorder, pools=self.all_pools,
+                                     preload=PreloadKnobs(self.inbox, supervisor.pids))
         self.sampler.start()
         return FeedInfo(self.source, str(self.db_path), self.recorder.on, self.controller,
                         self.controller.specs(), self.controller.knobs(), notes=list(self.notes))

@@ -9,6 +9,7 @@ from typing import Any
 from gpudash.advisor.facts import CpuPlacement, DoctorFacts, LinkLoad, cpu_placement, sim_cpu_placement
 from gpudash.advisor.linkload import links_under_load
 from gpudash.advisor.llama_build import LlamaBuild, read_llama_build
+from gpudash.advisor.recorded import recorded_probe
 from gpudash.config import Config, ServerSpec
 from gpudash.telemetry.topology import TopologyFacts, read_topology
 
@@ -74,5 +75,7 @@ def gather(source_label: str, config: Config, *, sim: Any = None, engine: Any = 
     if cpu is None:
         cpu = sim_cpu_placement(topo) if topo.is_sim else cpu_placement()
     llama, llama_note = llama_build_for(config)
+    requests, restores, requests_note = recorded_probe(config.store.resolved_path())
     return DoctorFacts(topology=topo, cpu=cpu, servers=tuple(config.servers), busy=loads, busy_note=note,
-                       llama=llama, llama_note=llama_note)
+                       llama=llama, llama_note=llama_note, requests=requests, cache_restores=restores,
+                       requests_note=requests_note)

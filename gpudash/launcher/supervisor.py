@@ -28,6 +28,7 @@ from engine.preload_shm import preload_env
 from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary
+from gpudash.launcher.cache_kinds import RESTORE_EVENT
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free, url_host, wait_healthy
@@ -328,7 +329,11 @@ class Supervisor:
                 log.flush()
                 with self._lock:
                     srv.tail.append(line.rstrip("\n"))
+                    restores = srv.facts.cache_restores
                     srv.facts = parse_line(line, srv.facts)
+                    restored = srv.facts.cache_restores > restores
+                if restored:  # tells restores from in-slot hits (cache_kinds.py)
+                    self._event(RESTORE_EVENT, srv.spec.name, new=line.strip()[:200])
         proc.stdout.close()
 
     def _wait_exit(self, srv: _Server, proc: subprocess.Popen) -> None:

@@ -7,6 +7,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
+from gpudash.launcher.cache_kinds import summary, summary_text
 from gpudash.tui.state import ViewState
 
 SHOWN = 300  # most recent probe requests plotted
@@ -29,6 +30,7 @@ def correlation_text(requests: list) -> str:
 class LatencyView(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("correlation: no probe requests yet", id="corr")
+        yield Static("prompt cache: no probe requests yet", id="cache-kinds")
         with Horizontal(id="latency-series"):
             yield PlotextPlot(id="ttft-plot")
             yield PlotextPlot(id="hit-plot")
@@ -38,6 +40,9 @@ class LatencyView(Vertical):
         reqs = [r for r in list(state.requests)[-SHOWN:] if r.ok and r.ttft_s is not None]
         self.query_one("#corr", Static).update(correlation_text(reqs) if reqs else
                                                "correlation: no probe requests yet", layout=False)
+        self.query_one("#cache-kinds", Static).update(
+            "prompt cache: " + summary_text(summary(reqs, state.events)) if reqs else
+            "prompt cache: no probe requests yet", layout=False)
         t0 = reqs[0].ts if reqs else 0.0
         xs = [r.ts - t0 for r in reqs]
         ttft = [r.ttft_s * 1000 for r in reqs]

@@ -20,8 +20,12 @@ import click
 import psutil
 from pydantic import ValidationError
 
+from engine.errors import EngineError
+from engine.preload_shm import (KNOBS_PREFIX, PRELOAD_KNOBS, SHM_DIR, STATS_PREFIX, BlockUnavailable, StatsView,
+                                preload_env)
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config, EngineSettings
+from gpudash.preload import file_knobs
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 TERMINAL_KEYS = (signal.SIGINT, signal.SIGQUIT)  # the tty sends these to the whole foreground group
@@ -31,9 +35,6 @@ SI_KERNEL = 0x80  # si_code of a signal the kernel sent (the tty's), as opposed 
 def startup_knobs(cfg: Config, knob_args: tuple[str, ...]) -> dict[str, Any]:
     """The preload knobs the config file sets, overridden by --knob NAME=VALUE (sizes like 4MiB allowed);
     exits 2 naming the first bad one."""
-    from engine.preload_shm import PRELOAD_KNOBS
-    from gpudash.preload import file_knobs
-
     given: dict[str, str] = {}
     for arg in knob_args:
         key, eq, value = arg.partition("=")
@@ -60,8 +61,6 @@ class _Blocks:
         self.views: dict[int, Any] = {}
 
     def watch(self) -> None:
-        from engine.preload_shm import BlockUnavailable, StatsView
-
         try:
             pids = [self.root, *(c.pid for c in psutil.Process(self.root).children(recursive=True))]
         except psutil.Error:
@@ -76,8 +75,6 @@ class _Blocks:
     def finish(self) -> list[Any]:
         """The last values of every block seen (one a crash left behind included); then the blocks of
         the processes that are gone are removed."""
-        from engine.preload_shm import KNOBS_PREFIX, SHM_DIR, STATS_PREFIX, BlockUnavailable
-
         self.watch()
         out = []
         for pid, view in sorted(self.views.items()):
@@ -122,9 +119,6 @@ def run(cfg: Config, name: str | None, knob_args: tuple[str, ...], stats: bool, 
 
     Example: gpudash run --name loader -- python load.py
     """
-    from engine.errors import EngineError
-    from engine.preload_shm import preload_env
-
     knobs = startup_knobs(cfg, knob_args)
     label = name or Path(command[0]).name
     try:

@@ -3,12 +3,14 @@ engine = "preload") as `engine_paths` samples tagged with the server's name.
 
 Each process publishes cumulative counters in its stats block; the rate of a path is its byte delta
 over the time between the two publishes this source read (the first sight of a path shows the rate the
-process itself reports). Direct paths are always reported; relay paths once they carried bytes.
+process itself reports). Direct paths are always reported; relay paths once they carried bytes. A
+server with several preloaded processes (vLLM's workers) gets one row per path, summed over them.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from engine import preload_shm as P
@@ -31,7 +33,7 @@ class PreloadSource:
 
     def poll(self) -> dict[str, tuple]:
         ts = time.time()
-        rows: list[EnginePathSample] = []
+        rows: dict[tuple[str, str, str], EnginePathSample] = {}
         errors: list[str] = []
         seen: dict[_Key, tuple[float, int]] = {}
         for pid, name in preloaded(self._pids, self._shm_dir).items():
@@ -47,11 +49,13 @@ class PreloadSource:
                 key = (pid, s.started_at, p.name, p.direction)
                 gbps = self._rate(self._last.get(key), s.updated_at, p.bytes, p.gbps)
                 seen[key] = (s.updated_at, p.bytes)
-                rows.append(EnginePathSample(ts=ts, path=p.name, gpu=p.gpu, via=p.via, direction=p.direction,
-                                             bytes_total=p.bytes, chunks_total=p.chunks, queue_depth=p.queue_depth,
-                                             gbps=gbps, cpu_s=p.cpu_s, server=name))
+                row = EnginePathSample(ts=ts, path=p.name, gpu=p.gpu, via=p.via, direction=p.direction,
+                                       bytes_total=p.bytes, chunks_total=p.chunks, queue_depth=p.queue_depth,
+                                       gbps=gbps, cpu_s=p.cpu_s, server=name)
+                prior = rows.get((name, p.name, p.direction))
+                rows[(name, p.name, p.direction)] = row if prior is None else _summed(prior, row)
         self._last = seen  # processes that are gone are forgotten
-        return {"engine_paths": tuple(rows), "errors": tuple(errors)}
+        return {"engine_paths": tuple(rows.values()), "errors": tuple(errors)}
 
     @staticmethod
     def _rate(last: tuple[float, int] | None, at: float, nbytes: int, reported: float) -> float:
@@ -64,3 +68,9 @@ class PreloadSource:
 
     def close(self) -> None:
         """Nothing to release: each poll maps and unmaps the blocks it reads."""
+
+
+def _summed(a: EnginePathSample, b: EnginePathSample) -> EnginePathSample:
+    """One server's path over its processes (a vLLM server's workers each run an engine)."""
+    return replace(a, bytes_total=a.bytes_total + b.bytes_total, chunks_total=a.chunks_total + b.chunks_total,
+                   queue_depth=a.queue_depth + b.queue_depth, gbps=a.gbps + b.gbps, cpu_s=a.cpu_s + b.cpu_s)

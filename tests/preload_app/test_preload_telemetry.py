@@ -43,6 +43,14 @@ def test_the_supervisors_name_wins_and_gone_processes_vanish(process_side) -> No
     assert not _rows(src, "big")
 
 
+def test_a_servers_processes_are_summed_per_path(process_side) -> None:
+    api, worker = process_side("v"), process_side("v")
+    assert api.cmd("copy h2d 100 1 1") == "ok" and worker.cmd("copy h2d 300 1 1") == "ok"
+    rows = _rows(PreloadSource(), "v")
+    assert (rows[("direct:0", "h2d")].bytes_total, rows[("direct:0", "h2d")].chunks_total) == (400, 2)
+    assert len(rows) == 2
+
+
 def test_an_unreadable_block_is_an_error_of_the_tick_not_an_exception(process_side) -> None:
     ps = process_side("stuck")
     assert ps.cmd("hold") == "ok"

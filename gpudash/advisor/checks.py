@@ -331,7 +331,8 @@ def check_prompt_cache_restore(f: DoctorFacts) -> CheckResult:
     if not compared:
         return _result("prompt_cache", title, "skip",
                        [*lines, f"no server has {MIN_PER_KIND} recorded host-cache restores and {MIN_PER_KIND} misses "
-                                "to compare yet"])
+                                "to compare yet (llama-server builds that log restores at trace verbosity need "
+                                '"-lv", "4" in extra_args)'])
     return _result("prompt_cache", title, "pass", lines)
 
 

@@ -4,7 +4,8 @@ A llama-server slot keeps its last prompt's KV state on the GPU: a request that 
 in-slot hit. With `--cache-ram` (on by default) a prompt pushed out of its slot is saved to host memory
 and restored from there on a later prefix match; the server reports restored tokens as cached exactly
 like in-slot ones, so a restore is told apart by its log line (the supervisor records each as a
-`server.cache_restore` event). What is neither is a miss: the prompt is computed anew.
+`server.cache_restore` event; builds that log it at trace verbosity need `-lv 4`, see logparse.py).
+What is neither is a miss: the prompt is computed anew.
 """
 
 from __future__ import annotations

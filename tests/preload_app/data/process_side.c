@@ -7,7 +7,7 @@
  *   at SECONDS                                    set updated_at (rates come from its deltas)
  *   refuse 0|1                                    refuse knob blocks from now on (or not)
  *   knobs                                         print the knob block as applied last
- *   spin N                                        N publishes setting every counter of both directions to i
+ *   spin N                                        N publishes in a row, each setting every counter to i
  *   hold                                          leave the stats block's seq odd (a writer stuck mid-write)
  *   quit | exit                                   unlink both blocks and exit 0 | exit 3 leaving them behind
  */
@@ -150,6 +150,8 @@ int main(void) {
         uint64_t *w = (uint64_t *)S->dir;
         for (size_t j = 0; j < 2 * sizeof(gp_direction_stats) / sizeof(uint64_t); j++) w[j] = i;
         end();
+        for (volatile int gap = 0; gap < 2000; gap++) {
+        } /* a moment between publishes, as the interposer's are 100 ms apart: readers get through */
       }
     } else if (strncmp(line, "hold", 4) == 0) {
       begin();

@@ -67,8 +67,8 @@ def _prompt(seed: int, tokens: int) -> str:
     """`tokens` tokens of text for the model's byte vocabulary (one token a byte), distinct per seed
     from the first byte on, so B shares no prefix with A."""
     rng = random.Random(seed)
-    head = f"{seed:04d} "
-    return head + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(tokens - len(head) - 1))
+    head = f"{seed:04d}-"  # no spaces: SentencePiece would make each one three byte tokens
+    return head + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(tokens - len(head) - 1))
 
 
 def _free_port() -> int:

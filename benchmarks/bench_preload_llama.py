@@ -115,14 +115,16 @@ def _delta(after: dict | None, before: dict | None) -> dict[str, dict[str, float
     return out
 
 
-def _request(client: httpx.Client, url: str, prompt: str, n_predict: int) -> dict[str, Any]:
+def _request(url: str, prompt: str, n_predict: int) -> dict[str, Any]:
+    """One streamed completion on a connection of its own (the server may close an idle kept-alive one)."""
     body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": True, "stream": True,
             "return_tokens": True, "seed": 0}
     t0 = time.perf_counter()
     ttft = None
     tokens: list[int] = []
     timings: dict[str, Any] = {}
-    with client.stream("POST", f"{url}/completion", json=body, timeout=600) as r:
+    with httpx.Client(trust_env=False) as client, \
+            client.stream("POST", f"{url}/completion", json=body, timeout=600) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: "):
@@ -150,7 +152,7 @@ def one_run(args: argparse.Namespace, model: Path, preload: bool, counter: Path)
     url = f"http://127.0.0.1:{port}"
     out: dict[str, Any] = {"steps": []}
     try:
-        with httpx.Client() as client:
+        with httpx.Client(trust_env=False) as client:
             while True:
                 if proc.poll() is not None:
                     raise SystemExit(f"llama-server exited with {proc.returncode} before it was ready; see {log.name}")
@@ -167,7 +169,7 @@ def one_run(args: argparse.Namespace, model: Path, preload: bool, counter: Path)
             out["load"] = _delta(before, None)
             a, b = _prompt(1, args.prompt_tokens), _prompt(2, args.prompt_tokens)
             for prompt in (a, a, b, a):
-                r = _request(client, url, prompt, args.n_predict)
+                r = _request(url, prompt, args.n_predict)
                 after = _snap(proc.pid, preload)
                 r["copies"] = _delta(after, before)
                 before = after

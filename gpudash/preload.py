@@ -50,10 +50,13 @@ class PreloadKnobs:
     runs with plus the change, validated by the engine's own rules before any block is written; whether
     it applied or refused them becomes one `preload.knobs` event per process."""
 
-    def __init__(self, inbox: Any, pids: Pids, shm_dir: Path = P.SHM_DIR,
-                 wait_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, inbox: Any, pids: Pids, shm_dir: Path = P.SHM_DIR, wait_s: float = 1.0,
+                 clock: Callable[[], float] = time.time, remember: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """`remember` keeps each change for the servers' next starts (the supervisor's preload_knobs.update),
+        so a restarted server runs with the knobs the operator chose."""
         self._inbox = inbox
         self._pids = pids
+        self._remember = remember
         self._shm_dir = shm_dir
         self._wait_s = wait_s
         self._clock = clock
@@ -63,6 +66,8 @@ class PreloadKnobs:
         change = P.preload_knobs(knobs)
         if not change:
             return []
+        if self._remember is not None:
+            self._remember(change)
         events: list[Event] = []
         planned: list[tuple[int, str, dict[str, Any], dict[str, Any]]] = []
         servers = dict(self._pids())

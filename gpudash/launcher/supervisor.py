@@ -86,7 +86,7 @@ class Supervisor:
         self._stop_timeout_s = stop_timeout_s
         self._backoff_s = backoff_s
         self._gpu_memory = gpu_memory
-        self._preload_knobs = dict(preload_knobs or {})
+        self.preload_knobs = dict(preload_knobs or {})  # what the next start of a preloaded server gets
         self._lock = threading.Lock()  # guards the dict and the fields the waiter threads change
         self._stopping: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # exits that are no crash
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudash-spawn")
@@ -251,7 +251,7 @@ class Supervisor:
                                          "needs; update the server binary or remove that setting") from None
         if spec.engine == "preload":  # the environment `gpudash run` gives a program
             try:
-                cmd = replace(cmd, env=preload_env({**os.environ, **cmd.env}, spec.name, self._preload_knobs))
+                cmd = replace(cmd, env=preload_env({**os.environ, **cmd.env}, spec.name, self.preload_knobs))
             except EngineError as err:
                 raise LaunchError(spec.name, f'{err}; or set engine = "none" in its [[servers]] entry') from None
         return cmd, port

@@ -174,7 +174,8 @@ class LiveFeed:
             self.recorder.set(True)
         self.controller = Controller(engine=self.engine, supervisor=supervisor, inbox=self.inbox,
                                      recorder=self.recorder, pools=self.all_pools,
-                                     preload=PreloadKnobs(self.inbox, supervisor.pids))
+                                     preload=PreloadKnobs(self.inbox, supervisor.pids,
+                                                          remember=supervisor.preload_knobs.update))
         self.sampler.start()
         return FeedInfo(self.source, str(self.db_path), self.recorder.on, self.controller,
                         self.controller.specs(), self.controller.knobs(), notes=list(self.notes))

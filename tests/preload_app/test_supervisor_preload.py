@@ -9,7 +9,7 @@ import pytest
 from engine import preload_shm as P
 from gpudash.config import Config, ServerSpec
 from gpudash.launcher.errors import LaunchError
-from gpudash.preload import file_knobs
+from gpudash.preload import PreloadKnobs, file_knobs
 from gpudash.telemetry.preload import PreloadSource
 from preload_helpers import wait_for_block
 
@@ -39,6 +39,20 @@ def test_a_preload_server_runs_under_the_library(llama_server, tiny_model, stub_
     assert plain not in P.preload_pids()  # engine = "none" (the default) runs the server as it is
     rows = [r for r in PreloadSource(pids=sup.pids).poll()["engine_paths"] if r.server == "pre"]
     assert {(r.path, r.direction) for r in rows} == {("direct:0", "h2d"), ("direct:0", "d2h")}
+
+
+def test_a_live_knob_change_outlives_a_restart(llama_server, tiny_model, stub_preload, make_supervisor,
+                                               events) -> None:
+    sup = make_supervisor([ServerSpec(name="pre", model=str(tiny_model), binary=llama_server, engine="preload")],
+                          preload_knobs={"staging_threads": 6})
+    sup.start("pre")
+    PreloadKnobs(events.inbox, sup.pids, wait_s=0.0, remember=sup.preload_knobs.update).apply({"outstanding": 3})
+    sup.restart("pre")
+    (pid,) = sup.pids()
+    wait_for_block(pid)
+    with P.StatsView(pid) as view:
+        knobs = view.read().knobs
+    assert (knobs["outstanding"], knobs["staging_threads"]) == (3, 6)
 
 
 def test_a_missing_library_fails_the_launch_naming_it(llama_server, tiny_model, make_supervisor, monkeypatch,

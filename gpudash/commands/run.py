@@ -84,9 +84,14 @@ class _Blocks:
                 click.echo(f"gpudash run: the engine stats of pid {pid} cannot be read: {err}", err=True)
             view.close()
             if not psutil.pid_exists(pid):
-                for prefix in (STATS_PREFIX, KNOBS_PREFIX):
-                    (SHM_DIR / f"{prefix}{pid}").unlink(missing_ok=True)
+                _remove_blocks(pid)
         return out
+
+
+def _remove_blocks(pid: int) -> None:
+    """The blocks of a process that is gone."""
+    for prefix in (STATS_PREFIX, KNOBS_PREFIX):
+        (SHM_DIR / f"{prefix}{pid}").unlink(missing_ok=True)
 
 
 def _wait(child: subprocess.Popen, blocks: _Blocks | None) -> int:
@@ -140,6 +145,7 @@ def run(cfg: Config, name: str | None, knob_args: tuple[str, ...], stats: bool, 
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     if blocks is not None:
         _print_stats(label, blocks.finish())
+    _remove_blocks(child.pid)  # a program killed by a signal could not remove its own
     sys.exit(rc if rc >= 0 else 128 - rc)
 
 

@@ -42,8 +42,12 @@ def test_the_program_runs_under_the_library_with_name_and_knobs(stub_preload: Pa
 
 def test_the_exit_code_is_the_programs(stub_preload: Path, tmp_path: Path) -> None:
     assert _run(["--", sys.executable, "-c", "raise SystemExit(7)"], tmp_path).returncode == 7
-    killed = _run(["--", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGUSR1)"], tmp_path)
+    prog = "import os, signal; print(os.getpid(), flush=True); os.kill(os.getpid(), signal.SIGUSR1)"
+    killed = _run(["--", sys.executable, "-c", prog], tmp_path)
     assert killed.returncode == 128 + signal.SIGUSR1
+    pid = int(killed.stdout.split()[0])  # it died without removing its blocks: gpudash run did
+    assert not (P.SHM_DIR / f"{P.STATS_PREFIX}{pid}").exists()
+    assert not (P.SHM_DIR / f"{P.KNOBS_PREFIX}{pid}").exists()
 
 
 def test_signals_sent_to_gpudash_reach_the_program(stub_preload: Path, tmp_path: Path) -> None:

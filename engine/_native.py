@@ -144,19 +144,19 @@ _lib: ctypes.CDLL | None = None
 _lock = threading.Lock()
 
 
-def _candidates() -> list[Path]:
-    """Where the library may be: $GPUDASH_ENGINE_LIB, beside this file (wheel), the site-packages
-    `engine` folder (editable installs), then the repository's build/ tree (development)."""
+def _candidates(name: str = LIB_NAME, env_var: str = "GPUDASH_ENGINE_LIB") -> list[Path]:
+    """Where library `name` may be: $env_var, beside this file (wheel), the site-packages `engine`
+    folder (editable installs), then the repository's build/ tree (development)."""
     out: list[Path] = []
-    env = os.environ.get("GPUDASH_ENGINE_LIB")
+    env = os.environ.get(env_var)
     if env:
         out.append(Path(env))
     here = Path(__file__).resolve().parent
-    out.append(here / LIB_NAME)
+    out.append(here / name)
     for sp in [*site.getsitepackages(), site.getusersitepackages(), *sys.path]:
         if sp:
-            out.append(Path(sp) / "engine" / LIB_NAME)
-    out += [Path(p) for p in sorted(glob.glob(str(here.parent / "build" / "**" / LIB_NAME), recursive=True))]
+            out.append(Path(sp) / "engine" / name)
+    out += [Path(p) for p in sorted(glob.glob(str(here.parent / "build" / "**" / name), recursive=True))]
     return out
 
 

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "server": "gpudash.commands.server_cmd:server",
     "store": "gpudash.commands.store_cmd:store",
     "status": "gpudash.commands.status:status",
+    "run": "gpudash.commands.run:run",
 }
 
 

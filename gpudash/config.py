@@ -289,6 +289,12 @@ class ServerSpec(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables for the server process."""
 
+    engine: Literal["none", "preload"] = "none"
+    """"preload": run the server with the transfer engine inside it (libgpudash_preload.so in LD_PRELOAD, as
+    `gpudash run` does), so the engine carries its CUDA host<->device copies, starting with the [engine]
+    knobs this file sets and following live knob changes; its stats show in the Engine view under the
+    server's name. "none": the server copies on its own."""
+
     health_timeout_s: float = Field(300.0, gt=0, le=86400)
     """Seconds a server may take to answer its health check before the launch fails."""
 

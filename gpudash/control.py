@@ -84,6 +84,12 @@ class Recorder(Protocol):
     def set(self, on: bool) -> None: ...
 
 
+class KnobFollowers(Protocol):
+    """Engines outside this process that follow knob changes (gpudash.preload.PreloadKnobs)."""
+
+    def apply(self, knobs: Mapping[str, Any]) -> Any: ...
+
+
 # ---- commands: each knows its description, its event, whether it relaunches, and how it applies --------
 
 class ControlCommand(ABC):
@@ -273,8 +279,9 @@ class Controller:
     def __init__(self, *, engine: Engine | None = None, supervisor: Supervisor | None = None,
                  inbox: EventSink | None = None, recorder: Recorder | None = None,
                  pools: Callable[[], Mapping[str, Pool]] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, preload: KnobFollowers | None = None) -> None:
         self.engine = engine
+        self.preload = preload  # engine knobs also reach preloaded servers
         self.supervisor = supervisor
         self.pools = pools  # () -> {pool name: engine.pools.MemoryPool}
         self.inbox = inbox
@@ -340,6 +347,8 @@ class Controller:
             raise Refused(str(err)) from None
         except Exception as err:  # noqa: BLE001 - an engine refusal of any type is reported, not raised
             raise Refused(f"the engine refused: {err}") from None
+        if self.preload is not None:  # each preloaded server's outcome is an event of its own
+            self.preload.apply(new)
         return old, new
 
     def _spec(self, server: str) -> ServerSpec:

@@ -82,7 +82,8 @@ class ProcessSample:
 class EnginePathSample:
     """One transfer-engine path and direction: cumulative counters plus the recent rate.
 
-    `path` names the route, e.g. ``direct:0`` or ``relay:3->0``; `gpu` is the target GPU.
+    `path` names the route, e.g. ``direct:0`` or ``relay:3->0``; `gpu` is the target GPU. `server` names
+    the preloaded server whose engine it is (None: gpudash's own engine).
     """
 
     ts: float
@@ -95,6 +96,7 @@ class EnginePathSample:
     queue_depth: int
     gbps: float
     cpu_s: float
+    server: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

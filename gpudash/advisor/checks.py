@@ -15,6 +15,7 @@ from engine.profiles import pcie_payload_gbps
 from gpudash.advisor.facts import DoctorFacts
 from gpudash.advisor.llama_build import LlamaBuild
 from gpudash.config import ServerSpec
+from gpudash.launcher import cache_kinds
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts
 from gpudash.shares import server_gpus, share_and_origin, shares_per_gpu
 
@@ -26,6 +27,8 @@ REBAR_MIN_FRACTION = 0.5
 UPI_GPU_CEILING = 6
 # vLLM servers on one GPU from which each needs --enforce-eager (CUDA graphs reserve memory per server).
 EAGER_SERVERS = 3
+# Recorded requests of each kind (restore, miss) a server needs before their TTFTs are compared.
+MIN_PER_KIND = 2
 
 P2P_MEANING = {"OK": "peer copies work", "NS": "not supported", "GNS": "GPU not supported",
                "CNS": "chipset not supported", "TNS": "topology not supported", "U": "unknown"}
@@ -332,9 +335,41 @@ def check_nccl_mixed(f: DoctorFacts) -> CheckResult:
     return _result("nccl_mixed", title, "pass", [pair_text, "nothing configured uses NCCL on them"])
 
 
+def check_prompt_cache_restore(f: DoctorFacts) -> CheckResult:
+    """A prompt restored from llama-server's host-memory cache (--cache-ram) taking longer to its first
+    token than computing a prompt anew, judged from the recorded probe requests of each server."""
+    title = "Host-cache prompt restores beat recomputing"
+    if not f.requests:
+        return _result("prompt_cache", title, "skip", f.requests_note or "no probe requests recorded yet")
+    lines, compared, slow = [], [], []
+    for server in sorted({r.server for r in f.requests}):
+        reqs = [r for r in f.requests if r.server == server]
+        stats = cache_kinds.summary(reqs, [e for e in f.cache_restores if e.target == server])
+        lines.append(f"{server}: {cache_kinds.summary_text(stats)}")
+        restore, miss = stats["restore"], stats["miss"]
+        if restore.n >= MIN_PER_KIND and miss.n >= MIN_PER_KIND:
+            compared.append(server)
+            if restore.median_ttft_s > miss.median_ttft_s:
+                slow.append((server, restore.median_ttft_s, miss.median_ttft_s))
+    if slow:
+        worst = ", ".join(f"{s} ({r * 1000:.0f} ms to restore vs {m * 1000:.0f} ms to recompute)" for s, r, m in slow)
+        return _result("prompt_cache", title, "warn", lines,
+                       f"restoring a prompt from host memory is slower than recomputing it on this box for {worst}: "
+                       'add extra_args = ["--cache-ram", "0"] to the server so evicted prompts are recomputed, or '
+                       "give it more slots (`parallel`, -np) so prompts stay on the GPU; a smaller --cache-ram (MiB) "
+                       "keeps only the most recent prompts")
+    if not compared:
+        return _result("prompt_cache", title, "skip",
+                       [*lines, f"no server has {MIN_PER_KIND} recorded host-cache restores and {MIN_PER_KIND} misses "
+                                "to compare yet (llama-server builds that log restores at trace verbosity need "
+                                '"-lv", "4" in extra_args)'])
+    return _result("prompt_cache", title, "pass", lines)
+
+
 CHECKS: tuple[Callable[[DoctorFacts], CheckResult], ...] = (
     check_link_under_load, check_resizable_bar, check_p2p, check_numa_affinity, check_numa_ceiling,
     check_shares, check_enforce_eager, check_llama_builds, check_llama_archs, check_nccl_mixed,
+    check_prompt_cache_restore,
 )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpudash.advisor.llama_build import LlamaBuild
 from gpudash.config import ServerSpec
+from gpudash.records import Event, RequestSample
 from gpudash.telemetry.topology import TopologyFacts
 
 NODE_ROOT = Path("/sys/devices/system/node")
@@ -48,6 +49,9 @@ class DoctorFacts:
     llama: LlamaBuild | None = None
     llama_note: str = ""  # why the llama.cpp build is unknown
     llama_servers: tuple[ServerLlama, ...] = ()  # what each llama.cpp server (or the demo) would run
+    requests: tuple[RequestSample, ...] = ()  # recorded probe requests
+    cache_restores: tuple[Event, ...] = ()  # recorded host-cache restores (server.cache_restore events)
+    requests_note: str = ""  # why no requests were read
 
 
 @dataclass(frozen=True, slots=True)

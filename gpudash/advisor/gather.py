@@ -10,6 +10,7 @@ from gpudash.advisor.facts import (CpuPlacement, DoctorFacts, LinkLoad, ServerLl
                                    sim_cpu_placement)
 from gpudash.advisor.linkload import links_under_load
 from gpudash.advisor.llama_build import read_llama_build
+from gpudash.advisor.recorded import recorded_probe
 from gpudash.config import Config, ServerSpec
 from gpudash.rig import Rig, rig_of
 from gpudash.telemetry.topology import TopologyFacts
@@ -72,6 +73,8 @@ def gather(rig: Rig | str, config: Config, *, sim: Any = None, engine: Any = Non
         cpu = sim_cpu_placement(topo) if topo.is_sim else cpu_placement()
     builds = llama_builds_for(config)
     first = builds[0] if builds else None
+    requests, restores, requests_note = recorded_probe(config.store.resolved_path())
     return DoctorFacts(topology=topo, cpu=cpu, servers=tuple(config.servers), busy=loads, busy_note=note,
                        llama=first.build if first else None,
-                       llama_note="" if first is None or first.build else first.origin, llama_servers=builds)
+                       llama_note="" if first is None or first.build else first.origin, llama_servers=builds,
+                       requests=requests, cache_restores=restores, requests_note=requests_note)

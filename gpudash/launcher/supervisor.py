@@ -18,15 +18,18 @@ import time
 import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, TextIO
 
 import psutil
 
+from engine.errors import EngineError
+from engine.preload_shm import preload_env
 from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary
+from gpudash.launcher.cache_kinds import RESTORE_EVENT
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free, url_host, wait_healthy
@@ -77,9 +80,10 @@ class Supervisor:
 
     def __init__(self, specs: list[ServerSpec], inbox: Pushable, log_dir: Path,
                  stop_timeout_s: float = 10.0, backoff_s: tuple[float, ...] = BACKOFF_S,
-                 gpu_memory: Callable[[], dict[int, int]] | None = None):
+                 gpu_memory: Callable[[], dict[int, int]] | None = None, preload_knobs: dict[str, Any] | None = None):
         """`gpu_memory` returns {gpu index: total bytes} of the real GPUs; with it, a llama.cpp server
-        with a `share` gets the -ngl/-c that keep it inside that share (llama.cpp has no share flag)."""
+        with a `share` gets the -ngl/-c that keep it inside that share (llama.cpp has no share flag).
+        `preload_knobs`: start-up knobs of servers with engine = "preload" (gpudash.preload.file_knobs)."""
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"server names must be unique, got {names}")
@@ -88,6 +92,7 @@ class Supervisor:
         self._stop_timeout_s = stop_timeout_s
         self._backoff_s = backoff_s
         self._gpu_memory = gpu_memory
+        self.preload_knobs = dict(preload_knobs or {})  # what the next start of a preloaded server gets
         self._lock = threading.Lock()  # guards the dict and the fields the waiter threads change
         self._stopping: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # exits that are no crash
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudash-spawn")
@@ -284,6 +289,11 @@ class Supervisor:
             opt = err.option
             raise LaunchError(spec.name, f"'{binary}' has no {' / '.join(opt.spellings)} flag, which `{opt.field}` "
                                          "needs; update the server binary or remove that setting") from None
+        if spec.engine == "preload":  # the environment `gpudash run` gives a program
+            try:
+                cmd = replace(cmd, env=preload_env({**os.environ, **cmd.env}, spec.name, self.preload_knobs))
+            except EngineError as err:
+                raise LaunchError(spec.name, f'{err}; or set engine = "none" in its [[servers]] entry') from None
         return cmd, port
 
     def _within_share(self, spec: ServerSpec) -> ServerSpec:
@@ -377,7 +387,11 @@ class Supervisor:
                 log.flush()
                 with self._lock:
                     srv.tail.append(line.rstrip("\n"))
+                    restores = srv.facts.cache_restores
                     srv.facts = parse_line(line, srv.facts)
+                    restored = srv.facts.cache_restores > restores
+                if restored:  # tells restores from in-slot hits (cache_kinds.py)
+                    self._event(RESTORE_EVENT, srv.spec.name, new=line.strip()[:200])
         proc.stdout.close()
 
     def _wait_exit(self, srv: _Server, proc: subprocess.Popen) -> None:

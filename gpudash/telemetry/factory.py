@@ -1,5 +1,5 @@
 """Builds the telemetry sources for one run: the rig's GPUs (NVML or a sim rig), the host, the engine's
-paths when an engine is given, and the inbox when one is given."""
+paths when an engine is given, the preloaded servers' engines on real GPUs, and the inbox when one is given."""
 
 from __future__ import annotations
 
@@ -18,8 +18,13 @@ def build_sources(rig: Rig | str, config: Config, *, inbox: Inbox | None = None,
     """Sources for a rig (or its label): its GPUs, the host, the engine's paths when an `engine` is given,
     the pools and the inbox. A sim rig without an `engine` gets its own sim engine, which it closes on
     close(); with one, the caller keeps owning it."""
-    sources: list[Source] = [rig_of(rig).gpu_source(config, engine, pids)]
+    the_rig = rig_of(rig)
+    sources: list[Source] = [the_rig.gpu_source(config, engine, pids)]
     sources.append(HostSource(pids))
+    if not the_rig.is_sim:  # preloaded servers copy to real GPUs only; a sim session stays all sim
+        from gpudash.telemetry.preload import PreloadSource
+
+        sources.append(PreloadSource(pids))
     if engine is not None:
         from gpudash.telemetry.engine import EngineSource
 

@@ -132,7 +132,7 @@ class PrometheusSink:
         if snap.host is not None:
             f.add(_HOST, snap.host, {})
         for p in snap.engine_paths:
-            labels = {"path": p.path, "gpu": str(p.gpu), "direction": p.direction}
+            labels = {"path": p.path, "gpu": str(p.gpu), "direction": p.direction, "server": p.server or ""}
             f.add(_PATH, p, labels)
             f.add(_PATH_COUNTERS, p, labels, counter=True)
         for s in snap.pool_shards:

@@ -83,6 +83,7 @@ class LiveFeed:
     def _start(self, deliver: Deliver) -> FeedInfo:
         from gpudash.control import Controller
         from gpudash.launcher.stack import LaunchStack
+        from gpudash.preload import PreloadKnobs
         from gpudash.telemetry.inbox import Inbox
 
         session = self.session = Session(self.rig, self.config, self.db_path)
@@ -97,7 +98,9 @@ class LiveFeed:
         if self.record:
             session.recording.set(True)
         self.controller = Controller(engine=session.engine, supervisor=supervisor, inbox=inbox,
-                                     recorder=session.recording, pools=session.all_pools)
+                                     recorder=session.recording, pools=session.all_pools,
+                                     preload=PreloadKnobs(inbox, supervisor.pids,
+                                                          remember=supervisor.preload_knobs.update))
         sampler.start()
         return FeedInfo(self.source, str(self.db_path), session.recording.on, self.controller,
                         self.controller.specs(), self.controller.knobs(), notes=list(self.notes))

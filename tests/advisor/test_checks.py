@@ -219,6 +219,7 @@ def test_exit_code_is_one_only_when_a_check_fails(servers, code) -> None:
     topo = read_topology("sim:rtx5080+rtx3090")
     results = checks.run_checks(facts(topology=topo, busy=busy(topo), servers=servers, llama=build()))
     assert [r.check for r in results] == ["link_busy", "rebar", "p2p", "numa_affinity", "numa_ceiling",
-                                          "shares", "enforce_eager", "llama_builds", "llama_archs", "nccl_mixed"]
+                                          "shares", "enforce_eager", "llama_builds", "llama_archs", "nccl_mixed",
+                                          "prompt_cache"]
     assert checks.exit_code(results) == code
     assert {r.status for r in results} <= {"pass", "warn", "fail", "skip"}

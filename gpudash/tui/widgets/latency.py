@@ -8,6 +8,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
+from gpudash.launcher import cache_kinds
 from gpudash.tui.state import ViewState
 
 SHOWN = 300  # most recent probe requests plotted
@@ -38,6 +39,7 @@ def summary_text(requests: list) -> str:
 class LatencyView(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("no probe requests yet", id="corr")
+        yield Static("prompt cache: no probe requests yet", id="cache-kinds")
         with Horizontal(id="latency-series"):
             yield PlotextPlot(id="ttft-plot")
             yield PlotextPlot(id="hit-plot")
@@ -47,6 +49,9 @@ class LatencyView(Vertical):
         recent = list(state.requests)[-SHOWN:]
         reqs = [r for r in recent if r.ok and r.ttft_s is not None]
         self.query_one("#corr", Static).update(summary_text(recent) if recent else "no probe requests yet")
+        self.query_one("#cache-kinds", Static).update(
+            "prompt cache: " + cache_kinds.summary_text(cache_kinds.summary(reqs, state.events)) if reqs else
+            "prompt cache: no probe requests yet", layout=False)
         t0 = reqs[0].ts if reqs else 0.0
         xs = [r.ts - t0 for r in reqs]
         ttft = [r.ttft_s * 1000 for r in reqs]

@@ -206,7 +206,7 @@ class EngineView(Vertical):
         paths = snap.engine_paths if snap is not None else ()
         busy = sorted((p for p in paths if p.bytes_total or p.queue_depth),
                       key=lambda p: (-p.gbps, -p.bytes_total, p.path))
-        rows = [(p.path, p.direction, p.gpu, "—" if p.via is None else p.via, fmt.size(p.bytes_total),
+        rows = [(f"{p.server}/{p.path}" if p.server else p.path, p.direction, p.gpu, "—" if p.via is None else p.via, fmt.size(p.bytes_total),
                  f"{p.gbps:.2f}", p.queue_depth, p.chunks_total, f"{p.cpu_s:.2f}") for p in busy[: self.SHOWN]]
         table = self.query_one(DataTable)
         if rows != self._rows:  # refilling a DataTable is the costly part of a tick: only when it changed

@@ -1,0 +1,153 @@
+"""PyTorch's own copies with and without the transfer engine inside the process (libgpudash_preload.so).
+
+The script runs itself twice as a subprocess, once plainly and once with the preload environment that
+`gpudash run` gives, and prints one side-by-side table (GB/s, or us per copy for the small copies) with
+the ratio, then the preloaded run's stats block: copies the engine took and passed through.
+
+Cases, each measured once per run after a warm-up: a pageable 4 GiB tensor's `.cuda()`; `.cpu()` into
+fresh pageable memory; a pinned 1 GiB tensor both ways (`copy_`); 10k copies of 4 KiB pageable tensors.
+Every result is checked byte for byte. Needs PyTorch with CUDA and an NVIDIA GPU.
+
+Run: python benchmarks/bench_preload_torch.py [--gib 4] [--pinned-gib 1] [--small 10000] [--knob k=v ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+GiB = 2**30
+
+
+def _pattern(n: int) -> Any:
+    """n bytes of a pattern whose every 8-byte word is its own index (a misplaced chunk shows)."""
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.arange(n // 8, dtype=np.int64)).view(torch.uint8)
+
+
+def _exact_on_gpu(t: Any) -> bool:
+    import torch
+
+    words = t.view(torch.int64)
+    return bool(torch.equal(words, torch.arange(words.numel(), device=t.device, dtype=torch.int64)))
+
+
+def _exact_on_host(t: Any) -> bool:
+    import numpy as np
+
+    words = t.numpy().view(np.int64)
+    return bool(np.array_equal(words, np.arange(words.size, dtype=np.int64)))
+
+
+def _timed(fn: Any) -> tuple[float, Any]:
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, out
+
+
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    """One run of every case in this process; figures and checks as a dict."""
+    import torch
+
+    torch.cuda.init()
+    warm = torch.ones(1 << 20, dtype=torch.uint8)
+    assert torch.equal(warm.cuda().cpu(), warm)
+    out: dict[str, Any] = {"figures": {}, "exact": {}}
+    n = args.gib * GiB
+    src = _pattern(n)
+    s, dev = _timed(lambda: src.cuda())
+    out["figures"][f"pageable {args.gib} GiB .cuda() GB/s"] = n / s / 1e9
+    out["exact"]["pageable .cuda()"] = _exact_on_gpu(dev)
+    del src
+    s, back = _timed(lambda: dev.cpu())
+    out["figures"][f"pageable {args.gib} GiB .cpu() GB/s"] = n / s / 1e9
+    out["exact"]["pageable .cpu()"] = _exact_on_host(back)
+    del dev, back
+
+    m = args.pinned_gib * GiB
+    pinned = _pattern(m).pin_memory()
+    gpu = torch.empty(m, dtype=torch.uint8, device="cuda")
+    s, _ = _timed(lambda: gpu.copy_(pinned, non_blocking=True))
+    out["figures"][f"pinned {args.pinned_gib} GiB H2D GB/s"] = m / s / 1e9
+    out["exact"]["pinned H2D"] = _exact_on_gpu(gpu)
+    dst = torch.empty(m, dtype=torch.uint8).pin_memory()
+    s, _ = _timed(lambda: dst.copy_(gpu, non_blocking=True))
+    out["figures"][f"pinned {args.pinned_gib} GiB D2H GB/s"] = m / s / 1e9
+    out["exact"]["pinned D2H"] = _exact_on_host(dst)
+    del pinned, gpu, dst
+
+    small = [_pattern(4096) for _ in range(16)]
+    target = torch.empty(4096, dtype=torch.uint8, device="cuda")
+
+    def many() -> None:
+        for i in range(args.small):
+            target.copy_(small[i % len(small)])
+
+    s, _ = _timed(many)
+    out["figures"][f"{args.small} x 4 KiB .copy_() us/copy"] = s / args.small * 1e6
+    out["exact"]["4 KiB copies"] = _exact_on_gpu(target)
+
+    if os.environ.get("LD_PRELOAD"):
+        from engine.preload_shm import BlockUnavailable, StatsView
+
+        try:
+            with StatsView(os.getpid()) as view:
+                st = view.read()
+            out["preload"] = [f"state {st.state}, knobs {st.knobs}", *st.summary_lines()]
+        except BlockUnavailable as err:
+            out["preload"] = [f"no stats block: {err}"]
+    return out
+
+
+def _run_child(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, __file__, "--child", *argv], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"the benchmark run failed (exit {r.returncode}):\n{r.stderr[-4000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gib", type=int, default=4, help="size of the pageable tensor (GiB)")
+    ap.add_argument("--pinned-gib", type=int, default=1, help="size of the pinned tensor (GiB)")
+    ap.add_argument("--small", type=int, default=10_000, help="number of 4 KiB copies")
+    ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                    help="start-up knob of the preloaded engine (integers; repeatable)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return 0
+    from engine.preload_shm import preload_env
+
+    knobs = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.knob)}
+    passed = ["--gib", str(args.gib), "--pinned-gib", str(args.pinned_gib), "--small", str(args.small)]
+    base = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    native = _run_child(passed, base)
+    pre = _run_child(passed, preload_env(base, "bench-torch", knobs))
+    print(f"{'case':<34}{'without':>12}{'with preload':>14}{'ratio':>8}")
+    for name, a in native["figures"].items():
+        b = pre["figures"][name]
+        ratio = a / b if name.endswith("us/copy") else b / a  # > 1: the preload is better
+        print(f"{name:<34}{a:>12.3f}{b:>14.3f}{ratio:>7.2f}x")
+    checks = {k: (native["exact"][k], pre["exact"][k]) for k in native["exact"]}
+    print("byte-exact: " + ", ".join(f"{k} {'ok' if a and b else 'MISMATCH'}" for k, (a, b) in checks.items()))
+    print("preload stats block of the preloaded run:")
+    for line in pre.get("preload", ["(none)"]):
+        print(f"  {line}")
+    return 0 if all(a and b for a, b in checks.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,159 @@
+"""`gpudash run -- CMD ARGS...`: run an unmodified program with the transfer engine inside it.
+
+The program starts with libgpudash_preload.so first in LD_PRELOAD, its name in GPUDASH_PRELOAD_NAME and
+its start-up knobs in GPUDASH_PRELOAD_KNOBS: the [engine] settings the config file sets (the library's
+own defaults hold for the others), then --knob. gpudash waits for it, forwards the signals sent to
+gpudash (not the terminal's Ctrl-C and Ctrl-\\, which reach the program from the terminal already) and
+exits with its exit code (128 + N when signal N ended it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import psutil
+from pydantic import ValidationError
+
+from engine.errors import EngineError
+from engine.preload_shm import (KNOBS_PREFIX, PRELOAD_KNOBS, SHM_DIR, STATS_PREFIX, BlockUnavailable, StatsView,
+                                preload_env)
+from gpudash.commands.common import pass_config, usage_error
+from gpudash.config import Config, EngineSettings
+from gpudash.preload import file_knobs
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+TERMINAL_KEYS = (signal.SIGINT, signal.SIGQUIT)  # the tty sends these to the whole foreground group
+SI_KERNEL = 0x80  # si_code of a signal the kernel sent (the tty's), as opposed to kill() (SI_USER)
+
+
+def startup_knobs(cfg: Config, knob_args: tuple[str, ...]) -> dict[str, Any]:
+    """The preload knobs the config file sets, overridden by --knob NAME=VALUE (sizes like 4MiB allowed);
+    exits 2 naming the first bad one."""
+    given: dict[str, str] = {}
+    for arg in knob_args:
+        key, eq, value = arg.partition("=")
+        if not eq or not key:
+            usage_error(f"--knob expects NAME=VALUE, got {arg!r}; e.g. --knob staging_threads=8")
+        if key not in PRELOAD_KNOBS:
+            usage_error(f"--knob {key}: not a knob of a preloaded engine; use one of {', '.join(PRELOAD_KNOBS)}")
+        given[key] = value
+    from_file = file_knobs(cfg.engine)
+    try:
+        checked = EngineSettings.model_validate({**cfg.engine.model_dump(), **given})
+    except ValidationError as err:
+        e = err.errors()[0]
+        usage_error(f"--knob {'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}")
+    return {k: getattr(checked, k) for k in PRELOAD_KNOBS if k in from_file or k in given}
+
+
+class _Blocks:
+    """Keeps the stats blocks of the program (and of its preloaded children) mapped while it runs, so
+    their last values stay readable after each process removes its block at exit."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.views: dict[int, Any] = {}
+
+    def watch(self) -> None:
+        try:
+            pids = [self.root, *(c.pid for c in psutil.Process(self.root).children(recursive=True))]
+        except psutil.Error:
+            pids = [self.root]
+        for pid in pids:
+            if pid not in self.views:
+                try:
+                    self.views[pid] = StatsView(pid)
+                except BlockUnavailable:
+                    pass
+
+    def finish(self) -> list[Any]:
+        """The last values of every block seen (one a crash left behind included); then the blocks of
+        the processes that are gone are removed."""
+        self.watch()
+        out = []
+        for pid, view in sorted(self.views.items()):
+            try:
+                out.append(view.read())
+            except BlockUnavailable as err:
+                click.echo(f"gpudash run: the engine stats of pid {pid} cannot be read: {err}", err=True)
+            view.close()
+            if not psutil.pid_exists(pid):
+                _remove_blocks(pid)
+        return out
+
+
+def _remove_blocks(pid: int) -> None:
+    """The blocks of a process that is gone."""
+    for prefix in (STATS_PREFIX, KNOBS_PREFIX):
+        (SHM_DIR / f"{prefix}{pid}").unlink(missing_ok=True)
+
+
+def _wait(child: subprocess.Popen, blocks: _Blocks | None) -> int:
+    """Forward signals until the child exits; its exit status."""
+    while True:
+        info = signal.sigtimedwait(FORWARDED, 0.05)
+        if info is not None and not (info.si_code == SI_KERNEL and info.si_signo in TERMINAL_KEYS):
+            try:
+                os.kill(child.pid, info.si_signo)
+            except ProcessLookupError:
+                pass
+        rc = child.poll()
+        if rc is not None:
+            return rc
+        if blocks is not None:
+            blocks.watch()
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--name", default=None,
+              help="Name the program's engine stats carry (default: the program's file name).")
+@click.option("--knob", "knob_args", multiple=True, metavar="NAME=VALUE",
+              help="A start-up engine knob, e.g. --knob staging_threads=8 --knob h2d_chunk_bytes=4MiB (repeatable).")
+@click.option("--stats", is_flag=True, default=False,
+              help="When the program ends, print the copies the engine took and passed through, per direction.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@pass_config
+def run(cfg: Config, name: str | None, knob_args: tuple[str, ...], stats: bool, command: tuple[str, ...]) -> None:
+    """Run CMD with the transfer engine carrying its CUDA host<->device copies (LD_PRELOAD).
+
+    Example: gpudash run --name loader -- python load.py
+    """
+    knobs = startup_knobs(cfg, knob_args)
+    label = name or Path(command[0]).name
+    try:
+        env = preload_env(os.environ, label, knobs)
+    except EngineError as err:
+        usage_error(str(err))
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # queued for _wait, never lost
+    try:
+        try:
+            child = subprocess.Popen(list(command), env=env,
+                                     preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, old_mask))
+        except OSError as err:
+            usage_error(f"cannot run {command[0]!r}: {err.strerror}; check the command after --")
+        blocks = _Blocks(child.pid) if stats else None
+        rc = _wait(child, blocks)
+        while signal.sigtimedwait(FORWARDED, 0) is not None:  # too late to forward: the program has ended
+            pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    if blocks is not None:
+        _print_stats(label, blocks.finish())
+    _remove_blocks(child.pid)  # a program killed by a signal could not remove its own
+    sys.exit(rc if rc >= 0 else 128 - rc)
+
+
+def _print_stats(label: str, seen: list[Any]) -> None:
+    if not seen:
+        click.echo(f"gpudash run: {label} published no engine stats (GPUDASH_PRELOAD=off, or the preload "
+                   "library did not load: see the program's stderr)", err=True)
+    for s in seen:
+        click.echo(f"gpudash run: engine stats of {s.name or label} (pid {s.pid}, {s.state}):", err=True)
+        for line in s.summary_lines():
+            click.echo(f"  {line}", err=True)

@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import socket
 import struct
 import subprocess
@@ -80,7 +81,8 @@ def _free_port() -> int:
 def _counter_library(model_dir: Path) -> Path:
     """benchmarks/native/copy_counter.c built with the system compiler (the baseline's measuring tool)."""
     out = model_dir / "libgpudash_copy_counter.so"
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(out), str(COUNTER_SOURCE), "-ldl"], check=True)
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(COUNTER_SOURCE), "-ldl"], check=True)
     return out
 
 

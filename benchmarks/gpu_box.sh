@@ -9,6 +9,9 @@
 #                                      of `serve` recorded headless, summarised from the DB
 #   bash benchmarks/gpu_box.sh big     a generated >= 8 GB GGUF served for 60 s (recorded, summarised), then
 #                                      `gpudash bench share` at shares 1.0, 0.6 and 0.3
+#   bash benchmarks/gpu_box.sh gpu     every gpu-marked test
+#   bash benchmarks/gpu_box.sh preload PyTorch and the CUDA llama-server with and without the preload
+#   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs
 #
 # The models' vocabulary is bytes, so a probe prompt of N words is about 8N tokens: a slot holds
 # ctx_size / parallel tokens.
@@ -80,9 +83,24 @@ TOML
   run "${GPUDASH[@]}" --config "$cfg" bench share big --shares 1.0,0.6,0.3 --requests 20 --concurrency 4
 }
 
+gpu() {
+  # bounded, so a hung test cannot take the whole 10-minute call: the list of results is the output
+  run timeout 200 python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider --timeout 90 || true
+}
+
+preload() {
+  run timeout 240 python3 benchmarks/bench_preload_torch.py || true
+  bin=$("${GPUDASH[@]}" llama list | awk '/^\*/ {print $NF}')
+  run timeout 330 python3 benchmarks/bench_preload_llama.py --llama-server "$bin" --model-dir "$ROOT/.devcache" || true
+}
+
+nvitop() {
+  run python3 benchmarks/bench_vs_nvitop.py --seconds 30 --warmup 10 --size 160x48
+}
+
 for stage in "$@"; do
   case $stage in
-    setup|demo|big) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
-    *) echo "unknown stage $stage (setup, demo, big)" >&2; exit 2 ;;
+    setup|demo|big|gpu|preload|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
+    *) echo "unknown stage $stage (setup, demo, big, gpu, preload, nvitop)" >&2; exit 2 ;;
   esac
 done

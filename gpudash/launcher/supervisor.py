@@ -258,7 +258,8 @@ class Supervisor:
             return [spec if n == spec.name else s.spec for n, s in self._servers.items()]
 
     def _prepare(self, spec: ServerSpec, reuse_port: int | None) -> tuple[argv_mod.Command, int]:
-        """Everything checkable before a process exists: binary, model files, port, flags."""
+        """Everything checkable before a process exists: GPUs, binary, model files, port, flags."""
+        self._check_gpus(spec)
         binary = resolve_binary(spec)
         for label, model in (("model", spec.model), ("draft_model", spec.draft_model)):
             if model is None:
@@ -295,6 +296,21 @@ class Supervisor:
             except EngineError as err:
                 raise LaunchError(spec.name, f'{err}; or set engine = "none" in its [[servers]] entry') from None
         return cmd, port
+
+    def _check_gpus(self, spec: ServerSpec) -> None:
+        """The server's GPUs exist on this box and its split has one ratio per GPU it runs on: what the
+        config alone cannot know (skipped where the GPUs are unknown, as on a sim rig)."""
+        known = sorted(self._gpu_memory()) if self._gpu_memory is not None else []
+        if not known:
+            return
+        missing = [g for g in spec.gpus if g not in known]
+        if missing:
+            raise LaunchError(spec.name, f"`gpus` names GPU {', '.join(map(str, missing))} but this box has GPU "
+                                         f"{', '.join(map(str, known))}; fix `gpus` in its [[servers]] entry")
+        used = len(spec.gpus) or len(known)
+        if spec.tensor_split is not None and len(spec.tensor_split) > used:
+            raise LaunchError(spec.name, f"tensor_split has {len(spec.tensor_split)} ratios but the server runs on "
+                                         f"{used} GPU(s); give one ratio per GPU")
 
     def _within_share(self, spec: ServerSpec) -> ServerSpec:
         """The spec to run: for llama.cpp with a share on real GPUs, -ngl/-c chosen to fit the share."""

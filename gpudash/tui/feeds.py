@@ -5,6 +5,7 @@ frame, so nothing here runs on the UI thread. No textual imports: these are plai
 
 from __future__ import annotations
 
+import functools
 import threading
 import tomllib
 from dataclasses import dataclass, field
@@ -83,6 +84,7 @@ class LiveFeed:
     def _start(self, deliver: Deliver) -> FeedInfo:
         from gpudash.control import Controller
         from gpudash.launcher.stack import LaunchStack
+        from gpudash.telemetry.topology import gpu_memory_totals
         from gpudash.preload import PreloadKnobs
         from gpudash.telemetry.inbox import Inbox
 
@@ -91,7 +93,8 @@ class LiveFeed:
         session.start_engine(live=True)
         session.make_pools()
         self.notes.extend(session.notes)
-        self.stack = LaunchStack(self.config, inbox, self.log_dir)
+        self.stack = LaunchStack(self.config, inbox, self.log_dir,
+                                 gpu_memory=functools.partial(gpu_memory_totals, self.rig))
         supervisor = self.stack.supervisor
         sampler = session.wire([deliver], inbox=inbox, pids=supervisor.pids, sample_pools=True,
                                extra_sources=self.stack.sources)

@@ -1,5 +1,5 @@
 /* Generated from KNOB_TABLE in engine/config.py by `python -m engine.knob_header`; do not edit.
- * tests/engine/test_knob_header.py fails while this file and the table differ. */
+ * tests/engine/test_knob_table.py fails while this file and the table differ. */
 #ifndef GPUDASH_KNOB_LIMITS_H
 #define GPUDASH_KNOB_LIMITS_H
 
@@ -14,5 +14,21 @@
   X(staging_threads, int32_t, 40, 1, 64)
 
 #define GE_KNOBS_SIZE 48
+
+/* X(field, default) for the same knobs: a preloaded engine's start-up knobs. 0 where the default is
+ * computed on the machine that runs the engine (staging_threads: half its usable cores, 1 to 16). */
+#define GE_KNOB_DEFAULTS(X) \
+  X(h2d_chunk_bytes, 2810000ull) \
+  X(d2h_chunk_bytes, 5370000ull) \
+  X(h2d_fallback_bytes, 11300000ull) \
+  X(d2h_fallback_bytes, 13000000ull) \
+  X(outstanding, 2) \
+  X(direct_first, 1) \
+  X(staging_threads, 0)
+
+/* X(name, direction, default) for the live knobs outside ge_knobs: the pageable staging thresholds. */
+#define GE_STAGING_KNOBS(X) \
+  X(h2d_staging_bytes, GE_H2D, 16777216ull) \
+  X(d2h_staging_bytes, GE_D2H, 4194304ull)
 
 #endif

@@ -39,6 +39,7 @@ class Knob:
     native: str | None = None
     what: str = ""
     zero_means: str = ""
+    machine_default: bool = False  # the default is computed where the engine runs (a preloaded one too)
 
     @property
     def is_bool(self) -> bool:
@@ -114,7 +115,7 @@ KNOB_TABLE: tuple[Knob, ...] = (
          native="int32_t"),
     Knob("staging_threads", default_staging_threads(), 1, 64, "threads",
          "memcpy threads filling the pinned staging ring for pageable copies. Default: half the cores this "
-         "process may use (sched_getaffinity), 1 to 16.", native="int32_t"),
+         "process may use (sched_getaffinity), 1 to 16.", native="int32_t", machine_default=True),
     Knob("registration_cache_bytes", 8 * GiB, 0, MAX_BYTES, "bytes",
          "Byte cap of the pageable-memory registration cache (LRU); set per engine, not carried to a "
          "preloaded process.", live=False, what="registration cache cap"),

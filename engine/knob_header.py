@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from engine.config import KNOB, c_layout
+from engine.config import KNOB, KNOB_TABLE, c_layout
 
 HEADER = Path(__file__).resolve().parent.parent / "csrc" / "knob_limits.h"
 
@@ -16,9 +16,26 @@ def _literal(n: int, ctype: str) -> str:
     return f"{n}ull" if ctype == "uint64_t" else str(n)
 
 
+def _staging_rows() -> list[str]:
+    """The live knobs outside ge_knobs, as a preloaded engine's policy reads them: the pageable staging
+    thresholds, one per direction. A live Python-only knob of another kind needs its place in
+    csrc/preload first, so it stops the generator instead of being left out silently."""
+    rows = []
+    for k in KNOB_TABLE:
+        if not k.live or k.native:
+            continue
+        direction = {"h2d_": "GE_H2D", "d2h_": "GE_D2H"}.get(k.name[:4])
+        if direction is None or not k.name.endswith("_staging_bytes"):
+            raise SystemExit(f"live knob {k.name} is neither in ge_knobs nor a staging threshold: give it a place "
+                             "in csrc/preload (shm.c) and in this generator")
+        rows.append(f"  X({k.name}, {direction}, {_literal(int(k.default), 'uint64_t')})")
+    return rows
+
+
 def render() -> str:
     """The header's text."""
     rows = []
+    defaults = []
     size = 0
     for name, ctype, offset in c_layout():
         size = offset + (8 if ctype == "uint64_t" else 4)
@@ -26,9 +43,12 @@ def render() -> str:
             continue
         k = KNOB[name]
         rows.append(f"  X({name}, {ctype}, {offset}, {_literal(k.low, ctype)}, {_literal(k.high, ctype)})")
+        defaults.append(f"  X({name}, {_literal(0 if k.machine_default else int(k.default), ctype)})")
     table = " \\\n".join(rows)
+    default_table = " \\\n".join(defaults)
+    staging_table = " \\\n".join(_staging_rows())
     return f"""/* Generated from KNOB_TABLE in engine/config.py by `python -m engine.knob_header`; do not edit.
- * tests/engine/test_knob_header.py fails while this file and the table differ. */
+ * tests/engine/test_knob_table.py fails while this file and the table differ. */
 #ifndef GPUDASH_KNOB_LIMITS_H
 #define GPUDASH_KNOB_LIMITS_H
 
@@ -37,6 +57,15 @@ def render() -> str:
 {table}
 
 #define GE_KNOBS_SIZE {size}
+
+/* X(field, default) for the same knobs: a preloaded engine's start-up knobs. 0 where the default is
+ * computed on the machine that runs the engine (staging_threads: half its usable cores, 1 to 16). */
+#define GE_KNOB_DEFAULTS(X) \\
+{default_table}
+
+/* X(name, direction, default) for the live knobs outside ge_knobs: the pageable staging thresholds. */
+#define GE_STAGING_KNOBS(X) \\
+{staging_table}
 
 #endif
 """

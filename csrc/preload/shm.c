@@ -3,6 +3,8 @@
  * polled and applied when their generation changes. */
 #include "preload.h"
 
+#include "knob_limits.h"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -13,8 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Defaults: engine/config.py's EngineConfig (a test keeps them equal); staging threads from the cores
- * this process may run on. */
+/* Staging threads when the knob table leaves it to the machine: half the cores this process may run on. */
 static int default_staging_threads(void) {
   cpu_set_t set;
   int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 4;
@@ -22,17 +23,28 @@ static int default_staging_threads(void) {
   return n < 1 ? 1 : n > 16 ? 16 : n;
 }
 
+/* Every name the start-up string may hold, for the refusal of an unknown one. */
+#define GP_NATIVE_NAME(f, t, off, lo, hi) #f ", "
+#define GP_STAGING_NAME(f, d, v) #f ", "
+static const char knob_names[] = GE_KNOB_TABLE(GP_NATIVE_NAME) GE_STAGING_KNOBS(GP_STAGING_NAME);
+
+/* Sets one knob by name; 0 when the name is no knob. Names, types and defaults come from csrc/knob_limits.h,
+ * generated from engine/config.py's knob table (ranges are the engine's to check, at ge_create). */
+static int set_knob(ge_knobs *k, uint64_t staging[2], const char *name, unsigned long long v) {
+#define GP_SET_NATIVE(f, t, off, lo, hi) if (!strcmp(name, #f)) { k->f = (t)v; return 1; }
+#define GP_SET_STAGING(f, d, dflt) if (!strcmp(name, #f)) { staging[d] = v; return 1; }
+  GE_KNOB_TABLE(GP_SET_NATIVE)
+  GE_STAGING_KNOBS(GP_SET_STAGING)
+  return 0;
+}
+
 int gp_startup_knobs(ge_knobs *k, uint64_t staging[2], char *err, size_t errlen) {
   memset(k, 0, sizeof *k);
-  k->h2d_chunk_bytes = 2810000;
-  k->d2h_chunk_bytes = 5370000;
-  k->h2d_fallback_bytes = 11300000;
-  k->d2h_fallback_bytes = 13000000;
-  k->outstanding = 2;
-  k->direct_first = 1;
-  k->staging_threads = default_staging_threads();
-  staging[GE_H2D] = 16ull << 20;
-  staging[GE_D2H] = 4ull << 20;
+#define GP_DEFAULT(f, v) k->f = v;
+#define GP_STAGING_DEFAULT(f, d, v) staging[d] = v;
+  GE_KNOB_DEFAULTS(GP_DEFAULT)
+  GE_STAGING_KNOBS(GP_STAGING_DEFAULT)
+  if (k->staging_threads == 0) k->staging_threads = default_staging_threads();
   const char *env = getenv("GPUDASH_PRELOAD_KNOBS");
   if (!env || !*env) return 0;
   char buf[1024];
@@ -47,20 +59,9 @@ int gp_startup_knobs(ge_knobs *k, uint64_t staging[2], char *err, size_t errlen)
       return -1;
     }
     *eq = 0;
-    if (!strcmp(item, "h2d_chunk_bytes")) k->h2d_chunk_bytes = v;
-    else if (!strcmp(item, "d2h_chunk_bytes")) k->d2h_chunk_bytes = v;
-    else if (!strcmp(item, "h2d_fallback_bytes")) k->h2d_fallback_bytes = v;
-    else if (!strcmp(item, "d2h_fallback_bytes")) k->d2h_fallback_bytes = v;
-    else if (!strcmp(item, "outstanding")) k->outstanding = (int32_t)v;
-    else if (!strcmp(item, "direct_first")) k->direct_first = v != 0;
-    else if (!strcmp(item, "staging_threads")) k->staging_threads = (int32_t)v;
-    else if (!strcmp(item, "h2d_staging_bytes")) staging[GE_H2D] = v;
-    else if (!strcmp(item, "d2h_staging_bytes")) staging[GE_D2H] = v;
-    else {
-      snprintf(err, errlen,
-               "GPUDASH_PRELOAD_KNOBS names an unknown knob '%s' (knobs: h2d_chunk_bytes, d2h_chunk_bytes, "
-               "h2d_fallback_bytes, d2h_fallback_bytes, outstanding, direct_first, staging_threads, "
-               "h2d_staging_bytes, d2h_staging_bytes); fix or unset it", item);
+    if (!set_knob(k, staging, item, v)) {
+      snprintf(err, errlen, "GPUDASH_PRELOAD_KNOBS names an unknown knob '%s' (knobs: %.*s); fix or unset it",
+               item, (int)sizeof knob_names - 3, knob_names);
       return -1;
     }
   }

@@ -9,6 +9,7 @@ nothing and is recorded too, with ok=False and the reason.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -18,6 +19,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Protocol
 from pydantic import ValidationError
 
 from engine.config import KNOBS
+from gpudash import fmt
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.records import Event
 from gpudash.shares import oversubscription_warnings, parse_share
@@ -300,7 +302,7 @@ class Controller:
                 old, new = command.perform(self)
                 ok, reason = True, None
             except Refused as err:
-                ok, reason = False, str(err)
+                ok, reason = False, _readable_sizes(str(err))
                 old = self._current(command)
         event = Event(ts=self._clock(), actor=actor, kind=kind, target=target, old=old, new=new,
                       ok=ok, reason=reason)
@@ -447,6 +449,19 @@ def _state_of(supervisor: Supervisor, server: str) -> str | None:
         if s.server == server:
             return s.state
     return None
+
+
+# A byte count as the engine, its pools and the launcher word it: "N bytes", or "N to M bytes".
+_BYTE_COUNT = re.compile(r"(?<![\w*.])(\d+)(?: to (\d+))? bytes\b")
+
+
+def _readable_sizes(reason: str) -> str:
+    """The refusal with its byte counts as MiB/GiB (the engine stands alone and words them in bytes)."""
+    def one(m: re.Match[str]) -> str:
+        first = fmt.size_to_act_on(int(m[1]))
+        return f"{first} to {fmt.size_to_act_on(int(m[2]))}" if m[2] else first
+
+    return _BYTE_COUNT.sub(one, reason)
 
 
 def _pydantic_reason(err: ValidationError) -> str:

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 NA = "—"
+_BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
 
 def size(n: float | None) -> str:
     """Bytes as a short binary size: 12.3 GiB."""
     if n is None:
         return NA
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in _BINARY:
         if abs(n) >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{int(n)} B"
+
+
+def size_to_act_on(n: int) -> str:
+    """A size in a sentence someone may act on: 3.0 MiB, or 11.8 MiB (12345678 bytes) when the short form
+    rounds, so a limit such as "at least" can still be met exactly."""
+    scale = next((s for _, s in _BINARY if abs(n) >= s), 1)
+    return size(n) if round(n / scale, 1) * scale == n else f"{size(n)} ({n} bytes)"
 
 
 def exact_size(n: int) -> str:

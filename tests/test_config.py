@@ -92,3 +92,33 @@ def test_config_show_without_a_file_prints_the_embedded_defaults(tmp_path: Path,
     result = CliRunner().invoke(main, ["config", "show"])
     assert result.exit_code == 0
     assert Config.model_validate(tomllib.loads(result.stdout)) == Config()
+
+
+def test_config_show_puts_every_fields_documentation_above_it(tmp_path: Path) -> None:
+    from gpudash import config as c
+
+    path = tmp_path / "c.toml"
+    path.write_text('[keys]\nquit = "ctrl+q"\n[pools]\nshards = { kv = 0.5, "odd key" = 0.25 }\n'
+                    '[[servers]]\nname = "a"\nmodel = "m.gguf"\nenv = { HF_HOME = "/x" }\n'
+                    '[[servers]]\nname = "b"\nkind = "vllm"\nmodel = "org/m"\n')
+    result = CliRunner().invoke(main, ["--config", str(path), "config", "show"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    comments = " ".join(ln.removeprefix("# ") for ln in lines if ln.startswith("# "))
+    sections = (c.Config, c.SamplingConfig, c.StoreConfig, c.SimConfig, c.EngineSettings, c.ServerSpec,
+                c.ProbeConfig, c.PrometheusConfig, c.LlamaConfig, c.PoolsConfig)
+    for section in sections:
+        for name, field in section.model_fields.items():
+            assert " ".join(field.description.split()) in comments, f"{section.__name__}.{name}"
+    maps = ("[keys]", "[pools.shards]", "[servers.env]")  # tables of free-form entries: the table has the doc
+    in_map = False
+    for prev, line in zip(lines, lines[1:]):  # every value, unset field and table has a comment right above it
+        if not line or (in_map and line not in maps) or line.startswith(("#", " ", "]")):
+            in_map = in_map and bool(line)
+            continue
+        in_map = line in maps
+        assert prev.startswith("# ") or line == "[[servers]]", (prev, line)
+    assert lines[lines.index("# share: unset") - 1].startswith("# Share of each of its GPUs' memory")
+    again = tmp_path / "again.toml"
+    again.write_text(result.stdout)
+    assert load_config(again) == load_config(path)

@@ -4,6 +4,7 @@ event with old and new values; a refused change leaves everything as it was."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -98,9 +99,11 @@ def test_engine_knobs_apply_live_on_the_sim_engine() -> None:
         knobs = eng.knobs()
         bad = c.apply(SetEngineKnobs({"h2d_chunk_bytes": "8MiB", "outstanding": 0}))
         assert not bad.ok and "outstanding" in bad.reason
+        tiny = c.apply(SetEngineKnobs({"h2d_chunk_bytes": 100}))
+        assert tiny.reason.endswith("got 100 B") and "between 4 KiB and 1 GiB" in tiny.reason
         assert eng.knobs() == knobs  # nothing half-applied: the valid chunk size did not land either
         assert not c.apply(SetEngineKnobs({"warp_speed": 9})).ok
-        assert [e.ok for e in events(inbox)] == [True, False, False]
+        assert [e.ok for e in events(inbox)] == [True, False, False, False]
     finally:
         eng.close()
 
@@ -143,11 +146,19 @@ def test_shard_resize_goes_through_the_pool_and_refusals_change_nothing() -> Non
             "pool.shard_size", "host/kv", 2 * 2**20, 3 * 2**20)
         too_big = c.apply(SetShardSize("host", "kv", "64MiB"))
         assert not too_big.ok and "unassigned" in too_big.reason
+        assert "from 3.0 MiB to 64.0 MiB: only 3.0 MiB of the slab" in too_big.reason  # sizes people read
         assert pool.shard_stats("kv").capacity == 3 * 2**20
         assert "no shard 'nope'" in c.apply(SetShardSize("host", "nope", 4096)).reason
         assert "no memory pool named 'gpu9'" in c.apply(SetShardSize("gpu9", "kv", 4096)).reason
         assert "shard size" in c.apply(SetShardSize("host", "kv", "lots")).reason
-        assert [e.ok for e in events(inbox)] == [True, False, False, False, False]
+        block = pool.alloc("staging", 2**20 + 12345)  # live bytes past 1 MiB: staging cannot shrink to 1 MiB
+        busy = c.apply(SetShardSize("host", "staging", "1MiB"))
+        assert "from 2.0 MiB to 1.0 MiB" in busy.reason and busy.event.reason == busy.reason
+        need = int(re.search(r"shrink to at least \d+\.\d (?:KiB|MiB) \((\d+) bytes\)$", busy.reason)[1])
+        assert need >= 2**20 + 12345  # a limit that rounds keeps its exact bytes, so it can be met
+        assert c.apply(SetShardSize("host", "staging", need)).ok
+        pool.free(block)
+        assert [e.ok for e in events(inbox)] == [True, False, False, False, False, False, True]
     finally:
         pool.close()
 

@@ -1,26 +1,56 @@
 """`gpudash config show`: the effective settings (embedded defaults, this machine's tuned engine knobs and
-the config file) as TOML; each [engine] knob carries its doc and where its value came from."""
+the config file) as TOML; every field carries its documentation as a comment, and each [engine] knob
+also says where its value came from."""
 
 from __future__ import annotations
 
 import textwrap
+from typing import Callable
 
 import click
 import tomli_w
+from pydantic import BaseModel
 
-from engine.config import KNOB_TABLE
 from gpudash.commands.common import pass_config
-from gpudash.config import Config, default_config_path, to_toml
+from gpudash.config import Config, EngineSettings, default_config_path
+
+Note = Callable[[BaseModel, str], str | None]
 
 
-def engine_table(cfg: Config) -> str:
-    """The [engine] table, one knob after another: its doc as a comment, then `name = value  # origin`."""
-    lines = ["[engine]"]
-    for knob in KNOB_TABLE:
-        lines += textwrap.wrap(knob.doc, 100, initial_indent="# ", subsequent_indent="# ")
-        value = tomli_w.dumps({knob.name: getattr(cfg.engine, knob.name)}).strip()
-        lines.append(f"{value}  # {cfg.engine.origin(knob.name)}")
-    return "\n".join(lines)
+def _doc(text: str | None) -> list[str]:
+    return textwrap.wrap(" ".join((text or "").split()), 100, initial_indent="# ", subsequent_indent="# ",
+                         break_on_hyphens=False)
+
+
+def documented_toml(model: BaseModel, path: tuple[str, ...] = (), note: Note = lambda m, n: None) -> list[str]:
+    """`model` as TOML lines, each field under its documentation (pydantic's description) as comments and
+    `note(model, field)`, when it says something, after the value. Plain values come before tables, as
+    TOML needs; an unset optional field shows as a comment, since TOML has no null."""
+    data = model.model_dump(mode="json")
+    values: list[str] = []
+    tables: list[str] = []
+    for name, field in type(model).model_fields.items():
+        value, doc, dotted = getattr(model, name), _doc(field.description), ".".join((*path, name))
+        if isinstance(value, BaseModel):
+            tables += ["", *doc, f"[{dotted}]", *documented_toml(value, (*path, name), note)]
+        elif isinstance(value, list) and value and all(isinstance(v, BaseModel) for v in value):
+            tables += ["", *doc]
+            for item in value:
+                tables += [f"[[{dotted}]]", *documented_toml(item, (*path, name), note), ""]
+            tables.pop()
+        elif isinstance(value, dict):
+            tables += ["", *doc, f"[{dotted}]", *tomli_w.dumps(data[name]).splitlines()]
+        elif value is None:
+            values += [*doc, f"# {name}: unset"]
+        else:
+            said = note(model, name)
+            line = tomli_w.dumps({name: data[name]}).rstrip("\n")
+            values += [*doc, f"{line}  # {said}" if said else line]
+    return values + tables
+
+
+def _origin(model: BaseModel, name: str) -> str | None:
+    return model.origin(name) if isinstance(model, EngineSettings) else None
 
 
 @click.group()
@@ -31,9 +61,8 @@ def config() -> None:
 @config.command()
 @pass_config
 def show(cfg: Config) -> None:
-    """Print the effective config as TOML (a bad file prints one line per problem and exits 2)."""
-    rest = to_toml(cfg.model_copy(update={"engine": None})).rstrip("\n")  # every other table, as stored
-    click.echo(f"{rest}\n\n{engine_table(cfg)}")
+    """Print the effective config as commented TOML (a bad file prints one line per problem and exits 2)."""
+    click.echo("\n".join(documented_toml(cfg, note=_origin)).strip("\n"))
 
 
 @config.command()

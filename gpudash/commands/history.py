@@ -7,6 +7,7 @@ import time
 
 import click
 
+from gpudash import fmt
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
 from gpudash.config import Config
 
@@ -55,5 +56,5 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     for s in sessions:
         rows = ", ".join(f"{_label(t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
         ended = _when(s.ended) if s.ended else s.state
-        click.echo(f"{s.id:>4}  {_when(s.started):19}  {ended:19}  {s.duration_s:>8.1f}s  {s.source:18}  "
+        click.echo(f"{s.id:>4}  {_when(s.started):19}  {ended:19}  {fmt.duration(s.duration_s):>9}  {s.source:18}  "
                    f"ticks {s.rows.get('ticks', 0)}{', ' + rows if rows else ''}")

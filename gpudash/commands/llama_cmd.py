@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from gpudash import fmt
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config
 
@@ -73,7 +74,8 @@ def build_cmd(config: Config, source: Path | None, archs: str | None, jobs: int 
     except llama_cuda.LlamaBuildError as err:
         click.echo(f"gpudash: {err}", err=True)
         sys.exit(1)
-    click.echo(f"built {built.binary} for sm {','.join(map(str, built.archs))} in {time.monotonic() - started:.0f} s")
+    took = fmt.duration(time.monotonic() - started)
+    click.echo(f"built {built.binary} for sm {','.join(map(str, built.archs))} in {took}")
 
 
 @llama.command("list")

@@ -19,10 +19,11 @@ if TYPE_CHECKING:
 GB = 10**9
 
 
-def render(source: str, plan: SplitPlan) -> str:
-    """The plan as a table plus the -ts argument and the reason."""
+def render(source: str, model: str, plan: SplitPlan) -> str:
+    """The plan as a table plus the model it is for, the -ts argument and the reason."""
     label = f"{source} (simulated rig; rates from its profile)" if is_sim_label(source) else source
-    lines = [f"gpudash plan [{label}] balance={plan.balance}, need {plan.need_bytes / GB:.1f} GB", "",
+    lines = [f"gpudash plan [{label}] balance={plan.balance}, need {plan.need_bytes / GB:.1f} GB",
+             f"model: {model}", "",
              f"{'GPU':<5}{'name':<28}{'usable GB':>10}{'share':>8}{'holds GB':>10}{'fill':>7}{'ms/token':>10}"]
     for s in plan.shares:
         ms = f"{s.token_time_s * 1e3:.2f}" if s.token_time_s is not None else "n/a"
@@ -32,22 +33,33 @@ def render(source: str, plan: SplitPlan) -> str:
     return "\n".join(lines)
 
 
-def _model_bytes(cfg: Config, model_gb: float | None) -> int:
-    """--model-gb, else the size of the first configured llama.cpp server's model file."""
+def _model(cfg: Config, model_gb: float | None) -> tuple[int, str]:
+    """The weights' size in bytes and what they are: --model-gb, else the model file of the first
+    llama.cpp server, else (no servers configured) the embedded demo model that `gpudash launch` serves."""
     if model_gb is not None:
-        return int(model_gb * GB)
+        return int(model_gb * GB), f"--model-gb {model_gb:g}"
     from pathlib import Path
 
-    for s in cfg.servers:
-        p = Path(s.model).expanduser()
-        if s.kind == "llama.cpp" and p.is_file():
-            return p.stat().st_size
-    usage_error("no model size: pass --model-gb G (or configure a llama.cpp server whose model file exists)")
+    if not cfg.servers:
+        from gpudash.launcher.demo import demo_model_path
+
+        path = demo_model_path()
+        return path.stat().st_size, f"the demo model {path}"
+    spec = next((s for s in cfg.servers if s.kind == "llama.cpp"), None)
+    if spec is None:
+        usage_error("no model size: no llama.cpp server is configured (vLLM models are not one GGUF file); "
+                    "pass --model-gb G")
+    path = Path(spec.model).expanduser()
+    if not path.is_file():
+        usage_error(f"no model size: server {spec.name}'s model {path} is not a file; fix its `model` or "
+                    "pass --model-gb G")
+    return path.stat().st_size, f"server {spec.name}'s model {path}"
 
 
 @click.command()
 @click.option("--model-gb", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Model weights in GB (10^9 bytes); default: the first llama.cpp server's model file.")
+              help="Model weights in GB (10^9 bytes); default: the first llama.cpp server's model file, or the "
+                   "demo model when no servers are configured.")
 @click.option("--kv-gb", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="KV cache in GB, split like the layers.")
 @sim_options
@@ -64,7 +76,7 @@ def plan(cfg: Config, model_gb: float | None, kv_gb: float, sim: str | None, no_
 
     rig = resolve_rig(cfg, sim, no_sim, quiet=as_json)
     source = rig.label
-    model = _model_bytes(cfg, model_gb)
+    model, what = _model(cfg, model_gb)
     topo = read_topology(rig)
     try:
         rates = rates_for(topo)
@@ -78,7 +90,7 @@ def plan(cfg: Config, model_gb: float | None, kv_gb: float, sim: str | None, no_
         usage_error(str(err))
     if as_json:
         data = dataclasses.asdict(result)
-        data.update(source=source, sim=topo.is_sim, ratios=list(result.ratios))
+        data.update(source=source, sim=topo.is_sim, ratios=list(result.ratios), model=what)
         click.echo(json.dumps(data, indent=2))
     else:
-        click.echo(render(source, result))
+        click.echo(render(source, what, result))

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from gpudash import fmt
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
 from gpudash.records import Snapshot
@@ -118,7 +119,7 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
             raise click.ClickException(f"{err}; session {sid} holds the rows written before it") from None
     if not quiet:
         click.echo(f"gpudash record: session {sid} closed: {progress.ticks} ticks, {writer.rows_written} rows "
-                   f"in {time.monotonic() - started:.1f} s", err=True)
+                   f"in {fmt.duration(time.monotonic() - started)}", err=True)
 
 
 def _restore_signals(previous: dict[int, Any]) -> None:
@@ -128,5 +129,5 @@ def _restore_signals(previous: dict[int, Any]) -> None:
 
 def _status(sid: int, source: str, p: _Progress, writer: Any, elapsed: float) -> None:
     sweep = f", last tick had errors: {p.last.errors[0]}" if p.last and p.last.errors else ""
-    click.echo(f"gpudash record: session {sid} [{source}] {elapsed:.0f} s, {p.ticks} ticks, "
+    click.echo(f"gpudash record: session {sid} [{source}] {fmt.duration(elapsed)}, {p.ticks} ticks, "
                f"{p.gpu_rows} GPU rows, {writer.rows_written} rows on disk{sweep}", err=True)

@@ -61,9 +61,27 @@ def test_plan_impossible_is_one_sentence_exit_2() -> None:
     assert len(r.stderr.strip().splitlines()) == 1 and "needs 60.0 GB" in r.stderr
 
 
-def test_plan_without_a_model_size_exit_2() -> None:
+def test_plan_without_servers_plans_for_the_demo_model(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no config file: no servers
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # where the demo model is written
     r = run("plan", "--sim", "h200")
-    assert r.exit_code == 2 and "--model-gb" in r.stderr
+    assert r.exit_code == 0, r.output
+    demo = next((tmp_path / "cache").rglob("demo-*.gguf"))
+    assert r.stdout.splitlines()[1] == f"model: the demo model {demo}"
+    data = json.loads(run("plan", "--sim", "h200", "--json").stdout)
+    assert data["need_bytes"] == demo.stat().st_size and data["model"] == f"the demo model {demo}"
+
+
+@pytest.mark.parametrize("servers,msg", [
+    ('[[servers]]\nname = "v"\nkind = "vllm"\nmodel = "org/m"\n', "no llama.cpp server is configured"),
+    ('[[servers]]\nname = "l"\nmodel = "/nonexistent/m.gguf"\n', "server l's model /nonexistent/m.gguf is not a file"),
+])
+def test_plan_without_a_model_file_exit_2(tmp_path: Path, servers: str, msg: str) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(servers)
+    r = run("plan", "--sim", "h200", config=cfg)
+    assert r.exit_code == 2 and r.stdout == "" and msg in r.stderr and "--model-gb" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_bench_overlap_json_and_table() -> None:
@@ -94,6 +112,11 @@ def test_plan_takes_the_model_size_from_the_configured_gguf(tmp_path: Path) -> N
     cfg.write_text(f'[[servers]]\nname = "l"\nmodel = "{model}"\n')
     r = run("plan", "--sim", "rtx5080+rtx3090", "--json", config=cfg)
     assert r.exit_code == 0 and json.loads(r.stdout)["need_bytes"] == 20 * 10**9
+    assert json.loads(r.stdout)["model"] == f"server l's model {model}"
+    text = run("plan", "--sim", "rtx5080+rtx3090", config=cfg)
+    assert f"model: server l's model {model}" in text.stdout.splitlines()
+    sized = run("plan", "--sim", "rtx5080+rtx3090", "--model-gb", "8", config=cfg)
+    assert "model: --model-gb 8" in sized.stdout.splitlines()
 
 
 def test_doctor_text_shows_the_p2p_matrix_and_the_upi_ceiling() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from gpudash import fmt
 from gpudash.config import Config
 from gpudash.records import GpuSample, HostSample, Snapshot
 from gpudash.store import SESSION_TABLES, Store, StoreWriter
@@ -43,6 +44,10 @@ def test_history_json_parses_and_counts(tmp_path: Path, db: Path) -> None:
     assert all(s["ended"] >= s["started"] and s["duration_s"] >= 0 for s in sessions)
     table = run(tmp_path, "history", "--db", str(db))
     assert table.returncode == 0 and "sim:8xh20" in table.stdout and "gpu 96" in table.stdout
+    lines = table.stdout.splitlines()
+    for s in sessions:  # the duration column reads as the TUI's History tab does
+        line = next(ln for ln in lines if ln.split()[0] == str(s["id"]))
+        assert f"  {fmt.duration(s['duration_s']):>9}  {s['source']}" in line, line
 
 
 def _count(path: Path, fmt: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import time
@@ -38,6 +39,8 @@ def test_record_8xh20_for_3s_writes_one_row_per_gpu_per_tick(tmp_path: Path) -> 
     db = tmp_path / "rec.db"
     proc = run(tmp_path, "record", "--sim", "8xh20", "--duration", "3", "--interval", "0.5", "--db", str(db))
     assert proc.returncode == 0, proc.stderr
+    closed = proc.stderr.strip().splitlines()[-1]  # durations read as everywhere else (gpudash.fmt): 0m03s
+    assert re.fullmatch(r"gpudash record: session 1 closed: \d+ ticks, \d+ rows in \d+m\d\ds", closed), closed
     per_gpu = dict(query(db, "SELECT [index], count(*) FROM gpu_samples GROUP BY [index]"))
     assert sorted(per_gpu) == list(range(8))
     expected = 3 / 0.5

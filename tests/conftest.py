@@ -1,4 +1,5 @@
-"""Fixtures several test folders share: the real llama-server binary and a tiny generated model.
+"""Fixtures several test folders share: the real llama-server binary, a tiny generated model, and
+supervisors that must leave no process behind (a folder overrides `after_stop` to clean up more).
 
 Without llama-server the tests that need it skip, unless GPUDASH_REQUIRE_LLAMA=1 (CI sets it), where
 the missing binary is a failure: CI must never pass by skipping the real-process tests.
@@ -8,11 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from gpudash.config import ServerSpec
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.supervisor import Supervisor
+from gpudash.telemetry.inbox import Inbox
+from launcher_helpers import Events, assert_gone
 
 # One block of width 64: loads in milliseconds, so tests can start and restart servers freely.
 TINY = DemoModelShape(layers=1, embedding=64, heads=2, heads_kv=2, feed_forward=128, context=512)
@@ -46,3 +52,33 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("model") / "tiny.gguf"
     write_demo_model(path, TINY)
     return path
+
+
+@pytest.fixture
+def events() -> Events:
+    return Events(Inbox())
+
+
+@pytest.fixture
+def after_stop() -> Callable[[list[int]], None]:
+    """What to clean up once a test's supervisors have stopped their servers (pids): nothing here."""
+    return lambda pids: None
+
+
+@pytest.fixture
+def make_supervisor(events: Events, tmp_path: Path,
+                    after_stop: Callable[[list[int]], None]) -> Iterator[Callable[..., Supervisor]]:
+    """Supervisor factory; every supervisor made is stopped at teardown and must leave no process behind."""
+    made: list[Supervisor] = []
+
+    def make(specs: list[ServerSpec], **kw) -> Supervisor:
+        sup = Supervisor(specs, events.inbox, tmp_path / "logs", **kw)
+        made.append(sup)
+        return sup
+
+    yield make
+    for sup in made:
+        pids = list(sup.pids())
+        sup.stop_all()
+        assert_gone(pids)
+        after_stop(pids)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from gpudash import fmt
 from gpudash.advisor.llama_build import read_llama_build
 from gpudash.config import ServerSpec
 from gpudash.launcher import llama_cuda
@@ -112,7 +113,7 @@ class CudaAutoBuild:
             return
         if self._stop.is_set():
             return
-        _event(self._inbox, "cpu", f"{want} built in {time.monotonic() - began:.0f} s: {built.binary}")
+        _event(self._inbox, "cpu", f"{want} built in {fmt.duration(time.monotonic() - began)}: {built.binary}")
         for name in self.names:
             if self._stop.is_set():
                 return

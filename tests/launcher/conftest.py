@@ -1,22 +1,16 @@
 """Fixtures for the launcher tests: generated models (the default demo shape and one whose prefill
-shows), supervisors that must leave no process behind, a fake `vllm` on PATH. The llama-server binary
-comes from tests/conftest.py."""
+shows), a fake `vllm` on PATH. The llama-server binary and the supervisor factory come from tests/conftest.py."""
 
 from __future__ import annotations
 
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from gpudash.config import ServerSpec
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
-from gpudash.launcher.supervisor import Supervisor
-from gpudash.telemetry.inbox import Inbox
-from launcher_helpers import Events, assert_gone
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "vllm_double.py"
 # Prompt processing of this model takes tens of ms for ~800 tokens on one CPU core: hits vs misses show.
@@ -31,28 +25,6 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def prefill_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_demo_model(tmp_path_factory.mktemp("models") / "prefill.gguf", PREFILL_SHAPE)
-
-
-@pytest.fixture
-def events() -> Events:
-    return Events(Inbox())
-
-
-@pytest.fixture
-def make_supervisor(events: Events, tmp_path: Path) -> Iterator[Callable[..., Supervisor]]:
-    """Supervisor factory; every supervisor made is stopped at teardown and must leave no process behind."""
-    made: list[Supervisor] = []
-
-    def make(specs: list[ServerSpec], **kw) -> Supervisor:
-        sup = Supervisor(specs, events.inbox, tmp_path / "logs", **kw)
-        made.append(sup)
-        return sup
-
-    yield make
-    for sup in made:
-        pids = list(sup.pids())
-        sup.stop_all()
-        assert_gone(pids)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,12 +12,7 @@ import pytest
 
 from engine import preload_shm as P
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
-from gpudash.launcher.supervisor import Supervisor
-from gpudash.telemetry.inbox import Inbox
 from preload_helpers import ProcessSide, remove_blocks
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher"))
-from launcher_helpers import Events, assert_gone  # noqa: E402  (the launcher tests' event recorder)
 
 DATA = Path(__file__).resolve().parent / "data"
 HEADER_DIR = Path(__file__).resolve().parents[2] / "csrc" / "preload"
@@ -82,24 +76,9 @@ def prefill_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def events() -> Events:
-    return Events(Inbox())
-
-
-@pytest.fixture
-def make_supervisor(events: Events, tmp_path: Path) -> Iterator[Callable[..., Supervisor]]:
-    """Supervisor factory; every supervisor made is stopped at teardown and must leave no process behind."""
-    made: list[Supervisor] = []
-
-    def make(specs, **kw) -> Supervisor:
-        sup = Supervisor(specs, events.inbox, tmp_path / "logs", **kw)
-        made.append(sup)
-        return sup
-
-    yield make
-    for sup in made:
-        pids = list(sup.pids())
-        sup.stop_all()
-        assert_gone(pids)
-        for pid in pids:  # a server stopped by SIGTERM never ran its exit handlers
+def after_stop() -> Callable[[list[int]], None]:
+    """A server stopped by SIGTERM never ran its exit handlers: its shared-memory blocks are removed here."""
+    def remove(pids: list[int]) -> None:
+        for pid in pids:
             remove_blocks(pid)
+    return remove

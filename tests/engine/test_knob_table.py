@@ -41,7 +41,6 @@ def test_every_consumer_names_the_table_knobs_with_the_table_defaults() -> None:
 
 
 def test_the_form_shows_the_live_knobs_only() -> None:
-    pytest.importorskip("textual")
     from gpudash.tui.screens.forms import EDITABLE_KNOBS, SWITCH_KNOBS
 
     assert SWITCH_KNOBS == ("direct_first",)

@@ -2,7 +2,8 @@
 absurd session id. Each ends in one sentence and a usable (or untouched) file, never a traceback.
 
 The full disk and the read-only filesystem are real: a small ext2 image loop-mounted (needs root and a
-loop device; CI runs these tests as root). Without them those tests skip and say why.
+loop device; CI runs these tests as root). Without them those tests skip and say why, except in CI
+(GPUDASH_REQUIRE_LOOP_MOUNT=1, set by .ci/run), where they fail.
 """
 
 from __future__ import annotations
@@ -58,14 +59,22 @@ class Mount:
         subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
 
 
+def _cannot_mount(why: str) -> None:
+    """Skip where a loop mount is impossible, except in CI (GPUDASH_REQUIRE_LOOP_MOUNT=1), where the
+    disk-fault tests must run: a skip there would hide them."""
+    if os.environ.get("GPUDASH_REQUIRE_LOOP_MOUNT") == "1":
+        pytest.fail(f"GPUDASH_REQUIRE_LOOP_MOUNT=1 but {why}")
+    pytest.skip(why)
+
+
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Mount]:
     if os.geteuid() != 0:
-        pytest.skip("loop-mounting a small filesystem needs root (CI runs this suite as root)")
+        _cannot_mount("loop-mounting a small filesystem needs root (CI runs this suite as root)")
     try:
         m = Mount(tmp_path, 8 << 20)
     except OSError as err:
-        pytest.skip(f"cannot loop-mount a small filesystem here: {err}")
+        _cannot_mount(f"cannot loop-mount a small filesystem here: {err}")
     yield m
     m.unmount()
 

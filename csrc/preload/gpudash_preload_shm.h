@@ -26,6 +26,7 @@ extern "C" {
 #define GPUDASH_PRELOAD_MAGIC 0x4C504447u /* "GDPL" */
 #define GPUDASH_PRELOAD_SHM_VERSION 1
 #define GPUDASH_PRELOAD_MAX_PATHS 64
+#define GPUDASH_PRELOAD_MAX_GPUS 16
 #define GPUDASH_PRELOAD_NAME_LEN 64
 
 /* What the interposer is doing in this process. */
@@ -66,7 +67,7 @@ typedef struct {
   uint64_t h2d_staging_bytes;   /* pageable copies below these pass through (the driver stages them) */
   uint64_t d2h_staging_bytes;
   ge_path_stats paths[GPUDASH_PRELOAD_MAX_PATHS];
-  ge_link_stats links[16];      /* per GPU, index = GPU ordinal; num_gpus entries valid */
+  ge_link_stats links[GPUDASH_PRELOAD_MAX_GPUS];      /* per GPU, index = GPU ordinal; num_gpus entries valid */
 } gp_stats_block;
 
 /* gpudash bumps `generation` (inside the sequence lock) when it writes new knobs; the process polls it

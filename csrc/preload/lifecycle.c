@@ -85,7 +85,7 @@ __attribute__((constructor)) static void gp_init(void) {
   atomic_store(&gp.pinned_always, pinned && strcmp(pinned, "always") == 0);
   int state = GP_STATE_ACTIVE;
   if (gp_startup_knobs(&start_knobs, start_staging, start_error, sizeof start_error)) state = GP_STATE_FAILED;
-  else gp_apply_policy(&start_knobs, start_staging);  /* also what the blocks show when off */
+  else gp_apply_policy(&start_knobs, start_staging, 0);  /* also what the blocks show when off */
   if (mode && strcmp(mode, "off") == 0) state = GP_STATE_OFF;
   atomic_store(&gp.state, state);
   pthread_atfork(NULL, NULL, child_after_fork);
@@ -170,14 +170,14 @@ static int open_engine(char *why, size_t len) {
 
 static void note_paths(void) {
   ge_path_stats ps[GPUDASH_PRELOAD_MAX_PATHS];
-  ge_link_stats ls[16];
+  ge_link_stats ls[GPUDASH_PRELOAD_MAX_GPUS];
   int n = gp.ge.num_paths(gp.eng);
   if (n > GPUDASH_PRELOAD_MAX_PATHS) n = GPUDASH_PRELOAD_MAX_PATHS;
   gp.ge.stats(gp.eng, ps, n, ls, 0);
-  int count[16][2] = {{0}};
+  int count[GPUDASH_PRELOAD_MAX_GPUS][2] = {{0}};
   for (int i = 0; i < n; ++i)
-    if (ps[i].gpu >= 0 && ps[i].gpu < 16) ++count[ps[i].gpu][ps[i].direction & 1];
-  for (int g = 0; g < 16; ++g)
+    if (ps[i].gpu >= 0 && ps[i].gpu < GPUDASH_PRELOAD_MAX_GPUS) ++count[ps[i].gpu][ps[i].direction & 1];
+  for (int g = 0; g < GPUDASH_PRELOAD_MAX_GPUS; ++g)
     for (int d = 0; d < 2; ++d) gp.multipath[g][d] = count[g][d] > 1;
 }
 
@@ -208,7 +208,7 @@ int gp_engine_ready(void) {
     return 0;
   }
   note_paths();
-  gp_apply_policy(&start_knobs, start_staging);
+  gp_apply_policy(&start_knobs, start_staging, 1);  /* before engine_state says running: the paths count */
   atomic_store_explicit(&gp.engine_state, 2, memory_order_release);
   return 1;
 }

@@ -121,7 +121,7 @@ typedef struct {
   _Atomic uint64_t fallback_bytes[2];
   _Atomic int pinned_always;    /* GPUDASH_PRELOAD_PINNED=always: take pinned copies on one path too */
   _Atomic int pinned_takes[2];  /* some pinned copy of this direction may be taken (multipath or always) */
-  int multipath[16][2];         /* set once the engine runs: (gpu, dir) has more than the direct path */
+  int multipath[GPUDASH_PRELOAD_MAX_GPUS][2];         /* set once the engine runs: (gpu, dir) has more than the direct path */
   ge_engine *eng;
   gp_engine_api ge;
   gp_driver_api cu;
@@ -166,7 +166,8 @@ int gp_engine_ready(void);          /* starts the engine on first use; 1 when it
 
 /* shm.c */
 int gp_startup_knobs(ge_knobs *k, uint64_t staging[2], char *err, size_t errlen);
-void gp_apply_policy(const ge_knobs *k, const uint64_t staging[2]);
+/* `running`: the engine has started and its paths are known (before that, pinned copies may be taken). */
+void gp_apply_policy(const ge_knobs *k, const uint64_t staging[2], int running);
 int gp_shm_create(void);
 void gp_shm_publish(void);
 void gp_shm_poll_knobs(void);

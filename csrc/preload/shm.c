@@ -72,15 +72,14 @@ static ge_knobs in_force;
 static uint64_t in_force_staging[2];
 static uint64_t applied_generation;
 
-void gp_apply_policy(const ge_knobs *k, const uint64_t staging[2]) {
+void gp_apply_policy(const ge_knobs *k, const uint64_t staging[2], int running) {
   in_force = *k;
   in_force_staging[0] = staging[0];
   in_force_staging[1] = staging[1];
-  int running = atomic_load(&gp.engine_state) == 2;
   uint64_t fallback[2] = {k->h2d_fallback_bytes, k->d2h_fallback_bytes};
   for (int d = 0; d < 2; ++d) {
     int pinned = !running || atomic_load(&gp.pinned_always);
-    for (int g = 0; g < 16 && !pinned; ++g) pinned = gp.multipath[g][d];
+    for (int g = 0; g < GPUDASH_PRELOAD_MAX_GPUS && !pinned; ++g) pinned = gp.multipath[g][d];
     uint64_t q = staging[d];
     if (pinned && fallback[d] < q) q = fallback[d];
     atomic_store(&gp.pinned_takes[d], pinned);
@@ -160,13 +159,13 @@ void gp_shm_publish(void) {
 static void publish_locked(void) {
   if (!stats) return;
   static ge_path_stats ps[GPUDASH_PRELOAD_MAX_PATHS];
-  static ge_link_stats ls[16];
+  static ge_link_stats ls[GPUDASH_PRELOAD_MAX_GPUS];
   int np = 0, ng = 0;
   if (atomic_load(&gp.engine_state) == 2) {
     np = gp.ge.num_paths(gp.eng);
     ng = gp.ge.num_gpus(gp.eng);
     if (np > GPUDASH_PRELOAD_MAX_PATHS) np = GPUDASH_PRELOAD_MAX_PATHS;
-    if (ng > 16) ng = 16;
+    if (ng > GPUDASH_PRELOAD_MAX_GPUS) ng = GPUDASH_PRELOAD_MAX_GPUS;
     gp.ge.stats(gp.eng, ps, np, ls, ng);
   }
   int state = atomic_load(&gp.state);
@@ -231,7 +230,7 @@ static void poll_locked(void) {
     __atomic_store_n(&knobs->rejected_generation, b.generation, __ATOMIC_RELEASE);
     return;
   }
-  gp_apply_policy(&b.knobs, staging);
+  gp_apply_policy(&b.knobs, staging, 1);
   applied_generation = b.generation;
 }
 

@@ -28,7 +28,8 @@ def _staging_rows() -> list[str]:
         if direction is None or not k.name.endswith("_staging_bytes"):
             raise SystemExit(f"live knob {k.name} is neither in ge_knobs nor a staging threshold: give it a place "
                              "in csrc/preload (shm.c) and in this generator")
-        rows.append(f"  X({k.name}, {direction}, {_literal(int(k.default), 'uint64_t')})")
+        rows.append(f"  X({k.name}, {direction}, {_literal(int(k.default), 'uint64_t')}, "
+                    f"{_literal(k.low, 'uint64_t')}, {_literal(k.high, 'uint64_t')})")
     return rows
 
 
@@ -63,7 +64,8 @@ def render() -> str:
 #define GE_KNOB_DEFAULTS(X) \\
 {default_table}
 
-/* X(name, direction, default) for the live knobs outside ge_knobs: the pageable staging thresholds. */
+/* X(name, direction, default, lowest, highest) for the live knobs outside ge_knobs: the pageable staging
+ * thresholds. */
 #define GE_STAGING_KNOBS(X) \\
 {staging_table}
 

@@ -25,14 +25,16 @@ static int default_staging_threads(void) {
 
 /* Every name the start-up string may hold, for the refusal of an unknown one. */
 #define GP_NATIVE_NAME(f, t, off, lo, hi) #f ", "
-#define GP_STAGING_NAME(f, d, v) #f ", "
+#define GP_STAGING_NAME(f, d, v, lo, hi) #f ", "
 static const char knob_names[] = GE_KNOB_TABLE(GP_NATIVE_NAME) GE_STAGING_KNOBS(GP_STAGING_NAME);
+
+static int outside(uint64_t v, uint64_t lo, uint64_t hi) { return v < lo || v > hi; }
 
 /* Sets one knob by name; 0 when the name is no knob. Names, types and defaults come from csrc/knob_limits.h,
  * generated from engine/config.py's knob table (ranges are the engine's to check, at ge_create). */
 static int set_knob(ge_knobs *k, uint64_t staging[2], const char *name, unsigned long long v) {
 #define GP_SET_NATIVE(f, t, off, lo, hi) if (!strcmp(name, #f)) { k->f = (t)v; return 1; }
-#define GP_SET_STAGING(f, d, dflt) if (!strcmp(name, #f)) { staging[d] = v; return 1; }
+#define GP_SET_STAGING(f, d, dflt, lo, hi) if (!strcmp(name, #f)) { staging[d] = v; return 1; }
   GE_KNOB_TABLE(GP_SET_NATIVE)
   GE_STAGING_KNOBS(GP_SET_STAGING)
   return 0;
@@ -41,7 +43,7 @@ static int set_knob(ge_knobs *k, uint64_t staging[2], const char *name, unsigned
 int gp_startup_knobs(ge_knobs *k, uint64_t staging[2], char *err, size_t errlen) {
   memset(k, 0, sizeof *k);
 #define GP_DEFAULT(f, v) k->f = v;
-#define GP_STAGING_DEFAULT(f, d, v) staging[d] = v;
+#define GP_STAGING_DEFAULT(f, d, v, lo, hi) staging[d] = v;
   GE_KNOB_DEFAULTS(GP_DEFAULT)
   GE_STAGING_KNOBS(GP_STAGING_DEFAULT)
   if (k->staging_threads == 0) k->staging_threads = default_staging_threads();
@@ -226,7 +228,10 @@ static void poll_locked(void) {
     return;
   if (atomic_load(&gp.engine_state) != 2) return;  /* applied once the engine runs */
   uint64_t staging[2] = {b.h2d_staging_bytes, b.d2h_staging_bytes};
-  if (staging[0] > (1ull << 50) || staging[1] > (1ull << 50) || gp.ge.set_knobs(gp.eng, &b.knobs) != GE_OK) {
+  int out_of_range = 0;
+#define GP_STAGING_RANGE(f, d, dflt, lo, hi) out_of_range |= outside(staging[d], lo, hi);
+  GE_STAGING_KNOBS(GP_STAGING_RANGE)
+  if (out_of_range || gp.ge.set_knobs(gp.eng, &b.knobs) != GE_OK) {
     __atomic_store_n(&knobs->rejected_generation, b.generation, __ATOMIC_RELEASE);
     return;
   }

@@ -3,8 +3,8 @@
 A server's `env` (HF_TOKEN, OPENAI_API_KEY) and `extra_args` (--api-key VALUE, --hf-token=VALUE) are what
 the operator hands gpudash to pass on; the process gets them unchanged, but every copy gpudash writes down
 (the session's config, the server.start events, exports, the server log's command line) holds a mask.
-A name is secret-looking when it contains token, secret, passw(or)d, credential, auth, or a key word
-(api_key, access-key, ... or a name ending in KEY).
+A name is secret-looking when one of its parts (split at - and _) is token, secret, passw(or)d,
+credential or auth, or it holds a key word (api_key, access-key, ... or a name ending in KEY).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 MASK = "***"
-_SECRET = re.compile(r"token|secret|passw(or)?d|credential|auth"
+# Whole parts of a name only: HF_TOKEN and --auth-token are secret, --max-num-batched-tokens and --tokenizer are not.
+_SECRET = re.compile(r"(^|[-_])(token|secrets?|passw(or)?d|credentials?|auth)([-_]|$)"
                      r"|(api|access|private|secret|client)[-_]?key|(^|[-_])key$", re.IGNORECASE)
 
 

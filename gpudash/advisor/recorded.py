@@ -18,7 +18,7 @@ def recorded_probe(path: Path) -> tuple[tuple[RequestSample, ...], tuple[Event, 
     if not path.exists():
         return (), (), f"no store at {path}; record probe requests with `gpudash serve` or `gpudash launch`"
     try:
-        store = Store.open(path)
+        store = Store.open(path, writing=False)
     except StoreError as err:
         return (), (), f"the store cannot be read: {err}"
     try:

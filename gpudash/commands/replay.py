@@ -19,7 +19,7 @@ def resolve(path: Path, session: str) -> int:
     from gpudash.store import Store, StoreError
 
     try:
-        with Store.open(path) as store:
+        with Store.open(path, writing=False) as store:
             return store.resolve_session(session)
     except StoreError as err:
         usage_error(str(err))

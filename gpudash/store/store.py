@@ -65,11 +65,15 @@ def gpudash_version() -> str:
         return "unknown (not installed)"
 
 
-def connect(path: Path) -> sqlite_utils.Database:
+def connect(path: Path, new: bool = False) -> sqlite_utils.Database:
     """A connection tuned for this store: WAL (readers never block the writer), NORMAL sync (a killed
-    process loses nothing committed), and a busy timeout so the writer and the CLI can share the file."""
+    process loses nothing committed), and a busy timeout so the writer and the CLI can share the file.
+    A `new` file first gets incremental auto-vacuum, so prunes give pages back to the disk: SQLite takes
+    that only before anything is written, and switching to WAL already writes the file."""
     db = sqlite_utils.Database(sqlite3.connect(str(path), timeout=10.0, check_same_thread=False),
                                execute_plugins=False)
+    if new:
+        db.execute("PRAGMA auto_vacuum=INCREMENTAL")
     db.enable_wal()
     db.execute("PRAGMA synchronous=NORMAL")
     return db
@@ -102,16 +106,14 @@ class Store:
             private_dir(p.parent)
             new = not p.exists() or p.stat().st_size == 0
             private_file(p)
-            db = connect(p)
-            if new:  # only possible before the first table: prunes can then give pages back to the disk
-                db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            migrate(db)
-            if writing:
+            db = connect(p, new=new)
+            if writing and not new:  # before the migration, which would write into a damaged file
                 problem = db.execute("PRAGMA quick_check(1)").fetchone()[0]
                 if problem != "ok":
                     db.close()
                     raise StoreError(f"{p} is damaged ({problem}); gpudash will not add to it: move it aside "
                                      "(its readable sessions can still be exported) or pass another --db")
+            migrate(db)
         except SchemaTooNew as err:
             raise StoreError(f"{p} was written by a newer gpudash ({err}); upgrade gpudash or pass another --db") from None
         except sqlite3.DatabaseError as err:

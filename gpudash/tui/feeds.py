@@ -145,7 +145,7 @@ class ReplayFeed:
     def start(self, deliver: Deliver) -> FeedInfo:
         from gpudash.store import Store
 
-        with Store.open(self.db_path) as store:
+        with Store.open(self.db_path, writing=False) as store:
             sid = store.resolve_session(self.session)
             row = store.session_row(sid)
             snaps = list(store.snapshots(sid))

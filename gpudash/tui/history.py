@@ -57,7 +57,7 @@ class HistoryControls:
         def load() -> None:
             from gpudash.store import Store
 
-            store = Store.open(db)
+            store = Store.open(db, writing=False)
             try:
                 self.post_message(msg.SessionsLoaded(store.sessions()))
             finally:
@@ -97,7 +97,7 @@ class HistoryControls:
             from gpudash.store import Store
             from gpudash.store.export import ExportError, export_session
 
-            store = Store.open(db)
+            store = Store.open(db, writing=False)
             try:
                 done = export_session(store, request.session, request.fmt, request.folder)
                 self.post_message(msg.Exported(True, f"exported session {request.session}: {len(done)} "

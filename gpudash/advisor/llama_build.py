@@ -85,8 +85,9 @@ def _version(binary: Path) -> str | None:
     return "; ".join(lines) or None
 
 
-def read_llama_build(binary: str | Path) -> LlamaBuild:
-    """Facts about the llama-server at `binary` (never raises for a readable file)."""
+def read_llama_build(binary: str | Path, with_version: bool = True) -> LlamaBuild:
+    """Facts about the llama-server at `binary` (never raises for a readable file). `with_version=False`
+    skips running `--version` (a CUDA build starts the GPUs for it), for callers that need the backend only."""
     path = Path(binary).resolve()
     info = _build_info(path)
     cuda_files = [path, *sorted(path.parent.glob("libggml-cuda*.so*"))]
@@ -111,5 +112,5 @@ def read_llama_build(binary: str | Path) -> LlamaBuild:
         sass_t, ptx_t, nccl_t = None, None, None
     else:
         sass_t, ptx_t, nccl_t = (), (), False
-    return LlamaBuild(binary=str(path), version=_version(path), backend=backend, sass_archs=sass_t,
+    return LlamaBuild(binary=str(path), version=_version(path) if with_version else None, backend=backend, sass_archs=sass_t,
                       ptx_archs=ptx_t, nccl=nccl_t, evidence="; ".join(evidence))

@@ -34,11 +34,15 @@ TARGET = "llama-server"
 def cpu_bound_servers(specs: list[ServerSpec]) -> list[str]:
     """llama.cpp servers with no `binary` of their own whose llama-server is not a CUDA build."""
     out = []
+    backends: dict[str, str | None] = {}  # servers usually share one binary: read each once
     for spec in specs:
         if spec.kind != "llama.cpp" or spec.binary:
             continue
         try:
-            if read_llama_build(resolve_binary(spec)).backend != "cuda":
+            binary = resolve_binary(spec)
+            if binary not in backends:
+                backends[binary] = read_llama_build(binary, with_version=False).backend
+            if backends[binary] != "cuda":
                 out.append(spec.name)
         except (LaunchError, OSError):
             out.append(spec.name)

@@ -20,6 +20,9 @@ from gpudash.launcher.supervisor import Pushable, Supervisor
 from gpudash.preload import file_knobs
 
 
+RUNNING = ("loading", "relaunching", "ready", "backoff")  # states of a server that is meant to be up
+
+
 def default_log_dir() -> Path:
     """Where server logs go when the caller does not say: the platformdirs user log dir's servers/."""
     return Path(platformdirs.user_log_dir(APP_NAME)) / "servers"
@@ -36,9 +39,13 @@ class LaunchStack:
                                      preload_knobs=file_knobs(config.engine))
         self.source = ServerSource(self.supervisor)
         self.probe = ProbeRunner(self.supervisor, config.probe, inbox) if config.probe.enabled else None
-        self.cuda_build = CudaAutoBuild.plan(self.specs, config.llama.source, inbox,
-                                                               self.supervisor.restart) \
+        self.cuda_build = CudaAutoBuild.plan(self.specs, config.llama.source, inbox, self._relaunch_if_running) \
             if config.llama.cuda_build == "auto" else None
+
+    def _relaunch_if_running(self, name: str) -> None:
+        """Move a server onto the new llama-server build, unless the operator stopped it (or it never started)."""
+        if any(s.server == name and s.state in RUNNING for s in self.supervisor.states()):
+            self.supervisor.restart(name)
 
     @property
     def sources(self) -> list[ServerSource]:

@@ -234,20 +234,22 @@ class Supervisor:
     def _sleep_or_wake(self, name: str, action: Action, level: int) -> SleepResult:
         """POST /sleep or /wake_up; a server.sleep / server.wake event carries the seconds it took."""
         srv = self._get(name)
-        with srv.lock:
+        with srv.lock:  # read what the call needs; the HTTP call itself runs unlocked so a stop never waits on it
             if srv.spec.kind != "vllm" or not srv.spec.enable_sleep_mode:
                 raise LaunchError(name, f"{action} needs a vLLM server started with enable_sleep_mode = true; "
                                         "set it in its [[servers]] entry and restart it")
             if srv.state not in ("ready", "sleeping"):
                 raise LaunchError(name, f"it is {srv.state}, not running; start it first")
-            was = srv.state
-            try:
-                res = sleep_or_wake(f"http://{url_host(srv.spec.host)}:{srv.port}", action, level)
-            except SleepError as err:
-                self._event(f"server.{action}", name, old=was, ok=False, reason=str(err))
-                raise LaunchError(name, str(err)) from None
-            with self._lock:
-                srv.state = "sleeping" if action == "sleep" else "ready"
+            was, proc, url = srv.state, srv.proc, f"http://{url_host(srv.spec.host)}:{srv.port}"
+        try:
+            res = sleep_or_wake(url, action, level)
+        except SleepError as err:
+            self._event(f"server.{action}", name, old=was, ok=False, reason=str(err))
+            raise LaunchError(name, str(err)) from None
+        with srv.lock, self._lock:
+            if srv.proc is not proc:  # stopped or relaunched meanwhile: its new state stands
+                raise LaunchError(name, f"it was stopped or relaunched during the {action}")
+            srv.state = "sleeping" if action == "sleep" else "ready"
         self._event(f"server.{action}", name, old=was,
                     new={"state": srv.state, "seconds": round(res.seconds, 4), "level": res.level})
         return res

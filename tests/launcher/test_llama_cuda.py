@@ -189,3 +189,18 @@ def test_stop_kills_a_compile_in_progress(tmp_path, cache, monkeypatch) -> None:
     assert proc is not None and proc.wait(timeout=30) is not None
     assert not auto._thread.is_alive()
     assert all(e.new.startswith("building") for e in _events(inbox))  # no failure reported for a stop
+
+
+def test_the_new_build_relaunches_only_servers_meant_to_be_up(tmp_path, cache) -> None:
+    """A server the operator stopped (or that never started) stays down when the CUDA build lands."""
+    from gpudash.config import Config
+    from gpudash.launcher.stack import LaunchStack
+    from gpudash.telemetry.inbox import Inbox
+
+    cfg = Config(servers=[ServerSpec(name="x", kind="llama.cpp", model=str(tmp_path / "m.gguf"))],
+                 llama={"cuda_build": "off"}, probe={"enabled": False})
+    stack = LaunchStack(cfg, Inbox(), tmp_path / "logs")
+    restarted: list[str] = []
+    stack.supervisor.restart = restarted.append  # the call the build would make
+    stack._relaunch_if_running("x")
+    assert restarted == [] and stack.supervisor.states()[0].state not in ("loading", "ready")

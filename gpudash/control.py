@@ -125,7 +125,7 @@ class SetEngineKnobs(ControlCommand):
     knobs: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
-        return "set engine " + ", ".join(f"{k}={v}" for k, v in self.knobs.items())
+        return "set engine " + ", ".join(f"{k}={fmt.knob(v)}" for k, v in self.knobs.items())
 
     def event(self) -> tuple[str, str, Any]:
         return "engine.knobs", "engine", dict(self.knobs)

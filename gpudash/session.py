@@ -88,11 +88,12 @@ class StoreRecording:
         the session is ended, which then holds the rows written before the failure."""
         with self._lock:
             writer, store, self.writer, self._store = self.writer, self._store, None, None
-            if writer is None or store is None or self.session_id is None:
+            if store is None or self.session_id is None:
                 return
-            with store:
+            with store:  # also when the writer never started: the session begun is ended, the file closed
                 try:
-                    writer.close()
+                    if writer is not None:
+                        writer.close()
                 finally:
                     store.end_session(self.session_id)
 

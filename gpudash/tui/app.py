@@ -401,7 +401,10 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
             self.push_screen(ShareForm(spec), self._propose)
 
     def unsaved_knobs(self) -> dict[str, Any]:
-        """Knobs changed in this run that the config file does not have yet."""
+        """Knobs changed in this run that the config file does not have yet (none in a replay: its knob
+        changes are the recording's, and there is no live config to save them into)."""
+        if self.replay:
+            return {}
         return {k: v for k, v in self.state.knobs.items() if k in self.saved_knobs and v != self.saved_knobs[k]}
 
     def action_save_knobs(self) -> None:

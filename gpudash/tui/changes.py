@@ -13,21 +13,13 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from gpudash import fmt
-from gpudash.control import Command, ServerAction, SetEngineKnobs, SetShare, SetSplit, describe, relaunches
+from gpudash.control import Command, ServerAction, SetShare, SetSplit, describe, relaunches
 from gpudash.records import Event
 from gpudash.tui import messages as msg
 from gpudash.tui.actions import BY_ID
 from gpudash.tui.screens.dialogs import Choice, ChoiceScreen
 
 LATER = Choice("l", "later (stays pending)", "later")
-
-
-def summary(command: Command) -> str:
-    """What a toast says about a command: control's words, with engine sizes in MiB/GiB as typed."""
-    if isinstance(command, SetEngineKnobs):
-        return "set engine " + ", ".join(f"{k}={fmt.knob(v)}" for k, v in command.knobs.items())
-    return describe(command)
 
 
 def consequence(command: Command, gpus: list[int] | None = None) -> tuple[str, str]:
@@ -149,7 +141,7 @@ class ChangeFlow:
 
     def _discard(self, command: Command, reason: str) -> None:
         """Every dropped change is said and is an event (through the controller, so it reaches the store)."""
-        self.notify(f"discarded: {summary(command)}")
+        self.notify(f"discarded: {describe(command)}")
         controller = self.controller
         if controller is not None:
             controller.discard(command, reason)
@@ -161,7 +153,7 @@ class ChangeFlow:
     def _run_apply(self, command: Command) -> None:
         if self.pending_command == command:
             self._set_pending(None)
-        self.notify(f"applying: {summary(command)}…")
+        self.notify(f"applying: {describe(command)}…")
         self._worker(partial(self._apply_blocking, command), f"control.apply.{type(command).__name__}", "control")
 
     def _apply_blocking(self, command: Command) -> None:
@@ -171,7 +163,7 @@ class ChangeFlow:
                                           describe(command)))
             return
         res = controller.apply(command)
-        self.post_message(msg.Applied(res.ok, res.reason, summary(command)))
+        self.post_message(msg.Applied(res.ok, res.reason, describe(command)))
         self.post_message(msg.SpecsChanged(controller.specs()))
         self.post_message(msg.KnobsChanged(controller.knobs()))
 

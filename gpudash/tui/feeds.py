@@ -108,10 +108,6 @@ class LiveFeed:
         return FeedInfo(self.source, str(self.db_path), session.recording.on, self.controller,
                         self.controller.specs(), self.controller.knobs(), notes=list(self.notes))
 
-    def all_pools(self) -> dict[str, Any]:
-        """The pools gpudash made ([pools]) and the engine's own, by name (see Session.all_pools)."""
-        return self.session.all_pools() if self.session is not None else {}
-
     def start_servers(self) -> list[str]:
         """Start the servers one after another, health-gated (slow: the views are live meanwhile)."""
         stack = self.stack

@@ -3,16 +3,24 @@
 Each runs in its own terminal of the same size (a private tmux server) at a 1 s refresh; after a warm-up,
 the CPU time of each app's own process is read over the same window (the llama-server that gpudash
 supervises is a child process and is not counted; its /metrics scrape and supervision are, since they
-run in gpudash). The table gives % of one core and gpudash / nvitop (the goal: at most 1.5). Needs NVIDIA GPUs and nvitop (`pip install nvitop`): on a machine without a driver
-it says so and exits 2, since a simulated rig would measure something else.
+run in gpudash). The table gives % of one core and gpudash / nvitop (the goal: at most 1.5). Needs NVIDIA
+GPUs and nvitop (`pip install nvitop`): on a machine without a driver it says so and exits 2, since a
+simulated rig would measure something else.
 
-Run: .venv/bin/python benchmarks/bench_vs_nvitop.py [--seconds 60] [--size 160x48]
+--profile DIR says where gpudash's time goes: its CPU per thread over the same window (from
+/proc/PID/task, Python threads named by `py-spy dump`), and, with py-spy installed, a sampled profile of
+the window (py-spy record --nonblocking, collapsed stacks in DIR/gpudash.pyspy.txt) summarised by the
+frames that hold most samples.
+
+Run: .venv/bin/python benchmarks/bench_vs_nvitop.py [--seconds 60] [--size 160x48] [--profile DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -47,11 +55,64 @@ def cpu_s(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
+def thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
+    """Each thread of `pid`: (its OS name, user + system clock ticks so far)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+            comm = (task / "comm").read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[int(task.name)] = (comm, int(fields[11]) + int(fields[12]))
+    return out
+
+
+def python_thread_names(pid: int) -> dict[int, str]:
+    """OS thread id -> Python thread name, from `py-spy dump` (empty without py-spy)."""
+    if shutil.which("py-spy") is None:
+        return {}
+    dump = subprocess.run(["py-spy", "dump", "-p", str(pid)], capture_output=True, text=True).stdout
+    names = {}
+    for line in dump.splitlines():
+        if line.startswith("Thread ") and '"' in line:
+            head, name = line.split('"', 1)
+            tid = head.split()[1]
+            if tid.isdigit():
+                names[int(tid)] = name.rstrip('"')
+    return names
+
+
+def per_thread_cpu(pid: int, before: dict[int, tuple[str, int]], wall: float) -> list[tuple[float, int, str]]:
+    """(% of one core, tid, name) per thread of `pid` since `before`, busiest first."""
+    after, names, hz = thread_ticks(pid), python_thread_names(pid), os.sysconf("SC_CLK_TCK")
+    used = [((after[t][1] - before.get(t, ("", 0))[1]) / hz / wall * 100, t, names.get(t, after[t][0])) for t in after]
+    return sorted(used, reverse=True)
+
+
+def hottest_frames(collapsed: Path, tid: int, top: int = 10) -> list[str]:
+    """Where one thread's py-spy samples were: each sample counted at its deepest gpudash frame (else
+    its leaf) and the leaf beneath it, busiest first, as shares of the thread's samples."""
+    where: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        thread, *frames = stack.split(";")
+        if f"({tid})" not in thread or not frames:
+            continue
+        total += int(count)
+        ours = [f for f in frames if "gpudash/" in f]
+        where[f"{ours[-1] if ours else frames[-1]}  <  {frames[-1]}"] += int(count)
+    return [f"  {n / total * 100:6.1f}%  {frame}" for frame, n in where.most_common(top)] if total else []
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0, help="measurement window (default 60)")
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds before measuring (default 10)")
     ap.add_argument("--size", default="160x48", help="terminal size for both (default 160x48)")
+    ap.add_argument("--profile", type=Path, metavar="DIR", help="also profile gpudash over the window into DIR")
     args = ap.parse_args()
     size = tuple(int(x) for x in args.size.split("x"))
     if shutil.which("tmux") is None:
@@ -71,11 +132,23 @@ def main() -> None:
             ours = start("gpudash", [*GPUDASH, "--config", str(cfg), "launch", "--no-sim", "--no-record"], size)
             theirs = start("nvitop", [*NVITOP, "--interval", "1"], size)
             time.sleep(args.warmup)
+            spy = None
+            if args.profile:
+                args.profile.mkdir(parents=True, exist_ok=True)
+                ticks0 = thread_ticks(ours.pid)
+                if shutil.which("py-spy"):
+                    spy = subprocess.Popen(["py-spy", "record", "--nonblocking", "--threads", "-r", "50", "-f", "raw",
+                                            "-d", str(int(args.seconds)), "-p", str(ours.pid),
+                                            "-o", str(args.profile / "gpudash.pyspy.txt")],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             c0 = (cpu_s(ours), cpu_s(theirs))
             t0 = time.perf_counter()
             time.sleep(args.seconds)
             c1 = (cpu_s(ours), cpu_s(theirs))
             wall = time.perf_counter() - t0
+            threads = per_thread_cpu(ours.pid, ticks0, wall) if args.profile else []
+            if spy is not None:
+                spy.wait(timeout=30)
             screen = tmux("capture-pane", "-p", "-t", "gpudash")
         finally:
             subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
@@ -87,6 +160,15 @@ def main() -> None:
     print(f"{'tool':<10} {'CPU % of one core':>18} {'ratio to nvitop':>16}")
     print(f"{'nvitop':<10} {n:>18.2f} {1.0:>16.2f}")
     print(f"{'gpudash':<10} {g:>18.2f} {g / n if n else float('nan'):>16.2f}   (goal <= {GOAL:g})")
+    if threads:
+        print(f"\ngpudash per thread over the window:\n{'thread (Python name, else OS name)':<40} {'tid':>8} "
+              f"{'CPU % of one core':>18}")
+        for pct, tid, name in threads[:15]:
+            print(f"{name:<40} {tid:>8} {pct:>18.2f}")
+        stacks = args.profile / "gpudash.pyspy.txt"
+        for pct, tid, name in threads[:4] if stacks.exists() else ():
+            print(f"\npy-spy samples of {name} ({pct:.2f}% of a core): frames under most of them, inclusive")
+            print("\n".join(hottest_frames(stacks, tid)) or "  (no samples: a native thread)")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@
 #                                      `gpudash bench share` at shares 1.0, 0.6 and 0.3
 #   bash benchmarks/gpu_box.sh gpu     every gpu-marked test
 #   bash benchmarks/gpu_box.sh preload PyTorch and the CUDA llama-server with and without the preload
-#   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs
+#   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs, with
+#                                      gpudash's per-thread profile and the cost of each NVML call
 #
 # The models' vocabulary is bytes, so a probe prompt of N words is about 8N tokens: a slot holds
 # ctx_size / parallel tokens.
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUTDIR=${OUT:-$ROOT/gpu_box_out}
 mkdir -p "$OUTDIR" .devcache
-export PYTHONPATH=$ROOT/.devsite:$ROOT PYTHONUNBUFFERED=1
+export PYTHONPATH=$ROOT/.devsite:$ROOT PYTHONUNBUFFERED=1 PATH=$ROOT/.devsite/bin:$PATH  # py-spy's binary
 export XDG_CACHE_HOME=$ROOT/.devcache XDG_DATA_HOME=$ROOT/.devcache/data XDG_CONFIG_HOME=$ROOT/.devcache/config
 GPUDASH=(python3 -m gpudash)
 DB=$ROOT/.devcache/gpu_box.db
@@ -95,7 +96,9 @@ preload() {
 }
 
 nvitop() {
-  run python3 benchmarks/bench_vs_nvitop.py --seconds 30 --warmup 10 --size 160x48
+  echo "processes on this box: $(ls -d /proc/[0-9]* | wc -l)"
+  run python3 benchmarks/bench_nvml_calls.py
+  run python3 benchmarks/bench_vs_nvitop.py --seconds 30 --warmup 10 --size 160x48 --profile "$OUTDIR/profile"
 }
 
 for stage in "$@"; do

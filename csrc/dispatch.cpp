@@ -72,6 +72,7 @@ Chunk *Engine::make_chunk(const std::shared_ptr<Copy> &c, uint64_t idx) {
 }
 
 void Engine::dispatch_loop(Group &g) {
+  name_thread(g.dir == GE_H2D ? "ge-disp%d-h2d" : "ge-disp%d-d2h", g.gpu);
   be_->thread_init(g.gpu);
   std::unique_lock<std::mutex> lk(g.m);
   while (!stopping_) {
@@ -306,6 +307,7 @@ void Engine::settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk
 }
 
 void Engine::worker_loop(Path &p) {
+  name_thread("ge-path%d-via%d", p.id, p.via);
   be_->thread_init(p.via);
   precise_timers();
   Group &g = *p.group;

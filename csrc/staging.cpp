@@ -1,6 +1,8 @@
 // The staging threads (staging.hpp).
 #include "staging.hpp"
 
+#include <sys/prctl.h>
+
 namespace ge {
 
 void StagingThreads::resize(int n) {
@@ -15,6 +17,7 @@ void StagingThreads::resize(int n) {
 }
 
 void StagingThreads::loop() {
+  prctl(PR_SET_NAME, "ge-staging", 0, 0, 0);  // tells them apart in top -H and in profiles
   std::unique_lock<std::mutex> lk(m_);
   for (;;) {
     cv_.wait(lk, [&] { return stop_ || !tasks_.empty() || alive_ > target_; });

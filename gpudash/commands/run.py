@@ -26,6 +26,7 @@ from engine.preload_shm import (KNOBS_PREFIX, PRELOAD_KNOBS, SHM_DIR, STATS_PREF
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config, EngineSettings
 from gpudash.preload import file_knobs
+from gpudash.proctree import descendants
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 TERMINAL_KEYS = (signal.SIGINT, signal.SIGQUIT)  # the tty sends these to the whole foreground group
@@ -61,11 +62,7 @@ class _Blocks:
         self.views: dict[int, Any] = {}
 
     def watch(self) -> None:
-        try:
-            pids = [self.root, *(c.pid for c in psutil.Process(self.root).children(recursive=True))]
-        except psutil.Error:
-            pids = [self.root]
-        for pid in pids:
+        for pid in [self.root, *descendants(self.root)]:
             if pid not in self.views:
                 try:
                     self.views[pid] = StatsView(pid)

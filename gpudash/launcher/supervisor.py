@@ -22,8 +22,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, TextIO
 
-import psutil
-
 from engine.errors import EngineError
 from engine.preload_shm import preload_env
 from gpudash.config import ServerSpec
@@ -36,6 +34,7 @@ from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free
 from gpudash.launcher.logparse import LogFacts, parse_line
 from gpudash.launcher.sleep import Action, SleepError, SleepResult, sleep_or_wake
 from gpudash.private_fs import private_dir, private_file
+from gpudash.proctree import descendants
 from gpudash.records import Event, ServerSample
 from gpudash.redact import mask_values, redact_args, redact_spec, secret_values
 from gpudash.shares import budget_spec, model_shape
@@ -44,6 +43,8 @@ TAIL_LINES = 2000
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 # A run that stayed up this long resets the backoff (the next crash waits the shortest time again).
 STABLE_S = 60.0
+# How long one walk of the servers' process trees answers `pids` (vLLM's workers appear within it).
+PIDS_TTL_S = 1.0
 
 
 class Pushable(Protocol):
@@ -96,6 +97,7 @@ class Supervisor:
         self._lock = threading.Lock()  # guards the dict and the fields the waiter threads change
         self._stopping: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # exits that are no crash
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudash-spawn")
+        self._pids_seen: tuple[float, tuple[tuple[str, int], ...], dict[int, str]] = (0.0, (), {})
         self._servers: dict[str, _Server] = {
             s.name: _Server(s, self._log_dir / f"{s.name}.log") for s in specs
         }
@@ -116,17 +118,21 @@ class Supervisor:
 
     def pids(self) -> dict[int, str]:
         """{pid: server} for every running server process and its descendants (vLLM workers)."""
-        out: dict[int, str] = {}
         with self._lock:
-            running = [(n, s.proc) for n, s in self._servers.items() if s.proc is not None and s.proc.poll() is None]
-        for name, proc in running:
-            out[proc.pid] = name
-            try:
-                for child in psutil.Process(proc.pid).children(recursive=True):
-                    out[child.pid] = name
-            except psutil.Error:
-                pass
-        return out
+            running = tuple((n, s.proc.pid) for n, s in self._servers.items()
+                            if s.proc is not None and s.proc.poll() is None)
+        # Several sources ask each tick: one walk of the trees serves them all for PIDS_TTL_S, unless a
+        # server started or stopped meanwhile.
+        now = time.monotonic()
+        at, roots, found = self._pids_seen
+        if roots != running or now - at >= PIDS_TTL_S:
+            found = {}
+            for name, pid in running:
+                found[pid] = name
+                for child in descendants(pid):
+                    found[child] = name
+            self._pids_seen = (now, running, found)
+        return dict(found)
 
     def log_tail(self, name: str, n: int = 200) -> list[str]:
         with self._lock:

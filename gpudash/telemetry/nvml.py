@@ -25,6 +25,11 @@ from gpudash.telemetry.pcie_cache import cached_overhead
 from gpudash.telemetry.pcie_counters import DEFAULT_WIRE_OVERHEAD, CounterPoller, TickRates
 
 
+# Per-process SM utilisation costs ~2.5 ms of CPU per read on an H200 (the driver asks the GPU's firmware;
+# benchmarks/bench_nvml_calls.py), ten times the rest of a tick's NVML reads together: read it this often.
+PROCESS_SM_EVERY_S = 2.0
+
+
 class _NAType:
     """Sentinel for a value NVML cannot give for this GPU (unsupported, no permission, ...)."""
 
@@ -178,6 +183,8 @@ class Device:
         self.index = index
         self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         self._sm_since = 0  # NVML timestamp (us) of the last per-process utilisation sample read
+        self._sm_read_at = -PROCESS_SM_EVERY_S  # monotonic time of that read
+        self._sm_last: dict[int, float] = {}
 
     @cached_property
     def static(self) -> StaticInfo:
@@ -268,12 +275,22 @@ class Device:
                 for pid, used in sorted(seen.items())]
 
     def _process_sm(self) -> dict[int, float]:
-        """SM utilisation % per process since the previous read ({} where the GPU does not report it)."""
+        """SM utilisation % per process, the mean of NVML's samples since the previous read, read at most
+        every PROCESS_SM_EVERY_S ({} where the GPU does not report it)."""
+        now = time.monotonic()
+        if now - self._sm_read_at < PROCESS_SM_EVERY_S:
+            return self._sm_last
+        self._sm_read_at = now
         samples = call(pynvml.nvmlDeviceGetProcessUtilization, self.handle, self._sm_since)
         if samples is NA:
+            self._sm_last = {}
             return {}
         self._sm_since = max([self._sm_since, *(int(x.timeStamp) for x in samples)])
-        return {int(x.pid): float(x.smUtil) for x in samples}
+        per_pid: dict[int, list[float]] = {}
+        for x in samples:
+            per_pid.setdefault(int(x.pid), []).append(float(x.smUtil))
+        self._sm_last = {pid: sum(v) / len(v) for pid, v in per_pid.items()}
+        return self._sm_last
 
     def pcie_counters(self) -> tuple[int, int] | None:
         """Raw (TX, RX) PCIe byte counters, or None when this GPU does not have them."""

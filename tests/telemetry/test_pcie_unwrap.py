@@ -72,8 +72,24 @@ def test_poller_thread_idles_slowly() -> None:
     p.start()
     time.sleep(0.45)
     p.stop()
-    assert 2 <= p.reads <= 8  # a pair of reads every 0.2 s while the counters barely move
+    assert 2 <= p.reads <= 4  # one read every 0.2 s while the counters barely move (quiet: no second read)
     assert p.interval_s == 0.2 and p.totals()[0] is not None
+
+
+def test_poller_thread_confirms_a_busy_looking_read() -> None:
+    """At 1 GB/s (above the quiet rate, too slow to shorten the interval) every idle-interval read gets
+    its short confirming read: pairs of reads, where a quiet counter gets one."""
+    t0 = time.monotonic()
+
+    def read() -> tuple[int, int]:
+        return int(1e9 * (time.monotonic() - t0)) % M, 0
+
+    p = CounterPoller([read], min_interval_s=0.005, max_interval_s=0.2, quiet_bps=256e6)
+    p.start()
+    time.sleep(0.45)
+    p.stop()
+    assert p.interval_s == 0.2
+    assert 5 <= p.reads <= 8  # the start's read, then a pair every 0.2 s
 
 
 def test_poller_thread_escapes_aliasing_when_a_burst_starts() -> None:

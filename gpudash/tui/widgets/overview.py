@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
@@ -31,17 +33,23 @@ _LEVELS = " ▁▂▃▄▅▆▇█"
 PLOT_ROWS = 3
 
 
-def plot_rows(values: list[float], width: int, rows: int = PLOT_ROWS) -> list[str]:
-    """A multi-row bar plot of 0..1 values (newest on the right), as text lines: cheap to redraw each tick.
+@functools.lru_cache(maxsize=None)
+def _columns(rows: int) -> tuple[tuple[str, ...], ...]:
+    """For each bar height in eighths of a row (0 .. rows * 8), the column's characters, top row first.
     The bottom row never drops below ▁, a baseline, so an idle link still draws its axis."""
-    vals = [max(0.0, min(1.0, v)) for v in values[-width:]]
-    vals = [0.0] * (width - len(vals)) + vals
-    lines = []
-    for r in range(rows):
-        base = (rows - 1 - r) * 8
-        low = 1 if r == rows - 1 else 0
-        lines.append("".join(_LEVELS[max(low, min(8, round(v * rows * 8) - base))] for v in vals))
-    return lines
+    return tuple(tuple(_LEVELS[max(1 if r == rows - 1 else 0, min(8, h - (rows - 1 - r) * 8))] for r in range(rows))
+                 for h in range(rows * 8 + 1))
+
+
+def plot_rows(values: list[float], width: int, rows: int = PLOT_ROWS) -> list[str]:
+    """A multi-row bar plot of 0..1 values (newest on the right), as text lines: cheap to redraw each tick
+    (a column per value from a table, the rows joined in C)."""
+    if rows <= 0:
+        return []
+    scale, columns = rows * 8, _columns(rows)
+    vals = values[-width:] if width > 0 else []
+    heights = [0] * (width - len(vals)) + [round(max(0.0, min(1.0, v)) * scale) for v in vals]
+    return ["".join(row) for row in zip(*(columns[h] for h in heights))] if heights else [""] * rows
 
 
 FULL_LINES = 7  # name, util, mem, power/temp, link, TX, RX: the full card before its plots

@@ -176,6 +176,10 @@ class Event:
     reason: str | None = None
 
 
+# Event kinds of driver-reported GPU faults (telemetry/xid.py): an Xid, a double-bit ECC error, a lost GPU.
+GPU_FAULT_KINDS = ("gpu.xid", "gpu.ecc", "gpu.lost")
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything seen at one tick. Built by the sampler thread, handed to sinks, never mutated."""

@@ -5,7 +5,8 @@ sentinel instead of an exception, and records carry None for it. Static facts (n
 maximum link) are read once per device; `NvmlSource.poll` does one sweep per tick. PCIe rates come
 from the wrapping byte counters, unwrapped by a background poller (see pcie_counters.py); where a GPU
 lacks those fields, `nvmlDeviceGetPcieThroughput` (blocks ~20 ms) runs per GPU on its own thread so
-it never sits on the tick's critical path.
+it never sits on the tick's critical path. Xid and other fatal driver events come from xid.py's event
+set, drained once per tick.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pynvml
 from gpudash.records import GpuProcessSample, GpuSample
 from gpudash.telemetry.pcie_cache import cached_overhead
 from gpudash.telemetry.pcie_counters import DEFAULT_WIRE_OVERHEAD, CounterPoller, TickRates
+from gpudash.telemetry.xid import XidWatcher
 
 
 # Per-process SM utilisation costs ~2.5 ms of CPU per read on an H200 (the driver asks the GPU's firmware;
@@ -413,6 +415,7 @@ class NvmlSource:
         self._notes: tuple[str, ...] = () if not uncalibrated else (
             f"nvml: PCIe counters of GPU {', '.join(map(str, uncalibrated))} uncalibrated; assuming "
             f"{DEFAULT_WIRE_OVERHEAD} wire bytes per payload byte (run python -m gpudash.telemetry.pcie_calibration)",)
+        self.xids = XidWatcher({d.index: d.handle for d in self.devices})
 
     def _rates(self) -> dict[int, tuple[float, float] | None]:
         out = dict(zip(self.counter_gpus, self._tick_rates.update(self.counters.totals())))
@@ -431,10 +434,15 @@ class NvmlSource:
             gpus.append(d.sample(ts, *(tx_rx if tx_rx else (None, None))))
             procs.extend(d.processes(ts, servers))
         out: dict[str, tuple] = {"gpus": tuple(gpus), "gpu_processes": tuple(procs)}
-        if self._notes:
-            out["errors"], self._notes = self._notes, ()
+        faults = self.xids.poll(ts)
+        if faults:
+            out["events"] = faults
+        notes, self._notes = self._notes + self.xids.take_notes(), ()
+        if notes:
+            out["errors"] = notes
         return out
 
     def close(self) -> None:
         self.counters.stop()
         self._throughput.stop()
+        self.xids.close()

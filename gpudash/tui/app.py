@@ -26,7 +26,7 @@ from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from gpudash.control import Command, ServerAction, SetRecording, SetShare, SetSplit, describe
-from gpudash.records import Event, Snapshot
+from gpudash.records import GPU_FAULT_KINDS, Event, Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.actions import ACTIONS, BY_CALL, BY_ID, PINNED, VIEWS, Action, bindings
 from gpudash.tui.changes import ChangeFlow
@@ -178,6 +178,8 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
         if not snaps:
             return
         self.state.ingest_all(snaps)
+        for fault in (e for s in snaps for e in s.events if e.kind in GPU_FAULT_KINDS):
+            self.notify(f"{fault.target}: {fault.reason}", title="GPU fault", severity="error", timeout=30)
         if self.selected_server is None and snaps[-1].servers:
             self.selected_server = snaps[-1].servers[0].server
         self.refresh_views()

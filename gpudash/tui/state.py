@@ -14,7 +14,7 @@ from engine.profiles import pcie_payload_gbps
 from gpudash.advisor.planner import PlanError, SplitPlan, plan_split
 from gpudash.advisor.rates import RatesUnavailable, budgets_from_samples
 from gpudash.config import ServerSpec
-from gpudash.records import Event, GpuSample, RequestSample, Snapshot
+from gpudash.records import GPU_FAULT_KINDS, Event, GpuSample, RequestSample, Snapshot
 from gpudash.shares import ShareWarning, share_warnings
 
 HISTORY_TICKS = 120  # points kept for the live PCIe plots
@@ -161,6 +161,7 @@ class ViewState:
         self.use_history: dict[int, tuple[deque[float], deque[float]]] = {}  # per GPU: (util, memory) 0..1
         self.requests: deque[RequestSample] = deque(maxlen=REQUESTS_KEPT)
         self.events: deque[Event] = deque(maxlen=EVENTS_KEPT)
+        self.faults: dict[int, Event] = {}  # per GPU index: the latest driver fault (Xid, ECC, lost)
         self.specs: dict[str, ServerSpec] = {}
         self.knobs: dict[str, object] = {}
         self.ticks = 0
@@ -206,6 +207,8 @@ class ViewState:
         self.events.extend(snap.events)
         for e in snap.events:  # replayed changes move the knobs and specs the views show
             self._apply_change(e)
+            if e.kind in GPU_FAULT_KINDS and e.target.removeprefix("GPU").isdigit():
+                self.faults[int(e.target.removeprefix("GPU"))] = e
         self.update_warnings()
 
     def update_warnings(self) -> None:

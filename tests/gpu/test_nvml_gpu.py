@@ -136,3 +136,21 @@ def test_pcie_counter_calibration_and_live_rate(source: nvml.NvmlSource) -> None
     print(f"live: copy loop {copied / 1e9:.1f} GB/s payload, NVML source said {rx / 1e9:.1f} GB/s; "
           f"poller interval {live.counters.interval_s * 1e3:.1f} ms")
     assert abs(rx - copied) / copied < 0.15
+
+
+def test_xid_events_are_watched_where_the_driver_allows(source: nvml.NvmlSource) -> None:
+    """The real driver either registers each GPU for Xid events (and an empty set drains in one cheap
+    call, no fault being queued on a healthy box) or says in one note why not."""
+    from gpudash.telemetry.xid import XidWatcher
+
+    watcher = XidWatcher({d.index: d.handle for d in source.devices})  # the source's own notes are taken by its polls
+    notes = watcher.take_notes()
+    print(f"\nXid events watched per GPU: { {i: hex(m) for i, m in watcher.watching.items()} }; notes: {notes}")
+    assert watcher.watching or notes
+    cpu = []
+    for _ in range(200):
+        c0 = time.thread_time()
+        assert watcher.poll(time.time()) == ()
+        cpu.append(time.thread_time() - c0)
+    watcher.close()
+    print(f"draining the empty event set: median {statistics.median(cpu) * 1e6:.1f} us of CPU")

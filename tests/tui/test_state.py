@@ -148,3 +148,18 @@ def test_gpu_cards_keep_pcie_when_small_and_fill_when_tall() -> None:
                      mem_hist=[0.125] * 40).plain.splitlines()
     assert "util history" in tall and "mem history" in tall and 33 - 4 < len(tall) <= 33  # a lone GPU's card is full
     assert "SM — held by NA  ECC — remapped —" in tall  # where the source reports no clocks/ECC: NA, not 0
+
+
+def test_a_driver_fault_marks_its_gpu_card_above_everything() -> None:
+    from gpudash.tui.widgets.overview import card_text
+
+    snap = sim_snapshot("8xh20", tick=3)
+    fault = Event(snap.ts, "driver", "gpu.xid", "GPU1", new=79, ok=False, reason="Xid 79: GPU has fallen off the bus")
+    st = ViewState()
+    st.ingest(replace(snap, events=(fault, Event(snap.ts, "keyboard", "engine.knobs", "engine", {}, {}))))
+    assert st.faults == {1: fault}
+    g = st.latest.gpus[1]
+    for width, height in ((26, 13), (16, 7), (60, 40)):
+        lines = card_text(g, True, [0.1] * 30, [0.1] * 30, width=width, height=height, fault=fault).plain.splitlines()
+        assert "Xid 79" in lines[1] and len(lines[1]) <= width and len(lines) <= height, (width, height, lines)
+    assert "Xid" not in card_text(st.latest.gpus[0], True, width=26, height=13).plain

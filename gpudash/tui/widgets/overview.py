@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import time
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 from textual.widgets import Static
 
-from gpudash.records import GpuSample
+from gpudash.records import Event, GpuSample
 from gpudash.tui.state import ViewState, link_status
 from gpudash import fmt
 
@@ -59,10 +60,11 @@ TALL_ROWS = 8  # plot rows at most in a tall card (few GPUs), where util and mem
 
 def card_text(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list[float] = (),
               width: int = 26, height: int = FULL_LINES + 2 * PLOT_ROWS, selected: bool = False,
-              util_hist: list[float] = (), mem_hist: list[float] = ()) -> Text:
+              util_hist: list[float] = (), mem_hist: list[float] = (), fault: Event | None = None) -> Text:
     """The card's lines: name, util, memory, power/temperature, link, PCIe TX/RX, each with a plot of
     as many rows as the height leaves. In a narrow or short card the lines get short and PCIe comes
-    right after the name: it is the headline, and the last thing to lose."""
+    right after the name: it is the headline, and the last thing to lose. A driver fault (Xid, ECC,
+    lost GPU) seen this session goes right under the name, above everything."""
     link = link_status(g)
     t = Text()
     t.append(f"GPU{g.index} ", style="bold reverse" if selected else "bold")
@@ -70,6 +72,10 @@ def card_text(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list[
     if sim:
         t.append(" SIM", style="bold black on yellow")
     t.append("\n")
+    if fault is not None:
+        line = f"{time.strftime('%H:%M:%S', time.localtime(fault.ts))} {fault.reason}"
+        t.append(line[:width] + "\n", style="bold white on red")
+        height -= 1
     util = None if g.util_pct is None else g.util_pct / 100
     mem = g.mem_used / g.mem_total if g.mem_used is not None and g.mem_total else None
     warn = 1 if link.warn else 0
@@ -158,7 +164,7 @@ class GpuCard(Vertical):
         util, mem = state.use_history.get(g.index, ((), ()))
         self._built_for = self._plot_size()
         top, rest = split_card(card_text(g, sim, list(tx), list(rx), *self._built_for, selected=selected,
-                                         util_hist=list(util), mem_hist=list(mem)))
+                                         util_hist=list(util), mem_hist=list(mem), fault=state.faults.get(g.index)))
         old_top, old_rest = self._shown or (None, None)
         if top != old_top:
             widget = self.query_one(".card-top", Static)

@@ -43,7 +43,7 @@ SHM_DIR = Path("/dev/shm")  # where glibc's shm_open puts "/name" segments
 STATS_PREFIX = "gpudash-preload-stats-"
 KNOBS_PREFIX = "gpudash-preload-knobs-"
 MAGIC = 0x4C504447  # "GDPL"
-VERSION = 1
+VERSION = 2
 MAX_PATHS = 64
 NAME_LEN = 64
 MAX_GPUS = 16
@@ -67,7 +67,7 @@ class StatsBlockC(ctypes.Structure):
         ("num_gpus", ctypes.c_int32), ("started_at", ctypes.c_double), ("updated_at", ctypes.c_double),
         ("name", ctypes.c_char * NAME_LEN), ("dir", DirectionStatsC * 2), ("knobs_generation", ctypes.c_uint64),
         ("knobs", N.Knobs), ("h2d_staging_bytes", ctypes.c_uint64), ("d2h_staging_bytes", ctypes.c_uint64),
-        ("paths", N.PathStatsC * MAX_PATHS), ("links", N.LinkStatsC * MAX_GPUS),
+        ("engine_start_ns", ctypes.c_uint64), ("paths", N.PathStatsC * MAX_PATHS), ("links", N.LinkStatsC * MAX_GPUS),
     ]
 
 
@@ -173,6 +173,7 @@ class PreloadStats:
     knobs: dict[str, Any]
     paths: tuple[PathStats, ...]
     links: tuple[LinkStats, ...]
+    engine_start_s: float | None  # how long the engine took to start (None: not started yet)
 
     def summary_lines(self) -> list[str]:
         """Copies taken vs passed through, bytes, time and GB/s per direction, as an aligned table."""
@@ -184,6 +185,8 @@ class PreloadStats:
             rows.append(f"{label:<4}{d.copies_taken:>9}{d.copies_passed:>9}{d.bytes_taken / 1e9:>10.3f}"
                         f"{d.bytes_passed / 1e9:>10.3f}{d.ns_in_calls_taken / 1e9:>11.3f}"
                         f"{d.ns_to_landed_taken / 1e9:>10.3f}{rate:>8}{d.staged_copies:>8}{d.errors:>7}")
+        if self.engine_start_s is not None:
+            rows.append(f"the engine started in {self.engine_start_s * 1e3:.1f} ms, beside the first copy")
         return rows
 
 
@@ -207,7 +210,8 @@ def stats_from_c(b: StatsBlockC) -> PreloadStats:
     state = STATES[b.state] if 0 <= b.state < len(STATES) else f"unknown({b.state})"
     return PreloadStats(b.pid, b.name.decode("utf-8", "replace"), state, b.started_at, b.updated_at,
                         _direction(b.dir[N.H2D]), _direction(b.dir[N.D2H]), b.knobs_generation,
-                        _knobs_dict(b.knobs, b.h2d_staging_bytes, b.d2h_staging_bytes), paths, links)
+                        _knobs_dict(b.knobs, b.h2d_staging_bytes, b.d2h_staging_bytes), paths, links,
+                        b.engine_start_ns / 1e9 if b.engine_start_ns else None)
 
 
 # ---- the sequence lock ---------------------------------------------------------------------------------

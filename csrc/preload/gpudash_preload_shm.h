@@ -24,7 +24,7 @@ extern "C" {
 #define GPUDASH_PRELOAD_STATS_FMT "/gpudash-preload-stats-%d"
 #define GPUDASH_PRELOAD_KNOBS_FMT "/gpudash-preload-knobs-%d"
 #define GPUDASH_PRELOAD_MAGIC 0x4C504447u /* "GDPL" */
-#define GPUDASH_PRELOAD_SHM_VERSION 1
+#define GPUDASH_PRELOAD_SHM_VERSION 2
 #define GPUDASH_PRELOAD_MAX_PATHS 64
 #define GPUDASH_PRELOAD_MAX_GPUS 16
 #define GPUDASH_PRELOAD_NAME_LEN 64
@@ -66,6 +66,7 @@ typedef struct {
   ge_knobs knobs;               /* the knobs in force */
   uint64_t h2d_staging_bytes;   /* pageable copies below these pass through (the driver stages them) */
   uint64_t d2h_staging_bytes;
+  uint64_t engine_start_ns;     /* how long the engine took to start, started at the first copy (0: not yet) */
   ge_path_stats paths[GPUDASH_PRELOAD_MAX_PATHS];
   ge_link_stats links[GPUDASH_PRELOAD_MAX_GPUS];      /* per GPU, index = GPU ordinal; num_gpus entries valid */
 } gp_stats_block;

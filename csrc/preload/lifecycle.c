@@ -1,10 +1,11 @@
 /* The interposer's life in its host process: the constructor (reads the environment and finds the
  * engine library; no threads, no files), the first door entry (the shared-memory blocks and the
- * publisher thread), the engine started on the first copy worth taking, fork() children and exit()
- * falling back to pass-through. */
+ * publisher thread, and the engine's start on a thread of its own), fork() children and exit() falling
+ * back to pass-through. */
 #include "preload.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -109,6 +110,8 @@ static void block_signals(sigset_t *old) {
   pthread_sigmask(SIG_SETMASK, &all, old);
 }
 
+static void start_early(void);
+
 void gp_first_entry(void) {
   if (!gp.pid) return;  /* a copy before our constructor ran (enabled is still 0: it passes) */
   int expected = 0;
@@ -130,6 +133,7 @@ void gp_first_entry(void) {
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
   }
+  if (state == GP_STATE_ACTIVE) start_early();
   atomic_store_explicit(&gp.setup, 2, memory_order_release);
 }
 
@@ -181,12 +185,25 @@ static void note_paths(void) {
     for (int d = 0; d < 2; ++d) gp.multipath[g][d] = count[g][d] > 1;
 }
 
-int gp_engine_ready(void) {
-  int s = atomic_load_explicit(&gp.engine_state, memory_order_acquire);
-  if (GP_LIKELY(s == 2)) return 1;
-  if (s != 0) return 0;  /* starting in another thread (its copies pass meanwhile), or failed */
-  int expected = 0;
-  if (!atomic_compare_exchange_strong(&gp.engine_state, &expected, 1)) return 0;
+/* ---- starting the engine --------------------------------------------------------------------
+ * The first door entry of any copy starts the engine on a thread of its own, so that the first copy
+ * worth taking (often the first big one, right after small ones) finds it running. A copy that comes
+ * while the start is in progress waits for it, up to GP_START_WAIT_S, rather than pass at the
+ * driver's pageable speed; if no small copy came first, the first big copy starts it itself. */
+#define GP_START_WAIT_S 5
+
+static pthread_mutex_t start_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t start_cv = PTHREAD_COND_INITIALIZER;
+
+static void start_done(int engine_state) {
+  pthread_mutex_lock(&start_m);
+  atomic_store_explicit(&gp.engine_state, engine_state, memory_order_release);
+  pthread_cond_broadcast(&start_cv);
+  pthread_mutex_unlock(&start_m);
+}
+
+static int start_engine(void) {  /* the caller moved engine_state from 0 to 1 */
+  uint64_t t0 = gp_now_ns();
   char why[512] = "";
   int ok = 0;
   sigset_t old;
@@ -203,12 +220,51 @@ int gp_engine_ready(void) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (!ok) {
     atomic_store(&gp.state, GP_STATE_FAILED);
-    atomic_store(&gp.engine_state, 3);
     gp_say("%s; every CUDA copy passes through", why);
+    start_done(3);
     return 0;
   }
   note_paths();
   gp_apply_policy(&start_knobs, start_staging, 1);  /* before engine_state says running: the paths count */
-  atomic_store_explicit(&gp.engine_state, 2, memory_order_release);
+  atomic_store(&gp.engine_start_ns, gp_now_ns() - t0);
+  start_done(2);
   return 1;
+}
+
+static int wait_started(void) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += GP_START_WAIT_S;
+  pthread_mutex_lock(&start_m);
+  while (atomic_load(&gp.engine_state) == 1)
+    if (pthread_cond_timedwait(&start_cv, &start_m, &until) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&start_m);
+  return atomic_load_explicit(&gp.engine_state, memory_order_acquire) == 2;
+}
+
+int gp_engine_ready(void) {
+  int s = atomic_load_explicit(&gp.engine_state, memory_order_acquire);
+  if (GP_LIKELY(s == 2)) return 1;
+  if (s == 1) return wait_started();
+  if (s != 0) return 0;  /* failed */
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&gp.engine_state, &expected, 1)) return wait_started();
+  return start_engine();
+}
+
+static void *starter(void *arg) {
+  (void)arg;
+  gp_engine_ready();
+  return NULL;
+}
+
+static void start_early(void) {
+  sigset_t old;
+  block_signals(&old);
+  pthread_t t;
+  if (pthread_create(&t, NULL, starter, NULL) == 0) {
+    pthread_setname_np(t, "gpudash-start");
+    pthread_detach(t);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
 }

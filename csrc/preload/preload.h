@@ -116,6 +116,7 @@ typedef struct {
   _Atomic int enabled;          /* the knob block's live switch */
   _Atomic int setup;            /* 0: first door entry pending, 1: doing it, 2: done */
   _Atomic int engine_state;     /* 0: not started, 1: starting, 2: running, 3: failed */
+  _Atomic uint64_t engine_start_ns;  /* how long the engine took to start (0 until it has) */
   _Atomic uint64_t quick_min[2];   /* copies below this many bytes pass at once */
   _Atomic uint64_t staging_bytes[2];
   _Atomic uint64_t fallback_bytes[2];

@@ -190,6 +190,7 @@ static void publish_locked(void) {
   stats->knobs = in_force;
   stats->h2d_staging_bytes = in_force_staging[0];
   stats->d2h_staging_bytes = in_force_staging[1];
+  stats->engine_start_ns = atomic_load(&gp.engine_start_ns);
   memcpy(stats->paths, ps, sizeof(ge_path_stats) * (size_t)np);
   memcpy(stats->links, ls, sizeof(ge_link_stats) * (size_t)ng);
   write_end(&stats->seq);

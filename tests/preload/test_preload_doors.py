@@ -37,6 +37,12 @@ def test_on_one_gpu_pinned_copies_pass_unless_asked(run_doors: Run) -> None:
     _passed(run_doors("one-gpu-always", {"FAKECUDA_GPUS": "1", "GPUDASH_PRELOAD_PINNED": "always"}), "one-gpu-always")
 
 
+def test_the_engine_starts_at_the_first_copy_and_a_big_copy_waits_for_it(run_doors: Run) -> None:
+    out = run_doors("early-start", {"FAKECUDA_RETAIN_DELAY_MS": "400"})
+    _passed(out, "early-start")
+    assert out.stderr == ""
+
+
 def test_the_checks_fail_without_the_preload(run_doors: Run) -> None:
     out = run_doors("doors", preload=False)
     assert out.returncode == 1 and "FAILED" in out.stderr  # the stats block is missing

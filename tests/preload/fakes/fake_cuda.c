@@ -9,10 +9,12 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -271,7 +273,18 @@ API CUresult cuDriverGetVersion(int *v) { *v = 13000; return OK; }
 API CUresult cuDeviceGetCount(int *n) { *n = ngpus; return OK; }
 API CUresult cuDeviceGet(int *d, int i) { if (i < 0 || i >= ngpus) return EINVAL; *d = i; return OK; }
 API CUresult cuDeviceGetName(char *b, int len, int d) { snprintf(b, (size_t)len, "fake GPU %d", d); return OK; }
-API CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = &ctxs[d]; return OK; }
+/* FAKECUDA_RETAIN_DELAY_MS: the first retain made off the main thread (the preload's engine start on
+ * its own thread) takes this long, as a real context creation takes time. */
+API CUresult cuDevicePrimaryCtxRetain(void **c, int d) {
+  static _Atomic int delayed;
+  const char *ms = getenv("FAKECUDA_RETAIN_DELAY_MS");
+  if (ms && syscall(SYS_gettid) != getpid() && !atomic_exchange(&delayed, 1)) {
+    struct timespec ts = {atoi(ms) / 1000, (long)(atoi(ms) % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  *c = &ctxs[d];
+  return OK;
+}
 API CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return OK; }
 API CUresult cuCtxSetCurrent(void *c) {
   if (!c) { ctx_depth = 0; return OK; }

@@ -19,7 +19,8 @@ int main(void) {
   OFF(gp_stats_block, state); OFF(gp_stats_block, num_paths); OFF(gp_stats_block, num_gpus);
   OFF(gp_stats_block, started_at); OFF(gp_stats_block, updated_at); OFF(gp_stats_block, name);
   OFF(gp_stats_block, dir); OFF(gp_stats_block, knobs_generation); OFF(gp_stats_block, knobs);
-  OFF(gp_stats_block, h2d_staging_bytes); OFF(gp_stats_block, d2h_staging_bytes); OFF(gp_stats_block, paths);
+  OFF(gp_stats_block, h2d_staging_bytes); OFF(gp_stats_block, d2h_staging_bytes);
+  OFF(gp_stats_block, engine_start_ns); OFF(gp_stats_block, paths);
   OFF(gp_stats_block, links);
   SIZE(gp_knobs_block);
   OFF(gp_knobs_block, magic); OFF(gp_knobs_block, version); OFF(gp_knobs_block, seq);

@@ -147,7 +147,8 @@ def one_run(args: argparse.Namespace, model: Path, preload: bool, counter: Path)
     argv = [args.llama_server, "-m", str(model), "-ngl", "999", "-c", str(args.ctx), "-np", "1",
             "--cache-ram", str(args.cache_ram), "-fa", "on", "--host", "127.0.0.1", "--port", str(port)]
     base = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env = preload_env(base, "bench-llama", {}) if preload else {**base, "LD_PRELOAD": str(counter)}
+    knobs = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.knob)}
+    env = preload_env(base, "bench-llama", knobs) if preload else {**base, "LD_PRELOAD": str(counter)}
     log = open(Path(args.model_dir) / f"bench-llama-{'preload' if preload else 'native'}.log", "w")
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -253,6 +254,8 @@ def main() -> int:
     ap.add_argument("--cache-ram", type=int, default=16384, help="--cache-ram in MiB")
     ap.add_argument("--prompt-tokens", type=int, default=16000)
     ap.add_argument("--n-predict", type=int, default=16)
+    ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                    help="start-up knob of the preloaded engine (integers; repeatable)")
     args = ap.parse_args()
     model = _model(args)
     _warm(model)

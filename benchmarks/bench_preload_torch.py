@@ -6,10 +6,12 @@ the ratio, then the preloaded run's stats block: copies the engine took and pass
 
 Cases, measured after a warm-up: a pageable 4 GiB tensor's first `.cuda()` (with PyTorch's cudaMalloc of
 the block) and the median of the next three (the block cached); `.cpu()` into fresh pageable memory
-(median of four); a pinned 1 GiB tensor both ways (`copy_`); 10k copies of 4 KiB pageable tensors.
+(median of four); a pinned 1 GiB tensor both ways (`copy_`); 10k copies of 4 KiB pageable tensors, again
+in `--small-rounds` fresh pairs of processes (the median, and the median paired difference).
 Every result is checked byte for byte. Needs PyTorch with CUDA and an NVIDIA GPU.
 
-Run: python benchmarks/bench_preload_torch.py [--gib 4] [--pinned-gib 1] [--small 10000] [--knob k=v ...]
+Run: python benchmarks/bench_preload_torch.py [--gib 4] [--pinned-gib 1] [--small 10000] [--small-rounds 6]
+     [--knob k=v ...]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 from typing import Any
 
 GiB = 2**30
+SMALL = "{n} x 4 KiB .copy_() us/copy"
 
 
 def _pattern(n: int) -> Any:
@@ -58,14 +61,33 @@ def _timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
+def _small_copies(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """The 4 KiB case: pageable tensors copied to one device tensor, us per copy."""
+    import torch
+
+    small = [_pattern(4096) for _ in range(16)]
+    target = torch.empty(4096, dtype=torch.uint8, device="cuda")
+
+    def many() -> None:
+        for i in range(args.small):
+            target.copy_(small[i % len(small)])
+
+    s, _ = _timed(many)
+    out["figures"][SMALL.format(n=args.small)] = s / args.small * 1e6
+    out["exact"]["4 KiB copies"] = _exact_on_gpu(target)
+
+
 def child(args: argparse.Namespace) -> dict[str, Any]:
-    """One run of every case in this process; figures and checks as a dict."""
+    """One run of every case in this process (or only the small copies); figures and checks as a dict."""
     import torch
 
     torch.cuda.init()
     warm = torch.ones(1 << 20, dtype=torch.uint8)
     assert torch.equal(warm.cuda().cpu(), warm)
     out: dict[str, Any] = {"figures": {}, "exact": {}}
+    if args.only_small:
+        _small_copies(args, out)
+        return out
     n = args.gib * GiB
     src = _pattern(n)
     # The first .cuda() also pays PyTorch's cudaMalloc of the block; later ones reuse the cached block, so
@@ -102,17 +124,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     out["exact"]["pinned D2H"] = _exact_on_host(dst)
     del pinned, gpu, dst
 
-    small = [_pattern(4096) for _ in range(16)]
-    target = torch.empty(4096, dtype=torch.uint8, device="cuda")
-
-    def many() -> None:
-        for i in range(args.small):
-            target.copy_(small[i % len(small)])
-
-    s, _ = _timed(many)
-    out["figures"][f"{args.small} x 4 KiB .copy_() us/copy"] = s / args.small * 1e6
-    out["exact"]["4 KiB copies"] = _exact_on_gpu(target)
-
+    _small_copies(args, out)
     if os.environ.get("LD_PRELOAD"):
         from engine.preload_shm import BlockUnavailable, StatsView
 
@@ -140,7 +152,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="timed .cuda()/.cpu() after the first (median)")
     ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                     help="start-up knob of the preloaded engine (integers; repeatable)")
+    ap.add_argument("--small-rounds", type=int, default=6,
+                    help="more runs of only the 4 KiB case, without and with the preload in turn (median)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--only-small", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args)))
@@ -151,14 +166,30 @@ def main() -> int:
     passed = ["--gib", str(args.gib), "--pinned-gib", str(args.pinned_gib), "--small", str(args.small),
               "--repeat", str(args.repeat)]
     base = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env = preload_env(base, "bench-torch", knobs)
     native = _run_child(passed, base)
-    pre = _run_child(passed, preload_env(base, "bench-torch", knobs))
+    pre = _run_child(passed, env)
+    # One process's 10k small copies vary by +-20% from process to process (clocks, placement): the
+    # small case is run again in fresh processes, without and with the preload in turn, and the
+    # table gives the medians; the per-round difference is the preload's cost per copy.
+    small = SMALL.format(n=args.small)
+    rounds = [(native["figures"][small], pre["figures"][small])]
+    for _ in range(args.small_rounds):
+        rounds.append((_run_child([*passed, "--only-small"], base)["figures"][small],
+                       _run_child([*passed, "--only-small"], env)["figures"][small]))
+    name = f"{small}, median of {len(rounds)} runs"
+    for run, i in ((native, 0), (pre, 1)):
+        run["figures"][name] = statistics.median(r[i] for r in rounds)
+        del run["figures"][small]
     print(f"{'case':<46}{'without':>12}{'with preload':>14}{'ratio':>8}")
     for name, a in native["figures"].items():
         b = pre["figures"][name]
         ratio = a / b if name.endswith("us/copy") else b / a  # > 1: the preload is better
         print(f"{name:<46}{a:>12.3f}{b:>14.3f}{ratio:>7.2f}x")
     checks = {k: (native["exact"][k], pre["exact"][k]) for k in native["exact"]}
+    print(f"4 KiB copies, preload minus native per copy, median of {len(rounds)} paired runs: "
+          f"{statistics.median(b - a for a, b in rounds):+.2f} us (runs: "
+          + ", ".join(f"{b - a:+.2f}" for a, b in rounds) + ")")
     print("byte-exact: " + ", ".join(f"{k} {'ok' if a and b else 'MISMATCH'}" for k, (a, b) in checks.items()))
     print("preload stats block of the preloaded run:")
     for line in pre.get("preload", ["(none)"]):

@@ -11,6 +11,7 @@
 #                                      `gpudash bench share` at shares 1.0, 0.6 and 0.3
 #   bash benchmarks/gpu_box.sh gpu     every gpu-marked test
 #   bash benchmarks/gpu_box.sh preload PyTorch and the CUDA llama-server with and without the preload
+#                                      (LLAMA_RUNS=3: the llama-server run three times; LLAMA_KNOBS="--knob k=v")
 #   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs, with
 #                                      gpudash's per-thread profile and the cost of each NVML call
 #
@@ -92,13 +93,19 @@ gpu() {
 
 preload() {
   run timeout 240 python3 benchmarks/bench_preload_torch.py || true
-  run timeout 330 python3 benchmarks/bench_preload_llama.py --llama-server "$(cuda_llama)" --model-dir "$ROOT/.devcache" || true
+  local runs=${LLAMA_RUNS:-1}
+  for i in $(seq "$runs"); do
+    run timeout 330 python3 benchmarks/bench_preload_llama.py --llama-server "$(cuda_llama)" --model-dir "$ROOT/.devcache" \
+      ${LLAMA_KNOBS:-} || true
+  done
 }
 
 nvitop() {
   echo "processes on this box: $(ls -d /proc/[0-9]* | wc -l)"
   run python3 benchmarks/bench_nvml_calls.py
-  run python3 benchmarks/bench_vs_nvitop.py --seconds 30 --warmup 10 --size 160x48 --profile "$OUTDIR/profile"
+  for i in $(seq "${NVITOP_RUNS:-1}"); do
+    run python3 benchmarks/bench_vs_nvitop.py --seconds 30 --warmup 10 --size 160x48 --profile "$OUTDIR/profile"
+  done
 }
 
 for stage in "$@"; do

@@ -43,8 +43,10 @@ TAIL_LINES = 2000
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 # A run that stayed up this long resets the backoff (the next crash waits the shortest time again).
 STABLE_S = 60.0
-# How long one walk of the servers' process trees answers `pids` (vLLM's workers appear within it).
-PIDS_TTL_S = 1.0
+# How long one walk of the servers' process trees answers `pids`: longer than a tick, so the sources of
+# several ticks share it (a llama-server's walk reads ~30 threads' children files); a server that starts
+# or stops is seen at once, a vLLM worker it spawns within this time.
+PIDS_TTL_S = 5.0
 
 
 class Pushable(Protocol):

@@ -390,12 +390,15 @@ class NvmlSource:
 
     PCIe rates are payload bytes/s: counter bytes divided by each GPU's wire overhead (wire bytes per
     payload byte) as cached by `pcie_calibration`, else DEFAULT_WIRE_OVERHEAD, said once in errors.
+    The counters are read every `counter_max_interval_s` while idle (each read costs ~0.7 ms of CPU on an
+    H200): at 0.5 s a burst from idle to over 8.6 GB/s is under-counted during its first half second
+    only (pcie_counters.py), which keeps an idle box's counter reads at two a second.
     """
 
     name = "nvml"
 
     def __init__(self, pids: Callable[[], dict[int, str]] | None = None,
-                 wire_overhead: dict[int, float] | None = None, counter_max_interval_s: float = 0.25) -> None:
+                 wire_overhead: dict[int, float] | None = None, counter_max_interval_s: float = 0.5) -> None:
         reason = driver_available()
         if reason is not None:
             raise RuntimeError(f"NVML unavailable: {reason}")

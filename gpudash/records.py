@@ -100,6 +100,17 @@ class EnginePathSample:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolSample:
+    """One memory pool's slab at one tick: its size, and the bytes no shard owns (room to add a shard or
+    grow one), which the shard rows alone cannot tell."""
+
+    ts: float
+    pool: str
+    slab: int
+    unassigned: int
+
+
+@dataclass(frozen=True, slots=True)
 class PoolShardSample:
     """One named shard of a memory pool (pinned host pool, or a device pool per GPU)."""
 
@@ -192,6 +203,7 @@ class Snapshot:
     gpu_processes: tuple[GpuProcessSample, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
     engine_paths: tuple[EnginePathSample, ...] = ()
+    pools: tuple[PoolSample, ...] = ()
     pool_shards: tuple[PoolShardSample, ...] = ()
     servers: tuple[ServerSample, ...] = ()
     requests: tuple[RequestSample, ...] = ()
@@ -210,6 +222,7 @@ SAMPLE_TABLES: dict[str, type] = {
     "host_samples": HostSample,
     "process_samples": ProcessSample,
     "engine_path_samples": EnginePathSample,
+    "pool_samples": PoolSample,
     "pool_shard_samples": PoolShardSample,
     "server_samples": ServerSample,
     "requests": RequestSample,

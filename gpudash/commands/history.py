@@ -13,8 +13,8 @@ from gpudash.config import Config
 
 # Short names for the row-count column of the table view.
 _SHORT = {"gpu_samples": "gpu", "gpu_process_samples": "gpu_proc", "host_samples": "host",
-          "process_samples": "proc", "engine_path_samples": "engine", "pool_shard_samples": "pool",
-          "server_samples": "server", "requests": "req", "events": "event"}
+          "process_samples": "proc", "engine_path_samples": "engine", "pool_samples": "slab",
+          "pool_shard_samples": "pool", "server_samples": "server", "requests": "req", "events": "event"}
 
 
 def _label(table: str) -> str:

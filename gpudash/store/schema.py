@@ -97,6 +97,31 @@ def decode_json(text: str | None) -> Any:
 # ---- migrations -------------------------------------------------------------------------------------
 # Each function takes the DB from version i to i+1. Never edit a released step; append a new one.
 
+# The sample tables v1 made. Steps 1-5 work on these alone, so a file that stopped at any version takes
+# the same path as one created then; a record kind added later gets a step of its own (v6: pool_samples).
+_V1_TABLES = ("gpu_samples", "gpu_process_samples", "host_samples", "process_samples", "engine_path_samples",
+              "pool_shard_samples", "server_samples", "requests", "events")
+
+
+def _create_sample_table(db: sqlite_utils.Database, table: str) -> None:
+    """A sample table with its record's columns, every row keyed by session and tick."""
+    cols: dict[str, type] = {"session_id": int, "tick": int}
+    cols.update({c.name: c.sql for c in columns(table)})
+    db[table].create(cols, not_null=set(KEY_COLUMNS), foreign_keys=[("session_id", "sessions", "id")])
+
+
+def _index_sample_table(db: sqlite_utils.Database, table: str) -> None:
+    """The two indices every sample table carries (see v3)."""
+    db[table].create_index(["session_id", "tick"], if_not_exists=True)
+    db[table].create_index(["session_id", "ts"], if_not_exists=True)
+
+
+def _create_rollup_table(db: sqlite_utils.Database, table: str) -> None:
+    """A table's 1-minute tier, `<table>_1m`, indexed by session and minute."""
+    db[rollup_table(table)].create(rollup_schema(table), not_null={"session_id", "bucket", "n"},
+                                   foreign_keys=[("session_id", "sessions", "id")])
+    db[rollup_table(table)].create_index(["session_id", "bucket"], if_not_exists=True)
+
 
 def _v1_core_tables(db: sqlite_utils.Database) -> None:
     """Sessions and one table per sample kind (every row keyed by session and tick)."""
@@ -105,11 +130,8 @@ def _v1_core_tables(db: sqlite_utils.Database) -> None:
          "config": str, "source": str, "note": str},
         pk="id", not_null={"started", "source"},
     )
-    for table in SAMPLE_TABLES:
-        cols: dict[str, type] = {"session_id": int, "tick": int}
-        cols.update({c.name: c.sql for c in columns(table)})
-        db[table].create(cols, not_null=set(KEY_COLUMNS),
-                         foreign_keys=[("session_id", "sessions", "id")])
+    for table in _V1_TABLES:
+        _create_sample_table(db, table)
 
 
 def _v2_ticks(db: sqlite_utils.Database) -> None:
@@ -117,16 +139,15 @@ def _v2_ticks(db: sqlite_utils.Database) -> None:
     db["ticks"].create({"session_id": int, "tick": int, "ts": float, "errors": str},
                        pk=("session_id", "tick"), not_null={"ts"},
                        foreign_keys=[("session_id", "sessions", "id")])
-    union = " UNION ALL ".join(f"SELECT session_id, tick, ts FROM [{t}]" for t in SAMPLE_TABLES)
+    union = " UNION ALL ".join(f"SELECT session_id, tick, ts FROM [{t}]" for t in _V1_TABLES)
     db.execute(f"INSERT OR IGNORE INTO ticks (session_id, tick, ts) "
                f"SELECT session_id, tick, min(ts) FROM ({union}) GROUP BY session_id, tick")
 
 
 def _v3_indices(db: sqlite_utils.Database) -> None:
     """Indices for per-session time ranges (history, export) and tick order (replay)."""
-    for table in SAMPLE_TABLES:
-        db[table].create_index(["session_id", "tick"], if_not_exists=True)
-        db[table].create_index(["session_id", "ts"], if_not_exists=True)
+    for table in _V1_TABLES:
+        _index_sample_table(db, table)
 
 
 def _v4_session_writer(db: sqlite_utils.Database) -> None:
@@ -139,13 +160,21 @@ def _v4_session_writer(db: sqlite_utils.Database) -> None:
 def _v5_minute_tier(db: sqlite_utils.Database) -> None:
     """The 1-minute tier: one `<table>_1m` per periodic sample table (means, maxima and counts)."""
     for table in ROLLUP_TABLES:
-        db[rollup_table(table)].create(rollup_schema(table), not_null={"session_id", "bucket", "n"},
-                                       foreign_keys=[("session_id", "sessions", "id")])
-        db[rollup_table(table)].create_index(["session_id", "bucket"], if_not_exists=True)
+        if table in _V1_TABLES:
+            _create_rollup_table(db, table)
+
+
+def _v6_pool_samples(db: sqlite_utils.Database) -> None:
+    """`pool_samples`: each pool's slab and unassigned bytes per tick, with its indices and 1-minute tier.
+    Sessions recorded before have no rows there (their slabs were never read)."""
+    _create_sample_table(db, "pool_samples")
+    _index_sample_table(db, "pool_samples")
+    _create_rollup_table(db, "pool_samples")
 
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1_core_tables, _v2_ticks, _v3_indices,
-                                                              _v4_session_writer, _v5_minute_tier]
+                                                              _v4_session_writer, _v5_minute_tier,
+                                                              _v6_pool_samples]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

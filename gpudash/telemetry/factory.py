@@ -29,7 +29,7 @@ def build_sources(rig: Rig | str, config: Config, *, inbox: Inbox | None = None,
         from gpudash.telemetry.engine import EngineSource
 
         sources.append(EngineSource(engine))
-    if pools is not None:  # () -> the engine's MemoryPools; their shards become pool_shards samples
+    if pools is not None:  # () -> the engine's MemoryPools: their slabs and shards, as pools / pool_shards
         from gpudash.telemetry.pools import PoolSource
 
         sources.append(PoolSource(pools))

@@ -1,4 +1,4 @@
-"""PoolSource: every shard of the engine's memory pools as `pool_shards` samples each tick."""
+"""PoolSource: each memory pool's slab (`pools`) and every shard (`pool_shards`) as samples each tick."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gpudash.records import PoolShardSample
+from gpudash.records import PoolSample, PoolShardSample
 
 
 class PoolSource:
@@ -22,13 +22,14 @@ class PoolSource:
         self._pools = pools
 
     def poll(self) -> dict[str, tuple]:
-        pools = self._pools() if callable(self._pools) else self._pools
+        pools = [p for p in (self._pools() if callable(self._pools) else self._pools) if not p.closed]
         ts = time.time()
-        return {"pool_shards": tuple(
-            PoolShardSample(ts=ts, pool=s.pool, shard=s.shard, capacity=s.capacity, used=s.used, free=s.free,
-                            largest_free=s.largest_free, free_blocks=s.free_blocks,
-                            fragmentation=s.fragmentation, failures=s.failures)
-            for pool in list(pools) for s in pool.stats())}
+        slabs = tuple(PoolSample(ts=ts, pool=p.name, slab=p.nbytes, unassigned=p.unassigned) for p in pools)
+        shards = tuple(PoolShardSample(ts=ts, pool=s.pool, shard=s.shard, capacity=s.capacity, used=s.used,
+                                       free=s.free, largest_free=s.largest_free, free_blocks=s.free_blocks,
+                                       fragmentation=s.fragmentation, failures=s.failures)
+                       for pool in pools for s in pool.stats())
+        return {"pools": slabs, "pool_shards": shards}
 
     def close(self) -> None:
         """Nothing to release: the pools belong to whoever created them."""

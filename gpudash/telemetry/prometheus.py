@@ -51,6 +51,10 @@ _PATH_COUNTERS = (
     ("bytes_total", "gpudash_engine_path_bytes", "Payload bytes the path moved."),
     ("chunks_total", "gpudash_engine_path_chunks", "Chunks the path moved."),
 )
+_POOL = (
+    ("slab", "gpudash_pool_slab_bytes", "Pool slab size (every shard plus what is unassigned)."),
+    ("unassigned", "gpudash_pool_unassigned_bytes", "Slab bytes no shard owns (room to add or grow shards)."),
+)
 _SHARD = (
     ("capacity", "gpudash_pool_shard_capacity_bytes", "Pool shard capacity."),
     ("used", "gpudash_pool_shard_used_bytes", "Pool shard bytes in use."),
@@ -135,6 +139,8 @@ class PrometheusSink:
             labels = {"path": p.path, "gpu": str(p.gpu), "direction": p.direction, "server": p.server or ""}
             f.add(_PATH, p, labels)
             f.add(_PATH_COUNTERS, p, labels, counter=True)
+        for pool in snap.pools:
+            f.add(_POOL, pool, {"pool": pool.pool})
         for s in snap.pool_shards:
             f.add(_SHARD, s, {"pool": s.pool, "shard": s.shard})
         for s in snap.servers:

@@ -23,7 +23,7 @@ from gpudash.records import HostSample, Snapshot
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Snapshot], None]
-TUPLE_FIELDS = frozenset({"gpus", "gpu_processes", "processes", "engine_paths", "pool_shards", "servers",
+TUPLE_FIELDS = frozenset({"gpus", "gpu_processes", "processes", "engine_paths", "pools", "pool_shards", "servers",
                           "requests", "events"})
 
 

@@ -8,8 +8,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine import EngineConfig, TransferEngine
+from engine.pools import MemoryPool
 from gpudash.records import GpuSample, HostSample, Snapshot
+from gpudash.telemetry.pools import PoolSource
 from gpudash.telemetry.prometheus import PrometheusSink, parse_listen
+from gpudash.telemetry.sampler import Sampler
 
 
 @pytest.mark.parametrize("text, want", [("9400", ("127.0.0.1", 9400)), ("0.0.0.0:9401", ("0.0.0.0", 9401)),
@@ -41,3 +45,24 @@ def test_scrape_serves_the_latest_snapshot_and_leaves_na_out() -> None:
     assert "gpudash_gpu_power_watts" not in fams  # NA is absent, never a made-up 0
     assert "gpudash_host_cpu_percent" not in fams  # the newest tick had no host sample
     assert fams["gpudash_tick"].samples[0].value == 1
+
+
+def test_scrape_serves_each_pools_slab_and_unassigned_bytes() -> None:
+    """A real pool on the sim engine, sampled by PoolSource: one series per pool beside its shards' series."""
+    eng = TransferEngine(EngineConfig(backend="sim", profile="h200"))
+    pool = MemoryPool(4 << 20, engine=eng, gpu=0, shards={"kv": 3 << 20})
+    sampler = Sampler([PoolSource([pool])], interval_s=1.0, source_label="sim:h200")
+    sink = PrometheusSink("127.0.0.1", 0)
+    try:
+        sink(sampler.poll_once())
+        text = httpx.get(f"http://127.0.0.1:{sink._server.server_address[1]}/metrics").text
+    finally:
+        sink.close()
+        sampler.stop()
+        pool.close()
+        eng.close()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    labels = {"pool": "sim-gpu0", "source": "sim:h200"}
+    assert [(s.labels, s.value) for s in fams["gpudash_pool_slab_bytes"].samples] == [(labels, 4 << 20)]
+    assert [(s.labels, s.value) for s in fams["gpudash_pool_unassigned_bytes"].samples] == [(labels, 1 << 20)]
+    assert fams["gpudash_pool_shard_capacity_bytes"].samples[0].value == 3 << 20

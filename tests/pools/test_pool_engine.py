@@ -8,7 +8,7 @@ import pytest
 
 from engine import EngineArgumentError, EngineConfig, TransferEngine
 from engine.pools import MemoryPool, engine_pools
-from gpudash.records import PoolShardSample
+from gpudash.records import PoolSample, PoolShardSample
 from gpudash.telemetry.pools import PoolSource
 from gpudash.telemetry.sampler import Sampler
 
@@ -69,8 +69,12 @@ def test_pool_source_through_the_sampler(eng: TransferEngine) -> None:
     assert (kv.pool, kv.capacity, kv.used, kv.free_blocks) == ("sim-gpu0", 512 << 10, 192 << 10, 2)
     assert kv.fragmentation == pytest.approx(1 - (256 << 10) / (320 << 10))
     assert rows["relay"].failures == 1 and rows["relay"].fragmentation == 0.0
+    assert snap.pools == (PoolSample(snap.pools[0].ts, "sim-gpu0", slab=1 << 20, unassigned=256 << 10),)
+    pool.resize("relay", 512 << 10)  # the relay shard grows into all that was unassigned
+    assert sampler.poll_once().pools[0].unassigned == 0
     pool.close()
-    assert sampler.poll_once().pool_shards == ()
+    closed = sampler.poll_once()
+    assert closed.pool_shards == () and closed.pools == ()
     sampler.stop()
 
 
@@ -86,4 +90,15 @@ def test_factory_adds_the_pool_source(eng: TransferEngine) -> None:
     finally:
         for s in sources:
             s.close()
+        pool.close()
+
+
+def test_a_pool_without_shards_still_reports_its_slab(eng: TransferEngine) -> None:
+    """Its whole slab is unassigned; there is no shard row to carry that, so the pool has a row of its own."""
+    pool = MemoryPool(3 << 20, engine=eng)
+    try:
+        polled = PoolSource([pool]).poll()
+        assert polled["pool_shards"] == ()
+        assert [(p.pool, p.slab, p.unassigned) for p in polled["pools"]] == [("sim-host", 3 << 20, 3 << 20)]
+    finally:
         pool.close()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-from gpudash.records import (Event, EnginePathSample, GpuProcessSample, GpuSample, HostSample, PoolShardSample,
-                             ProcessSample, RequestSample, ServerSample, Snapshot)
+from gpudash.records import (Event, EnginePathSample, GpuProcessSample, GpuSample, HostSample, PoolSample,
+                             PoolShardSample, ProcessSample, RequestSample, ServerSample, Snapshot)
 
 SOURCE = "sim:8xh20"
 
@@ -22,6 +22,7 @@ def full_snapshot(tick: int, n_gpus: int = 8, ts0: float = 1_700_000_000.0) -> S
         processes=(ProcessSample(ts, 4242, "llama-server", 180.0, 2**31),),
         engine_paths=(EnginePathSample(ts, "direct:0", 0, None, "h2d", 10**9 * tick, 40 * tick, 2, 49.5, 0.25),
                       EnginePathSample(ts, "relay:3->0", 0, 3, "h2d", 10**8 * tick, 4 * tick, 1, 12.0, 0.01)),
+        pools=(PoolSample(ts, "pinned", 2**31, 2**30 - 2**20 * tick),),
         pool_shards=(PoolShardSample(ts, "pinned", "numa0", 2**30, 2**29, 2**29, 2**28, 3, 0.5, tick),),
         servers=(ServerSample(ts, "chat", "llama.cpp", "ready", 4242, 8080, 12.0, 1, 55.5, 900.0, 1.0, 0.0,
                               0.42, 100.0, 60.0, 0.08, 0.7),),

@@ -50,6 +50,9 @@ def test_export_row_counts_equal_db_counts(store, session, tmp_path: Path, fmt: 
         assert all(r["source"] == SOURCE for r in rows), e.table
     gpus = _read(out / f"gpu_samples.{fmt}", fmt)
     assert len(gpus) == 27 and {str(r["session_id"]) for r in gpus} == {str(session)}
+    slabs = _read(out / f"pool_samples.{fmt}", fmt)
+    assert [(r["pool"], int(r["slab"]), int(r["unassigned"])) for r in slabs[:2]] == \
+        [("pinned", 2**31, 2**30), ("pinned", 2**31, 2**30 - 2**20)]
     if fmt != "csv":
         events = _read(out / f"events.{fmt}", fmt)
         assert {r["ok"] for r in events} == {True, False}  # booleans stay booleans

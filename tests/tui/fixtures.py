@@ -7,8 +7,8 @@ from typing import Callable
 
 from engine.profiles import get_profile
 from gpudash.config import ServerSpec
-from gpudash.records import (EnginePathSample, Event, GpuProcessSample, GpuSample, HostSample, PoolShardSample,
-                             RequestSample, ServerSample, Snapshot)
+from gpudash.records import (EnginePathSample, Event, GpuProcessSample, GpuSample, HostSample, PoolSample,
+                             PoolShardSample, RequestSample, ServerSample, Snapshot)
 from gpudash.tui.feeds import FeedInfo
 
 T0 = 1_800_000_000.0
@@ -40,11 +40,14 @@ def sim_snapshot(profile: str = "8xh20", tick: int = 0, degrade: int | None = No
                                200 if (tick + k) % 2 == 0 else 10, 16) for k in range(2))
     paths = (EnginePathSample(ts, "direct:0", 0, None, "h2d", 10**9 * (tick + 1), 100 * (tick + 1), 2, 48.5, 0.1),
              EnginePathSample(ts, "relay:1->0", 0, 1, "h2d", 10**8 * (tick + 1), 10 * (tick + 1), 1, 12.0, 0.02))
-    pools = (PoolShardSample(ts, "pinned", "numa0", 2**30, 2**29, 2**29, 2**28, 3, 0.5, 0),)
+    pools = (PoolSample(ts, "pinned", 2**31, 2**30), PoolSample(ts, "sim-gpu0", 8 * 2**30, 0))
+    shards = (PoolShardSample(ts, "pinned", "numa0", 2**30, 2**29, 2**29, 2**28, 3, 0.5, 0),
+              PoolShardSample(ts, "sim-gpu0", "kv", 6 * 2**30, 5 * 2**30, 2**30, 2**30, 1, 0.0, 0),
+              PoolShardSample(ts, "sim-gpu0", "staging", 2 * 2**30, 0, 2 * 2**30, 2 * 2**30, 1, 0.0, 0))
     events = (Event(ts, "supervisor", "server.ready", "big", "loading", "ready"),) if tick == 1 else ()
     return Snapshot(ts, tick, f"sim:{profile}", tuple(gpus),
                     HostSample(ts, 25.0, 40 * 2**30, 256 * 2**30, rig.numa_nodes, 3.0, 120 * 2**20),
-                    procs, (), paths, pools, servers, reqs, events)
+                    procs, (), paths, pools=pools, pool_shards=shards, servers=servers, requests=reqs, events=events)
 
 
 class FixedFeed:

@@ -31,6 +31,10 @@ def table_text(app: GpudashApp, selector: str) -> str:
     return "\n".join(" ".join(str(c) for c in table.get_row_at(i)) for i in range(table.row_count))
 
 
+def slabs_text(app: GpudashApp) -> str:
+    return str(app.query_one("#pool-slabs", Static).content)
+
+
 def knobs_text(app: GpudashApp) -> str:
     return str(app.query_one("#knobs", Static).content)
 
@@ -164,6 +168,14 @@ async def test_pool_shard_resize_and_refusal(live_feed) -> None:
         await wait_for(pilot, lambda: ("pool.shard_size", False) in kinds(app), what="the refused resize")
         assert live_feed.session.pools[first.pool].shard_stats(first.shard).capacity == 24 * 2**20
         await wait_for(pilot, lambda: "24.0 MiB" in table_text(app, "#pools-view"), what="the Pools view's new size")
+        # 64 MiB: kv shrank from 32 to 24 MiB, staging keeps 16 MiB, so 24 MiB is left to grow into
+        line = "sim-host: slab 64.0 MiB · 2 shards · 24.0 MiB unassigned"
+        await wait_for(pilot, lambda: line in slabs_text(app), what="the pool's slab line")
+        db = live_feed.db_path
+        await pilot.press("q")
+    recorded = sqlite3.connect(db).execute("SELECT slab, unassigned FROM pool_samples WHERE pool = 'sim-host' "
+                                           "ORDER BY tick DESC LIMIT 1").fetchone()
+    assert recorded == (64 * 2**20, 24 * 2**20)  # the slab reached the store as well as the screen
 
 
 async def test_keys_are_remappable_and_listed_in_help_and_palette(live_feed) -> None:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 from click.testing import CliRunner
 import pytest
+from textual.widgets import DataTable, Static
 from tui_helpers import wait_for
 from fixtures import sim_snapshot
 
@@ -121,3 +123,20 @@ async def test_replay_moves_knobs_and_split_with_the_recorded_events(tmp_path: P
         assert "outstanding=5" in str(app.query_one("#knobs").content)
         await pilot.press("left_square_bracket")
         assert app.state.knobs["outstanding"] == 2
+
+
+async def test_a_recording_from_before_slabs_replays_them_as_na(tmp_path: Path) -> None:
+    """A DB written at schema v5 has shard rows only: the Pools view shows its shards, and its slab line
+    says — for the slab and unassigned bytes it never recorded, at 80x24 too."""
+    db = tmp_path / "v5.db"
+    con = sqlite3.connect(db)
+    con.executescript((Path(__file__).parents[1] / "store" / "data" / "schema_v5.sql").read_text())
+    con.close()
+    app = GpudashApp(ReplayFeed(db, "latest"), replay=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.player is not None and app.player.index >= 0, what="the recording")
+        await pilot.press("space", "right_square_bracket", "6")  # tick 7, the last: raw shard rows
+        assert app.state.latest.tick == 7 and app.state.latest.pools == ()
+        assert str(app.query_one("#pool-slabs", Static).content) == "pinned: slab — · 1 shard · — unassigned"
+        table = app.query_one("#pools-view").query_one(DataTable)
+        assert table.get_row_at(0)[:3] == ["pinned", "numa0", "1.0 GiB"]

@@ -70,10 +70,11 @@ def test_split_view_with_plan_and_share_warnings(snap_compare) -> None:
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)], ids=["80x24", "200x60"])
-@pytest.mark.parametrize("key, view", [("1", "overview"), ("3", "servers"), ("5", "engine")])
+@pytest.mark.parametrize("key, view", [("1", "overview"), ("3", "servers"), ("5", "engine"), ("6", "pools")])
 def test_view_at_size(snap_compare, size: tuple[int, int], key: str, view: str) -> None:
     """The smallest terminal an operator uses and a large one: the footer keeps Help and Quit, the
-    8-GPU cards keep their PCIe lines, and the header keeps the DB file name."""
+    8-GPU cards keep their PCIe lines, the header keeps the DB file name, and each pool's slab line
+    sits above a shard table whose columns fit."""
 
     async def run_before(pilot) -> None:
         await loaded(pilot)

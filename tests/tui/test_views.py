@@ -81,3 +81,27 @@ async def test_processes_tab_sorts_and_filters() -> None:
         await pilot.pause(0.05)
         assert [r[1] for r in shown()] == ["4343"]
         assert "1 of 3" in str(app.query_one("#processes-view .view-title", Static).content)
+
+
+async def test_pool_slab_lines_follow_the_selected_shard_at_80x24() -> None:
+    """An 8-GPU box has 18 pools (gpudash's and the engine's), more slab lines than fit above the shards at
+    80x24: the lines scroll so that the selected shard's pool shows, in bold."""
+    from gpudash.records import PoolSample, PoolShardSample
+
+    snap = sim_snapshot(tick=0)
+    names = ["sim-host", *(f"sim-gpu{i}" for i in range(8)), "engine-host", *(f"engine-gpu{i}" for i in range(8))]
+    pools = tuple(PoolSample(snap.ts, n, 64 << 20, (i % 4) << 20) for i, n in enumerate(names))
+    shards = tuple(PoolShardSample(snap.ts, n, "kv", 32 << 20, 0, 32 << 20, 32 << 20, 1, 0.0, 0) for n in names)
+    app = GpudashApp(FixedFeed([replace(snap, pools=pools, pool_shards=shards)]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.state.ticks == 1 and app.info is not None, what="the fixed feed")
+        await pilot.press("6")
+        await pilot.pause(0.05)
+        box = app.query_one("#pool-slabs-box")
+        assert 0 < box.size.height < len(names) and box.scroll_offset.y == 0
+        await pilot.press("up")  # from the first shard to the last: engine-gpu7's
+        await pilot.pause(0.05)
+        assert box.scroll_offset.y + box.size.height == len(names)  # its line, the last, is in sight
+        text = app.query_one("#pool-slabs", Static).content
+        assert [text.plain[s.start:s.end] for s in text.spans if s.style == "bold"] == \
+            ["engine-gpu7: slab 64.0 MiB · 1 shard · 1.0 MiB unassigned"]

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from typing import Any, Iterable, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
+from textual.geometry import Region
 from textual.widgets import DataTable, Log, Static
 
 from gpudash.advisor.planner import SplitPlan
 from gpudash.config import ServerSpec
 from gpudash.rig import is_sim_label
-from gpudash.records import Event
+from gpudash.records import Event, PoolSample, PoolShardSample
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers
 from gpudash import fmt
 
@@ -232,13 +234,47 @@ class PoolsView(TableView):
     TITLE = "Memory pools: shards (up/down: select, m: resize the selected shard)"
     EMPTY = "no memory pools yet (pools appear once the engine or a server creates them)"
     COLUMNS = ("pool", "shard", "capacity", "used", "free", "largest free", "blocks", "fragmentation", "failures")
+    _selected_pool: str | None = None  # whose slab line was last scrolled into sight
+
+    def compose(self) -> ComposeResult:
+        for widget in super().compose():
+            if isinstance(widget, DataTable):  # each pool's slab line sits right above its shards
+                with VerticalScroll(id="pool-slabs-box"):
+                    yield Static("", id="pool-slabs")
+            yield widget
 
     def update_view(self, state: ViewState, cursor: int = 0) -> None:
         snap = state.latest
+        pools = snap.pools if snap is not None else ()
         shards = snap.pool_shards if snap is not None else ()
         self.fill([(s.pool, s.shard, fmt.size(s.capacity), fmt.size(s.used), fmt.size(s.free),
                     fmt.size(s.largest_free), s.free_blocks, fmt.pct(s.fragmentation, 1), s.failures)
                    for s in shards], cursor)
+        box = self.query_one("#pool-slabs-box", VerticalScroll)
+        box.display = bool(pools or shards)
+        selected = shards[min(cursor, len(shards) - 1)].pool if shards else None
+        lines, at = slab_lines(pools, shards, selected)
+        self.query_one("#pool-slabs", Static).update(lines)
+        if at is not None and selected != self._selected_pool:  # more pools than lines: follow the selection
+            box.call_after_refresh(box.scroll_to_region, Region(0, at, 1, 1), animate=False)
+        self._selected_pool = selected
+
+
+def slab_lines(pools: Sequence[PoolSample], shards: Sequence[PoolShardSample],
+               selected: str | None) -> tuple[Text, int | None]:
+    """'sim-gpu0: slab 8.0 GiB · 2 shards · 1.0 GiB unassigned', a line per pool, the `selected` one bold,
+    and that line's index. A recording made before slabs were sampled has shard rows only: its slab and
+    unassigned show as NA."""
+    count = Counter(s.pool for s in shards)
+    slab = {p.pool: p for p in pools}
+    names = list(dict.fromkeys([*slab, *count]))
+    lines = []
+    for name in names:
+        size, unassigned = (slab[name].slab, slab[name].unassigned) if name in slab else (None, None)
+        n = count[name]
+        lines.append(Text(f"{name}: slab {fmt.size(size)} · {n} shard{'' if n == 1 else 's'} · "
+                          f"{fmt.size(unassigned)} unassigned", style="bold" if name == selected else ""))
+    return Text("\n").join(lines), names.index(selected) if selected in names else None
 
 
 class HistoryView(TableView):

@@ -11,7 +11,8 @@
 #                                      `gpudash bench share` at shares 1.0, 0.6 and 0.3
 #   bash benchmarks/gpu_box.sh gpu     every gpu-marked test
 #   bash benchmarks/gpu_box.sh preload PyTorch and the CUDA llama-server with and without the preload
-#                                      (LLAMA_RUNS=3: the llama-server run three times; LLAMA_KNOBS="--knob k=v")
+#                                      (LLAMA_RUNS=3: the llama-server run three times; LLAMA_KNOBS="--knob k=v");
+#                                      preload_torch and preload_llama run one half each
 #   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs, with
 #                                      gpudash's per-thread profile and the cost of each NVML call
 #
@@ -92,7 +93,15 @@ gpu() {
 }
 
 preload() {
+  preload_torch
+  preload_llama
+}
+
+preload_torch() {
   run timeout 240 python3 benchmarks/bench_preload_torch.py || true
+}
+
+preload_llama() {
   local runs=${LLAMA_RUNS:-1}
   for i in $(seq "$runs"); do
     run timeout 330 python3 benchmarks/bench_preload_llama.py --llama-server "$(cuda_llama)" --model-dir "$ROOT/.devcache" \
@@ -110,7 +119,7 @@ nvitop() {
 
 for stage in "$@"; do
   case $stage in
-    setup|demo|big|gpu|preload|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
-    *) echo "unknown stage $stage (setup, demo, big, gpu, preload, nvitop)" >&2; exit 2 ;;
+    setup|demo|big|gpu|preload|preload_torch|preload_llama|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
+    *) echo "unknown stage $stage (setup, demo, big, gpu, preload, preload_torch, preload_llama, nvitop)" >&2; exit 2 ;;
   esac
 done

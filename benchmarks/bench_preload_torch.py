@@ -148,7 +148,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
         try:
             with StatsView(os.getpid()) as view:
-                st = view.read()
+                st = view.read_after(time.time())
             out["preload"] = [f"state {st.state}, knobs {st.knobs}", *st.summary_lines()]
         except BlockUnavailable as err:
             out["preload"] = [f"no stats block: {err}"]

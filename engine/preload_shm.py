@@ -273,6 +273,15 @@ class StatsView:
     def read(self) -> PreloadStats:
         return stats_from_c(self.read_raw())
 
+    def read_after(self, t: float, timeout_s: float = 5.0) -> PreloadStats:
+        """The first publish made after `t` (time.time()): a process publishes every ~100 ms, so a plain
+        read just after some copies may predate them. The latest one if none came within `timeout_s`."""
+        s = self.read()
+        while s.updated_at <= t and time.time() < t + timeout_s:
+            time.sleep(0.01)
+            s = self.read()
+        return s
+
     def close(self) -> None:
         if self._fd >= 0:
             self._mm.close()

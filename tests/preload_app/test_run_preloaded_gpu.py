@@ -13,17 +13,20 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-# 64 MiB each way through PyTorch (cudart's cudaMemcpyAsync), checked, then this process's stats block.
+# 64 MiB each way through PyTorch (cudart's cudaMemcpyAsync), checked, then this process's stats block as
+# published after the copies (the process publishes every 100 ms: an older publish predates them).
 PROGRAM = """
-import json, os, numpy as np, torch
+import json, os, time, numpy as np, torch
 from engine.preload_shm import StatsView
 n = 64 << 20
 src = torch.from_numpy(np.arange(n // 8, dtype=np.int64))
 dev = src.cuda()
 back = dev.cpu()
 torch.cuda.synchronize()
+done = time.time()
 exact = bool(torch.equal(back, src)) and bool(torch.equal(dev, torch.arange(n // 8, device="cuda")))
-s = StatsView(os.getpid()).read()
+with StatsView(os.getpid()) as view:
+    s = view.read_after(done)
 print(json.dumps({"exact": exact, "state": s.state, "name": s.name,
                   "h2d_taken": s.h2d.copies_taken, "d2h_taken": s.d2h.copies_taken,
                   "h2d_bytes": s.h2d.bytes_taken, "d2h_bytes": s.d2h.bytes_taken}))

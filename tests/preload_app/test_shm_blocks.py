@@ -138,3 +138,19 @@ def test_a_block_of_another_layout_is_named(tmp_path: Path) -> None:
         P.KnobBlock(os.getpid(), tmp_path)
     with pytest.raises(P.BlockUnavailable, match="cannot open"):
         P.StatsView(1, tmp_path)
+
+
+def test_read_after_waits_for_a_publish_newer_than_the_copies(process_side) -> None:
+    """A process publishes every ~100 ms; a reader that just made copies wants a publish made after them."""
+    ps = process_side()
+    t = time.time()
+    assert ps.cmd(f"at {t - 1}") == "ok"  # the latest publish predates t
+    later = threading.Timer(0.2, lambda: ps.cmd(f"at {t + 0.5}"))
+    later.start()
+    with P.StatsView(ps.pid) as view:
+        assert view.read().updated_at == pytest.approx(t - 1)
+        s = view.read_after(t)
+        assert s.updated_at == pytest.approx(t + 0.5) and time.time() - t >= 0.2
+        assert ps.cmd(f"at {t - 1}") == "ok"
+        assert view.read_after(time.time(), timeout_s=0.1).updated_at == pytest.approx(t - 1)  # none came: the latest
+    later.join()

@@ -25,8 +25,8 @@ from gpudash.telemetry import nvml
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=200, help="ticks to time (default 200)")
-    ap.add_argument("--counter-reads", type=float, default=8.0,
-                    help="PCIe counter reads per second of the idle poller (default 8: two every 0.25 s)")
+    ap.add_argument("--counter-reads", type=float, default=2.0,
+                    help="PCIe counter reads per second of the idle poller (default 2: one every 0.5 s)")
     args = ap.parse_args()
     reason = nvml.driver_available()
     if reason is not None:

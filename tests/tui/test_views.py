@@ -105,3 +105,22 @@ async def test_pool_slab_lines_follow_the_selected_shard_at_80x24() -> None:
         text = app.query_one("#pool-slabs", Static).content
         assert [text.plain[s.start:s.end] for s in text.spans if s.style == "bold"] == \
             ["engine-gpu7: slab 64.0 MiB · 1 shard · 1.0 MiB unassigned"]
+
+
+async def test_the_shard_table_fits_80_columns() -> None:
+    """At 80x24 every column of the shard table is on screen (the table takes no focus, so a column past
+    the edge could never be scrolled to), with pool names as long as the engine's."""
+    from gpudash.records import PoolShardSample
+
+    snap = sim_snapshot(tick=0)
+    shards = (PoolShardSample(snap.ts, "engine-gpu7", "relay", 768 << 20, 513 << 20, 255 << 20, 200 << 20, 12,
+                              0.216, 3),)
+    app = GpudashApp(FixedFeed([replace(snap, pool_shards=shards)]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.state.ticks == 1 and app.info is not None, what="the fixed feed")
+        await pilot.press("6")
+        await pilot.pause(0.05)
+        table = app.query_one("#pools-view").query_one(DataTable)
+        assert table.virtual_size.width <= 80, [(c.label.plain, c.get_render_width(table)) for c in table.columns.values()]
+        assert [str(c) for c in table.get_row_at(0)] == ["engine-gpu7", "relay", "768.0 MiB", "513.0 MiB", "200.0 MiB",
+                                                         "12", "21.6%", "3"]

@@ -233,7 +233,8 @@ class EngineView(Vertical):
 class PoolsView(TableView):
     TITLE = "Memory pools: shards (up/down: select, m: resize the selected shard)"
     EMPTY = "no memory pools yet (pools appear once the engine or a server creates them)"
-    COLUMNS = ("pool", "shard", "capacity", "used", "free", "largest free", "blocks", "fragmentation", "failures")
+    # Fits 80 columns: free is size minus used, so only its largest block and their count are shown.
+    COLUMNS = ("pool", "shard", "size", "used", "max free", "free blocks", "frag", "fails")
     _selected_pool: str | None = None  # whose slab line was last scrolled into sight
 
     def compose(self) -> ComposeResult:
@@ -247,8 +248,8 @@ class PoolsView(TableView):
         snap = state.latest
         pools = snap.pools if snap is not None else ()
         shards = snap.pool_shards if snap is not None else ()
-        self.fill([(s.pool, s.shard, fmt.size(s.capacity), fmt.size(s.used), fmt.size(s.free),
-                    fmt.size(s.largest_free), s.free_blocks, fmt.pct(s.fragmentation, 1), s.failures)
+        self.fill([(s.pool, s.shard, fmt.size(s.capacity), fmt.size(s.used), fmt.size(s.largest_free),
+                    s.free_blocks, fmt.pct(s.fragmentation, 1), s.failures)
                    for s in shards], cursor)
         box = self.query_one("#pool-slabs-box", VerticalScroll)
         box.display = bool(pools or shards)

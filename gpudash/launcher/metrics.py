@@ -16,22 +16,24 @@ current ones are absent. llama-server no longer exports KV-cache usage; it is ta
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpudash.config import ServerSpec
+from gpudash.launcher.scrape_http import Scraper, ScrapeError
 from gpudash.records import ServerSample
 
 if TYPE_CHECKING:
     from gpudash.launcher.supervisor import Supervisor
 
-SCRAPE_TIMEOUT_S = 0.3
+SCRAPE_TIMEOUT_S = 0.3  # per read
+SCRAPE_DEADLINE_S = 0.6  # per whole answer: a tick scrapes twice (/metrics, /slots) within its second
 SCRAPE_WORKERS = 8
 
 # Labels that only say which model / DP engine (or histogram bucket) a series is; other labels (source, sleep_state,
@@ -175,7 +177,7 @@ class ServerSource:
 
     def __init__(self, supervisor: Supervisor, timeout_s: float = SCRAPE_TIMEOUT_S):
         self._sup = supervisor
-        self._client = httpx.Client(timeout=timeout_s, trust_env=False)
+        self._http = Scraper(timeout_s, SCRAPE_DEADLINE_S)
         self._prev: dict[str, _Prev] = {}
         # Servers are scraped in parallel, so one slow server does not push the others past the tick.
         self._pool = ThreadPoolExecutor(max_workers=SCRAPE_WORKERS, thread_name_prefix="gpudash-scrape")
@@ -192,7 +194,7 @@ class ServerSource:
                 continue
             try:
                 out.append(scrapes[st.server].result())
-            except (httpx.HTTPError, ValueError) as err:
+            except (ScrapeError, ValueError) as err:
                 errors.append(f"{st.server}: /metrics scrape failed: {err}")
                 out.append(st)
         result: dict[str, tuple] = {"servers": tuple(out)}
@@ -202,10 +204,13 @@ class ServerSource:
 
     def _scrape(self, st: ServerSample) -> ServerSample:
         base = self._sup.base_url(st.server)
-        r = self._client.get(f"{base}/metrics")
-        r.raise_for_status()
+        if base is None:
+            raise ScrapeError("it has no port yet")
+        status, body = self._http.get(base, "/metrics")
+        if status != 200:
+            raise ScrapeError(f"GET /metrics answered HTTP {status}")
         now = time.time()
-        m = parse_metrics(r.text)
+        m = parse_metrics(body.decode("utf-8", "replace"))
         prev = self._prev.get(st.server)
         if st.kind == "vllm":
             fields = vllm_fields(m, prev, st.pid, now)
@@ -217,12 +222,12 @@ class ServerSource:
         merged = {k: v for k, v in fields.items() if v is not None}
         return replace(st, ts=now, **merged)
 
-    def _llama_kv(self, server: str, base: str | None) -> float | None:
+    def _llama_kv(self, server: str, base: str) -> float | None:
         """KV usage from /slots; None when the server has it off (--no-slots answers 501)."""
         try:
-            r = self._client.get(f"{base}/slots")
-            slots = r.json() if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+            status, body = self._http.get(base, "/slots")
+            slots = json.loads(body) if status == 200 else None
+        except (ScrapeError, ValueError):
             return None
         spec = self._sup.specs().get(server)
         if not isinstance(slots, list) or spec is None:
@@ -231,4 +236,4 @@ class ServerSource:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-        self._client.close()
+        self._http.close()

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, wait
+from dataclasses import fields as dataclass_fields
 from typing import Any, Protocol
 
 from gpudash.records import HostSample, Snapshot
@@ -23,8 +24,8 @@ from gpudash.records import HostSample, Snapshot
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Snapshot], None]
-TUPLE_FIELDS = frozenset({"gpus", "gpu_processes", "processes", "engine_paths", "pools", "pool_shards", "servers",
-                          "requests", "events"})
+# The Snapshot fields sources fill with records, concatenated over sources (not the tick's own fields).
+TUPLE_FIELDS = frozenset(f.name for f in dataclass_fields(Snapshot)) - {"ts", "tick", "source", "host", "errors"}
 
 
 class Source(Protocol):

@@ -110,7 +110,19 @@ static void block_signals(sigset_t *old) {
   pthread_sigmask(SIG_SETMASK, &all, old);
 }
 
-static void start_early(void);
+static void *starter(void *arg);
+
+/* A detached, named thread of ours that never takes the host program's signals. */
+static void spawn(void *(*fn)(void *), const char *name) {
+  sigset_t old;
+  block_signals(&old);
+  pthread_t t;
+  if (pthread_create(&t, NULL, fn, NULL) == 0) {
+    pthread_setname_np(t, name);
+    pthread_detach(t);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
 
 void gp_first_entry(void) {
   if (!gp.pid) return;  /* a copy before our constructor ran (enabled is still 0: it passes) */
@@ -123,17 +135,8 @@ void gp_first_entry(void) {
   if (state != GP_STATE_PASSTHROUGH && shm != 0)
     gp_say("cannot create the shared-memory blocks in /dev/shm; copies work but their stats are not published");
   if (state != GP_STATE_PASSTHROUGH) atexit(at_exit);
-  if (shm == 0) {
-    sigset_t old;
-    block_signals(&old);
-    pthread_t t;
-    if (pthread_create(&t, NULL, publisher, NULL) == 0) {
-      pthread_setname_np(t, "gpudash-stats");
-      pthread_detach(t);
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-  }
-  if (state == GP_STATE_ACTIVE) start_early();
+  if (shm == 0) spawn(publisher, "gpudash-stats");
+  if (state == GP_STATE_ACTIVE) spawn(starter, "gpudash-start");
   atomic_store_explicit(&gp.setup, 2, memory_order_release);
 }
 
@@ -256,15 +259,4 @@ static void *starter(void *arg) {
   (void)arg;
   gp_engine_ready();
   return NULL;
-}
-
-static void start_early(void) {
-  sigset_t old;
-  block_signals(&old);
-  pthread_t t;
-  if (pthread_create(&t, NULL, starter, NULL) == 0) {
-    pthread_setname_np(t, "gpudash-start");
-    pthread_detach(t);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
 }

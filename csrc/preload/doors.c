@@ -33,9 +33,10 @@ static inline int candidate(int kind, size_t n) {
 
 static int door(gp_call *c) {
   if (GP_UNLIKELY(gp_nested)) return gp_call_original(c);  /* cudart calling the driver for us */
-  if (GP_UNLIKELY(atomic_load_explicit(&gp.setup, memory_order_acquire) != 2)) gp_first_entry();
+  int worth = candidate(c->kind, c->n);
+  if (GP_UNLIKELY(atomic_load_explicit(&gp.setup, memory_order_acquire) != 2)) gp_first_entry(worth);
   int dir = known_dir(c->kind);
-  if (candidate(c->kind, c->n) && c->dst && c->src && atomic_load_explicit(&gp.state, memory_order_relaxed) == GP_STATE_ACTIVE &&
+  if (worth && c->dst && c->src && atomic_load_explicit(&gp.state, memory_order_relaxed) == GP_STATE_ACTIVE &&
       atomic_load_explicit(&gp.enabled, memory_order_relaxed)) {
     int rc = 0;
     if (gp_take(c, &rc, &dir)) return rc;

@@ -124,7 +124,7 @@ static void spawn(void *(*fn)(void *), const char *name) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-void gp_first_entry(void) {
+void gp_first_entry(int worth_taking) {
   if (!gp.pid) return;  /* a copy before our constructor ran (enabled is still 0: it passes) */
   int expected = 0;
   if (!atomic_compare_exchange_strong(&gp.setup, &expected, 1)) return;  /* another thread is at it */
@@ -136,7 +136,8 @@ void gp_first_entry(void) {
     gp_say("cannot create the shared-memory blocks in /dev/shm; copies work but their stats are not published");
   if (state != GP_STATE_PASSTHROUGH) atexit(at_exit);
   if (shm == 0) spawn(publisher, "gpudash-stats");
-  if (state == GP_STATE_ACTIVE) spawn(starter, "gpudash-start");
+  /* A first copy worth taking starts the engine itself, on its own thread, as it would wait anyway. */
+  if (state == GP_STATE_ACTIVE && !worth_taking) spawn(starter, "gpudash-start");
   atomic_store_explicit(&gp.setup, 2, memory_order_release);
 }
 
@@ -189,11 +190,13 @@ static void note_paths(void) {
 }
 
 /* ---- starting the engine --------------------------------------------------------------------
- * The first door entry of any copy starts the engine on a thread of its own, so that the first copy
- * worth taking (often the first big one, right after small ones) finds it running. A copy that comes
- * while the start is in progress waits for it, up to GP_START_WAIT_S, rather than pass at the
- * driver's pageable speed; if no small copy came first, the first big copy starts it itself. */
-#define GP_START_WAIT_S 5
+ * A first door entry by a copy too small to take starts the engine on a thread of its own, so that the
+ * first copy worth taking (often the first big one, right after small ones) finds it running; a first
+ * copy worth taking starts it itself, on its own thread. A copy that comes while the start is in
+ * progress waits for it, up to GP_START_WAIT_S (a start takes ~65 ms on an H200), rather than pass at
+ * the driver's pageable speed; the cap bounds the one stall that can happen, a copy made under the
+ * dynamic loader's lock (in a library constructor) while the starter thread waits for that lock. */
+#define GP_START_WAIT_S 2
 
 static pthread_mutex_t start_m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t start_cv = PTHREAD_COND_INITIALIZER;

@@ -162,7 +162,7 @@ void gp_own_add(const void *addr_in_object);
 int gp_load_driver(void);           /* fills gp.cu; 0 on success */
 
 /* lifecycle.c */
-void gp_first_entry(void);
+void gp_first_entry(int worth_taking);  /* worth_taking: this copy may be taken */
 int gp_engine_ready(void);          /* starts the engine on first use; 1 when it runs */
 
 /* shm.c */

@@ -394,7 +394,8 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
             self.notify("no memory pools yet", severity="warning")
             return
         s = shards[min(self.shard_cursor, len(shards) - 1)]
-        self.push_screen(ShardForm(s.pool, s.shard, s.capacity), self._propose)
+        slab = next((p for p in self.state.latest.pools if p.pool == s.pool), None)
+        self.push_screen(ShardForm(s.pool, s.shard, s.capacity, slab.unassigned if slab else None), self._propose)
 
     def action_edit_share(self) -> None:
         """The selected server's memory share of each of its GPUs."""

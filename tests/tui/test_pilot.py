@@ -10,7 +10,7 @@ import time
 
 import pytest
 from tui_helpers import wait_for
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Label, Static
 
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.screens.dialogs import ChoiceScreen
@@ -171,6 +171,10 @@ async def test_pool_shard_resize_and_refusal(live_feed) -> None:
         # 64 MiB: kv shrank from 32 to 24 MiB, staging keeps 16 MiB, so 24 MiB is left to grow into
         line = "sim-host: slab 64.0 MiB · 2 shards · 24.0 MiB unassigned"
         await wait_for(pilot, lambda: line in slabs_text(app), what="the pool's slab line")
+        await pilot.press("m")  # the form says how far the shard can grow: its size plus the unassigned slab
+        title = str(app.screen.query_one(".form-title", Label).render())
+        assert "now 24.0 MiB; it can grow to 48.0 MiB (24.0 MiB of the slab is unassigned)" in title, title
+        await pilot.press("escape")
         db = live_feed.db_path
         await pilot.press("q")
     recorded = sqlite3.connect(db).execute("SELECT slab, unassigned FROM pool_samples WHERE pool = 'sim-host' "

@@ -190,13 +190,17 @@ class ShareForm(FormScreen):
 class ShardForm(FormScreen):
     """The selected pool shard's capacity (live resize; the pool refuses what live allocations forbid)."""
 
-    def __init__(self, pool: str, shard: str, capacity: int) -> None:
+    def __init__(self, pool: str, shard: str, capacity: int, unassigned: int | None = None) -> None:
+        """`unassigned`: the pool's slab that no shard owns, as last sampled (None where unknown)."""
         super().__init__(id="shard-form")
-        self.pool, self.shard, self.capacity = pool, shard, capacity
+        self.pool, self.shard, self.capacity, self.unassigned = pool, shard, capacity, unassigned
 
     def compose(self) -> ComposeResult:
+        room = "" if self.unassigned is None else (
+            f"; it can grow to {fmt.size(self.capacity + self.unassigned)} "
+            f"({fmt.size(self.unassigned)} of the slab is unassigned)")
         with Vertical(classes="form"):
-            yield Label(f"Capacity of shard {self.shard} in pool {self.pool}, now {fmt.size(self.capacity)} "
+            yield Label(f"Capacity of shard {self.shard} in pool {self.pool}, now {fmt.size(self.capacity)}{room} "
                         "(takes 256MiB, 1GiB or bytes). "
                         "Enter: apply, Esc: cancel", classes="form-title")
             yield Input(fmt.exact_size(self.capacity), id="shard-capacity", validators=[FuncValidator(parse_size)],

@@ -5,7 +5,8 @@ A recorder left running for months would otherwise grow by tens of MB per GPU-da
 `Retention` in three steps, each in its own transaction so a kill between them loses nothing:
 
 1. samples older than `raw_s` fold into `<table>_1m` rows (one per minute, session and identity, e.g.
-   one GPU) holding the mean of every numeric column, its maximum (`<column>_max`) and the count `n`;
+   one GPU) holding the mean of every numeric column, its maximum (`<column>_max`), the count `n`, and
+   each status text (a GPU's throttle reasons, a server's state) as every value seen, comma-joined;
    the raw rows and their now empty ticks go (ticks that carry requests or events stay for replay);
 2. everything older than `retain_s` goes: raw rows, 1-minute rows, requests, events, and sessions that
    ended before then;
@@ -99,11 +100,11 @@ def _roll_up(db: sqlite_utils.Database, cut: float) -> int:
     total = 0
     with immediate(db):
         for table in ROLLUP_TABLES:
-            keys, nums = rollup_split(table)
+            keys, statuses, nums = rollup_split(table)
             names = [c.name for c in keys]
-            target = ["session_id", "bucket", "n", *names]
+            target = ["session_id", "bucket", "n", *names, *(c.name for c in statuses)]
             select = ["session_id", f"CAST(ts / {BUCKET_S} AS INTEGER) * {BUCKET_S} AS b", "count(*)",
-                      *(f"[{n}]" for n in names)]
+                      *(f"[{n}]" for n in names), *(f"group_concat(DISTINCT [{c.name}])" for c in statuses)]
             for c in nums:
                 target += [c.name, f"{c.name}_max"]
                 select += [f"avg([{c.name}])", f"max([{c.name}])"]

@@ -59,6 +59,9 @@ BUCKET_S = 60
 ROLLUP_TABLES = tuple(t for t in SAMPLE_TABLES if t not in ("requests", "events"))
 # Integer columns that name a thing (a GPU, a process, a port) rather than measure it.
 _ID_INTS = frozenset({"index", "gpu_index", "pid", "gpu", "via", "port"})
+# Text columns that say how a thing was, not which thing it is: a minute's row keeps every value seen in
+# the minute ("none,power cap"), where grouping by them would split one GPU's minute into several rows.
+_STATUS_TEXT = frozenset({"throttle", "state"})
 
 
 def rollup_table(table: str) -> str:
@@ -66,19 +69,23 @@ def rollup_table(table: str) -> str:
 
 
 @cache
-def rollup_split(table: str) -> tuple[tuple[Column, ...], tuple[Column, ...]]:
-    """(identity columns, measured columns) of a sample table: text and id-like integers identify a row
-    within a minute; every other number is averaged and maximized."""
-    keys = tuple(c for c in columns(table) if c.py is str or (c.py is int and c.name in _ID_INTS))
+def rollup_split(table: str) -> tuple[tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
+    """(identity, status, measured columns) of a sample table: text and id-like integers identify a row
+    within a minute, status text is gathered (every value seen), every other number is averaged and
+    maximized."""
+    statuses = tuple(c for c in columns(table) if c.py is str and c.name in _STATUS_TEXT)
+    keys = tuple(c for c in columns(table)
+                 if (c.py is str and c not in statuses) or (c.py is int and c.name in _ID_INTS))
     nums = tuple(c for c in columns(table) if c.py in (int, float) and c not in keys and c.name != "ts")
-    return keys, nums
+    return keys, statuses, nums
 
 
 def rollup_schema(table: str) -> dict[str, type]:
-    """Columns of `<table>_1m`: session, minute start, sample count, identity, then mean and max per number."""
-    keys, nums = rollup_split(table)
+    """Columns of `<table>_1m`: session, minute start, sample count, identity and status (in the record's
+    order), then mean and max per number."""
+    keys, statuses, nums = rollup_split(table)
     cols: dict[str, type] = {"session_id": int, "bucket": float, "n": int}
-    cols.update({c.name: c.sql for c in keys})
+    cols.update({c.name: c.sql for c in columns(table) if c in keys or c in statuses})
     for c in nums:
         cols[c.name] = float
         cols[f"{c.name}_max"] = c.sql

@@ -47,6 +47,22 @@ def test_old_samples_fold_into_minute_means_and_maxima(store: Store) -> None:
     assert store.count(sid, "events") == 1
 
 
+def test_a_minute_keeps_one_row_per_gpu_with_every_throttle_reason_seen(store: Store) -> None:
+    """Status text (a GPU's throttle reasons) does not split a GPU's minute: the row gathers the values."""
+    sid = store.begin_session("sim:h200", Config())
+    writer = StoreWriter(store.path, sid, flush_interval_s=0.5)
+    start = NOW - 2 * DAY
+    for t in range(60):
+        ts = start + t
+        reason = "none" if t < 40 else "power cap"
+        writer.submit(Snapshot(ts, t, "sim:h200", gpus=(GpuSample(ts, 0, "u0", "H200", 50.0, 100, throttle=reason),)))
+    writer.close()
+    prune(store.db, Retention(raw_s=DAY), now=NOW)
+    (row,) = store.db.query("SELECT * FROM gpu_samples_1m")
+    assert row["n"] == 60 and row["util_pct"] == 50.0
+    assert sorted(row["throttle"].split(",")) == ["none", "power cap"]
+
+
 def test_recent_samples_stay_raw(store: Store) -> None:
     sid = _fill(store, NOW - 600, 120)
     assert prune(store.db, Retention(raw_s=DAY), now=NOW).rolled_rows == 0

@@ -11,42 +11,40 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.geometry import Region
-from textual.widgets import DataTable, Log, Static
+from textual.widgets import Log, Static
 
 from gpudash.advisor.planner import SplitPlan
 from gpudash.config import ServerSpec
 from gpudash.rig import is_sim_label
 from gpudash.records import Event, PoolSample, PoolShardSample
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers
+from gpudash.tui.widgets.fitted import FittedTable, NamesHiddenColumns, hidden_columns_line
 from gpudash import fmt
 
 
-class TableView(Vertical):
-    """A title line, an empty-state line and one DataTable that is refilled from the view state."""
+class TableView(NamesHiddenColumns, Vertical):
+    """A title line, an empty-state line and one FittedTable that is refilled from the view state; the
+    columns of DROP give way, in that order, when the rows are wider than the screen."""
 
     COLUMNS: tuple[str, ...] = ()
+    DROP: tuple[str, ...] = ()
     TITLE = ""
     EMPTY = "nothing yet"
 
     def compose(self) -> ComposeResult:
         yield Static(self.TITLE, classes="view-title")
         yield Static(self.EMPTY, classes="empty")
-        table: DataTable[Any] = DataTable(cursor_type="row", zebra_stripes=True)
-        table.can_focus = False
-        table.add_columns(*self.COLUMNS)
-        yield table
+        yield FittedTable(self.COLUMNS, self.DROP)
+        yield hidden_columns_line()
 
     @property
-    def table(self) -> DataTable[Any]:
-        return self.query_one(DataTable)
+    def table(self) -> FittedTable:
+        return self.query_one(FittedTable)
 
     def fill(self, rows: Sequence[Sequence[Any]], cursor: int | None = None) -> None:
         """Refill the table, but only when the rows changed (refilling is the costly part of a tick)."""
         t = self.table
-        if list(rows) != getattr(self, "_rows", None):
-            self._rows = list(rows)
-            t.clear()
-            t.add_rows(rows)
+        t.set_rows(rows)
         self.query_one(".empty", Static).display = not rows
         if cursor is not None and rows:
             t.move_cursor(row=max(0, min(cursor, len(rows) - 1)), animate=False)
@@ -106,24 +104,20 @@ def warnings_text(warnings: Sequence[Any]) -> Text:
     return t
 
 
-class ServersView(Vertical):
+class ServersView(NamesHiddenColumns, Vertical):
     """The launcher's servers, and the log tail of the selected one."""
 
-    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s 10s", "computed prompt tok/s", "crashes",
+    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s 10s", "prefill tok/s", "crashes",
                "relaunches", "running",
                "KV use")
-
-    def __init__(self, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self._rows: list[tuple[Any, ...]] = []
+    # At 80 columns: server, state, uptime, rates, crashes and KV use stay.
+    DROP = ("kind", "port", "running", "relaunches", "prefill tok/s", "uptime")
 
     def compose(self) -> ComposeResult:
         yield Static("Servers", classes="view-title", id="servers-title")
         yield Static("no servers yet (the launcher starts them one after another)", classes="empty")
-        table: DataTable[Any] = DataTable(cursor_type="row", zebra_stripes=True, id="servers-table")
-        table.can_focus = False
-        table.add_columns(*self.COLUMNS)
-        yield table
+        yield FittedTable(self.COLUMNS, self.DROP, id="servers-table")
+        yield hidden_columns_line()
         yield Static("", id="sleep-times")
         yield Static("log: no server selected", id="log-title", classes="view-title")
         log = Log(id="server-log", max_lines=200)
@@ -134,7 +128,7 @@ class ServersView(Vertical):
         snap = state.latest
         servers = snap.servers if snap is not None else ()
         names = [s.server for s in servers] or list(state.specs)
-        table = self.query_one(DataTable)
+        table = self.query_one(FittedTable)
         by_name = {s.server: s for s in servers}
         rows: list[tuple[Any, ...]] = []
         for name in names:
@@ -151,10 +145,7 @@ class ServersView(Vertical):
                          fmt.duration(s.uptime_s if ready else None), fmt.num(state.tokens_per_s(name), ".1f"),
                          fmt.num(s.prompt_tokens_per_s if ready else None, ".1f"), s.restarts, s.relaunches,
                          fmt.num(s.requests_running if ready else None, ".0f"), kv))
-        if rows != self._rows:
-            self._rows = rows
-            table.clear()
-            table.add_rows(rows)
+        table.set_rows(rows)
         self.query_one(".empty", Static).display = not names
         self.query_one("#sleep-times", Static).update(_sleep_times(state.events))
         title = Text("Servers")
@@ -184,23 +175,18 @@ def _sleep_times(events: Any) -> str:
     return ("sleep/wake: " + ", ".join(parts)) if parts else ""
 
 
-class EngineView(Vertical):
+class EngineView(NamesHiddenColumns, Vertical):
     """Transfer-engine paths (bytes, GB/s, queue depth, chunks) and the live knobs."""
 
     COLUMNS = ("path", "dir", "GPU", "via", "bytes", "GB/s", "queue", "chunks", "CPU s")
+    DROP = ("CPU s", "chunks")  # a preloaded server's paths carry its name
     SHOWN = 24  # rows that fit at 120x40; an 8-GPU rig has 128 path/direction pairs
-
-    def __init__(self, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self._rows: list[tuple[Any, ...]] = []
 
     def compose(self) -> ComposeResult:
         yield Static("Engine paths (k: edit knobs)", classes="view-title")
         yield Static("no engine paths reported yet", classes="empty")
-        table: DataTable[Any] = DataTable(cursor_type="row", zebra_stripes=True, id="engine-table")
-        table.can_focus = False
-        table.add_columns(*self.COLUMNS)
-        yield table
+        yield FittedTable(self.COLUMNS, self.DROP, id="engine-table")
+        yield hidden_columns_line()
         yield Static("knobs: —", id="knobs")
 
     def update_view(self, state: ViewState, unsaved: dict[str, Any] | None = None, config: Any = None) -> None:
@@ -210,11 +196,7 @@ class EngineView(Vertical):
                       key=lambda p: (-p.gbps, -p.bytes_total, p.path))
         rows = [(f"{p.server}/{p.path}" if p.server else p.path, p.direction, p.gpu, "—" if p.via is None else p.via, fmt.size(p.bytes_total),
                  f"{p.gbps:.2f}", p.queue_depth, p.chunks_total, f"{p.cpu_s:.2f}") for p in busy[: self.SHOWN]]
-        table = self.query_one(DataTable)
-        if rows != self._rows:  # refilling a DataTable is the costly part of a tick: only when it changed
-            self._rows = rows
-            table.clear()
-            table.add_rows(rows)
+        self.query_one(FittedTable).set_rows(rows)  # refilled only when they changed: the costly part of a tick
         empty = self.query_one(".empty", Static)
         empty.display = not rows
         if not rows:
@@ -239,7 +221,7 @@ class PoolsView(TableView):
 
     def compose(self) -> ComposeResult:
         for widget in super().compose():
-            if isinstance(widget, DataTable):  # each pool's slab line sits right above its shards
+            if isinstance(widget, FittedTable):  # each pool's slab line sits right above its shards
                 with VerticalScroll(id="pool-slabs-box"):
                     yield Static("", id="pool-slabs")
             yield widget
@@ -282,6 +264,7 @@ class HistoryView(TableView):
     TITLE = "Recorded sessions (e: export the selected one, up/down: select)"
     EMPTY = "no recorded sessions in this DB"
     COLUMNS = ("id", "started", "ended", "duration", "source", "what", "rows")
+    DROP = ("ended", "rows", "what")  # the source stays: it says SIM
 
     def show_sessions(self, sessions: Iterable[Any], cursor: int) -> None:
         """`what` is the session's note: which command recorded it (gpudash record, bench engine...)."""
@@ -313,6 +296,7 @@ class EventsView(TableView):
     TITLE = "Events: every change and launcher happening, newest first"
     EMPTY = "no events yet"
     COLUMNS = ("time", "actor", "kind", "target", "old", "new", "status", "reason")
+    DROP = ("actor",)  # old and new are what an event says: they stay, and the reason is cut at the edge
     SHOWN = 200
 
     def update_view(self, state: ViewState) -> None:

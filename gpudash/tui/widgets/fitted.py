@@ -1,0 +1,114 @@
+"""A table that fits its screen by hiding columns in a declared order.
+
+The views' tables take no focus (the arrow keys move the app's selection), so a column past the right
+edge could never be scrolled to: at 80x24 the Servers table lost its last four columns that way. A
+`FittedTable` measures its rows and hides the columns named in `drop`, in that order, until the rest
+fits; `hidden` says which, for the view's title. The last column shown may be free text (a reason, a
+note): it counts at most LAST_COLUMN_CELLS, and the edge cuts the rest of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import DataTable, Static
+
+LAST_COLUMN_CELLS = 24
+PADDING = 2  # DataTable's cell padding, one cell each side
+
+
+def _cells(value: Any) -> int:
+    return value.cell_len if isinstance(value, Text) else Text(str(value)).cell_len
+
+
+def fit_columns(labels: Sequence[str], rows: Sequence[Sequence[Any]], drop: Sequence[str],
+                width: int) -> tuple[int, ...]:
+    """Indices of the columns to show in `width` cells: all, less those of `drop` (in order) while too wide."""
+    need = [max([_cells(label), *(_cells(r[i]) for r in rows)]) + PADDING for i, label in enumerate(labels)]
+    shown = list(range(len(labels)))
+
+    def wide() -> int:
+        return sum(need[i] for i in shown[:-1]) + min(need[shown[-1]], LAST_COLUMN_CELLS)
+
+    for label in drop:
+        if wide() <= width:
+            break
+        shown.remove(labels.index(label))
+    return tuple(shown)
+
+
+class FittedTable(DataTable[Any]):
+    """A row-cursor DataTable without focus whose rows are set whole with `set_rows`; it posts
+    `HiddenChanged` when a new width or new rows change the columns it hides."""
+
+    class HiddenChanged(Message):
+        def __init__(self, table: FittedTable) -> None:
+            super().__init__()
+            self.table = table
+
+    def __init__(self, labels: Sequence[str], drop: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.can_focus = False
+        unknown = set(drop) - set(labels)
+        if unknown:
+            raise ValueError(f"drop names columns the table lacks: {sorted(unknown)}")
+        self.labels, self.drop = tuple(labels), tuple(drop)
+        self._rows: list[tuple[Any, ...]] | None = None
+        self._shown = tuple(range(len(self.labels)))
+        self.add_columns(*self.labels)
+
+    @property
+    def hidden(self) -> tuple[str, ...]:
+        return tuple(label for i, label in enumerate(self.labels) if i not in self._shown)
+
+    def set_rows(self, rows: Sequence[Sequence[Any]]) -> bool:
+        """Show `rows` (full rows, every column); False when they were already shown."""
+        rows = [tuple(r) for r in rows]
+        if rows == self._rows:
+            return False
+        self._rows = rows
+        self._refill(force=True)
+        return True
+
+    def on_resize(self) -> None:
+        if self._rows is not None:
+            self._refill(force=False)
+
+    def _refill(self, force: bool) -> None:
+        width = self.scrollable_content_region.width
+        if width <= 0:  # a hidden tab's table: keep what it shows until it is on screen again
+            if not force:
+                return
+            shown = self._shown
+        else:
+            shown = fit_columns(self.labels, self._rows or [], self.drop, width)
+        if shown != self._shown:
+            self._shown = shown
+            self.clear(columns=True)
+            self.add_columns(*(self.labels[i] for i in shown))
+            self.post_message(self.HiddenChanged(self))
+        elif not force:
+            return
+        else:
+            self.clear()
+        self.add_rows([tuple(r[i] for i in shown) for r in self._rows or []])
+
+
+def hidden_columns_line() -> Static:
+    """The line under a FittedTable that names what it hides (NamesHiddenColumns keeps it current)."""
+    line = Static("", classes="hidden-columns")
+    line.display = False
+    return line
+
+
+class NamesHiddenColumns:
+    """Mixed into a view that holds one FittedTable and its hidden_columns_line: keeps the line current."""
+
+    def on_fitted_table_hidden_changed(self, message: FittedTable.HiddenChanged) -> None:
+        line = self.query_one(".hidden-columns", Static)  # type: ignore[attr-defined]
+        hidden = message.table.hidden
+        line.update(f"not shown at this width: {', '.join(hidden)} (widen the terminal)" if hidden else "")
+        line.display = bool(hidden)

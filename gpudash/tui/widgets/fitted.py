@@ -1,15 +1,18 @@
-"""A table that fits its screen by hiding columns in a declared order.
+"""A table that fits its screen by hiding columns in a declared order, then narrowing some.
 
 The views' tables take no focus (the arrow keys move the app's selection), so a column past the right
 edge could never be scrolled to: at 80x24 the Servers table lost its last four columns that way. A
 `FittedTable` measures its rows and hides the columns named in `drop`, in that order, until the rest
-fits; `hidden` says which, for the view's title. The last column shown may be free text (a reason, a
-note): it counts at most LAST_COLUMN_CELLS, and the edge cuts the rest of it.
+fits; if that is not enough, the columns of `squeeze` are narrowed (their cells cut with "…"), each to
+no less than its minimum. `hidden` says which columns are hidden, for the line under the table. The
+last column shown may be free text (a reason, a note): it counts at most LAST_COLUMN_CELLS, and the
+edge cuts the rest of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -24,9 +27,18 @@ def _cells(value: Any) -> int:
     return value.cell_len if isinstance(value, Text) else Text(str(value)).cell_len
 
 
-def fit_columns(labels: Sequence[str], rows: Sequence[Sequence[Any]], drop: Sequence[str],
-                width: int) -> tuple[int, ...]:
-    """Indices of the columns to show in `width` cells: all, less those of `drop` (in order) while too wide."""
+@dataclass(frozen=True)
+class Fit:
+    """Which columns show (indices), and the cell width some of them are narrowed to."""
+
+    shown: tuple[int, ...]
+    narrowed: tuple[tuple[int, int], ...] = ()  # (column index, cells of content)
+
+
+def fit_columns(labels: Sequence[str], rows: Sequence[Sequence[Any]], drop: Sequence[str], width: int,
+                squeeze: Mapping[str, int] | None = None) -> Fit:
+    """The columns to show in `width` cells: all, less those of `drop` (in order) while too wide, then
+    the columns of `squeeze` narrowed toward their minimum content width while still too wide."""
     need = [max([_cells(label), *(_cells(r[i]) for r in rows)]) + PADDING for i, label in enumerate(labels)]
     shown = list(range(len(labels)))
 
@@ -37,7 +49,25 @@ def fit_columns(labels: Sequence[str], rows: Sequence[Sequence[Any]], drop: Sequ
         if wide() <= width:
             break
         shown.remove(labels.index(label))
-    return tuple(shown)
+    narrowed = []
+    for label, least in (squeeze or {}).items():
+        i = labels.index(label)
+        excess = wide() - width
+        if excess <= 0:
+            break
+        if i in shown and need[i] > least + PADDING:
+            need[i] = max(least + PADDING, need[i] - excess)
+            narrowed.append((i, need[i] - PADDING))
+    return Fit(tuple(shown), tuple(narrowed))
+
+
+def _cut(value: Any, cells: int) -> Any:
+    """`value` in at most `cells` cells, ending in "…" where it was cut."""
+    if _cells(value) <= cells:
+        return value
+    text = value.copy() if isinstance(value, Text) else Text(str(value))
+    text.truncate(cells, overflow="ellipsis")
+    return text
 
 
 class FittedTable(DataTable[Any]):
@@ -49,20 +79,21 @@ class FittedTable(DataTable[Any]):
             super().__init__()
             self.table = table
 
-    def __init__(self, labels: Sequence[str], drop: Sequence[str] = (), **kwargs: Any) -> None:
+    def __init__(self, labels: Sequence[str], drop: Sequence[str] = (), squeeze: Mapping[str, int] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.can_focus = False
-        unknown = set(drop) - set(labels)
+        unknown = (set(drop) | set(squeeze or {})) - set(labels)
         if unknown:
-            raise ValueError(f"drop names columns the table lacks: {sorted(unknown)}")
-        self.labels, self.drop = tuple(labels), tuple(drop)
+            raise ValueError(f"drop/squeeze name columns the table lacks: {sorted(unknown)}")
+        self.labels, self.drop, self.squeeze = tuple(labels), tuple(drop), dict(squeeze or {})
         self._rows: list[tuple[Any, ...]] | None = None
-        self._shown = tuple(range(len(self.labels)))
+        self._fit = Fit(tuple(range(len(self.labels))))
         self.add_columns(*self.labels)
 
     @property
     def hidden(self) -> tuple[str, ...]:
-        return tuple(label for i, label in enumerate(self.labels) if i not in self._shown)
+        return tuple(label for i, label in enumerate(self.labels) if i not in self._fit.shown)
 
     def set_rows(self, rows: Sequence[Sequence[Any]]) -> bool:
         """Show `rows` (full rows, every column); False when they were already shown."""
@@ -82,19 +113,22 @@ class FittedTable(DataTable[Any]):
         if width <= 0:  # a hidden tab's table: keep what it shows until it is on screen again
             if not force:
                 return
-            shown = self._shown
+            fit = self._fit
         else:
-            shown = fit_columns(self.labels, self._rows or [], self.drop, width)
-        if shown != self._shown:
-            self._shown = shown
+            fit = fit_columns(self.labels, self._rows or [], self.drop, width, self.squeeze)
+        if fit != self._fit:  # columns only widen with their content: narrowed ones are made anew
             self.clear(columns=True)
-            self.add_columns(*(self.labels[i] for i in shown))
-            self.post_message(self.HiddenChanged(self))
+            self.add_columns(*(self.labels[i] for i in fit.shown))
+            if fit.shown != self._fit.shown:
+                self.post_message(self.HiddenChanged(self))
+            self._fit = fit
         elif not force:
             return
         else:
             self.clear()
-        self.add_rows([tuple(r[i] for i in shown) for r in self._rows or []])
+        narrow = dict(fit.narrowed)
+        self.add_rows([tuple(_cut(r[i], narrow[i]) if i in narrow else r[i] for i in fit.shown)
+                       for r in self._rows or []])
 
 
 def hidden_columns_line() -> Static:

@@ -28,13 +28,14 @@ class TableView(NamesHiddenColumns, Vertical):
 
     COLUMNS: tuple[str, ...] = ()
     DROP: tuple[str, ...] = ()
+    SQUEEZE: dict[str, int] = {}
     TITLE = ""
     EMPTY = "nothing yet"
 
     def compose(self) -> ComposeResult:
         yield Static(self.TITLE, classes="view-title")
         yield Static(self.EMPTY, classes="empty")
-        yield FittedTable(self.COLUMNS, self.DROP)
+        yield FittedTable(self.COLUMNS, self.DROP, self.SQUEEZE)
         yield hidden_columns_line()
 
     @property
@@ -296,7 +297,8 @@ class EventsView(TableView):
     TITLE = "Events: every change and launcher happening, newest first"
     EMPTY = "no events yet"
     COLUMNS = ("time", "actor", "kind", "target", "old", "new", "status", "reason")
-    DROP = ("actor",)  # old and new are what an event says: they stay, and the reason is cut at the edge
+    DROP = ("actor",)  # old and new are what an event says: they stay (narrowed), the reason is cut at the edge
+    SQUEEZE = {"old": 12, "new": 16}
     SHOWN = 200
 
     def update_view(self, state: ViewState) -> None:

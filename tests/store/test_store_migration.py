@@ -11,7 +11,7 @@ import sqlite_utils
 from gpudash.records import PoolSample
 from gpudash.store import Store, StoreWriter
 from gpudash.store.export import export_session
-from gpudash.store.schema import SCHEMA_VERSION, current_version, migrate
+from gpudash.store.schema import SCHEMA_VERSION, migrate
 
 from store_samples import full_snapshot
 

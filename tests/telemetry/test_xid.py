@@ -13,8 +13,11 @@ from gpudash.telemetry import xid
 
 
 class FakeEventSet:
-    """What NVML's event API does, as nvml.h documents it: registration per device for supported types,
-    and a wait that raises NVML_ERROR_TIMEOUT when nothing is queued."""
+    """What NVML's event API does, as NVIDIA's NVML API Reference ("Event Handling Methods", the comments
+    of nvml.h) documents it: nvmlDeviceGetSupportedEventTypes gives a device's event mask,
+    nvmlDeviceRegisterEvents registers a device for some of them, and nvmlEventSetWait_v2 returns a
+    queued event at once or NVML_ERROR_TIMEOUT "if no event arrived in specified timeout" (0 here), and
+    may return NVML_ERROR_GPU_IS_LOST."""
 
     def __init__(self, supported: dict[int, int], monkeypatch) -> None:
         self.supported = supported  # device address -> supported event type mask

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable, Static
@@ -24,7 +25,7 @@ PADDING = 2  # DataTable's cell padding, one cell each side
 
 
 def _cells(value: Any) -> int:
-    return value.cell_len if isinstance(value, Text) else Text(str(value)).cell_len
+    return value.cell_len if isinstance(value, Text) else cell_len(str(value))
 
 
 @dataclass(frozen=True)

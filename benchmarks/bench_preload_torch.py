@@ -10,7 +10,7 @@ the block) and the median of the next three (the block cached); `.cpu()` into fr
 in `--small-rounds` fresh pairs of processes (the median, and the median paired difference).
 Every result is checked byte for byte. Needs PyTorch with CUDA and an NVIDIA GPU.
 
-Run: python benchmarks/bench_preload_torch.py [--gib 4] [--pinned-gib 1] [--small 10000] [--small-rounds 6]
+Run: python benchmarks/bench_preload_torch.py [--gib 4] [--pinned-gib 1] [--small 10000] [--small-rounds 14]
      [--knob k=v ...]
 """
 
@@ -170,7 +170,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="timed .cuda()/.cpu() after the first (median)")
     ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                     help="start-up knob of the preloaded engine (integers; repeatable)")
-    ap.add_argument("--small-rounds", type=int, default=6,
+    ap.add_argument("--small-rounds", type=int, default=14,
                     help="more runs of only the 4 KiB case, without and with the preload in turn (median)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--only-small", action="store_true", help=argparse.SUPPRESS)

@@ -13,6 +13,8 @@
 #   bash benchmarks/gpu_box.sh preload PyTorch and the CUDA llama-server with and without the preload
 #                                      (LLAMA_RUNS=3: the llama-server run three times; LLAMA_KNOBS="--knob k=v");
 #                                      preload_torch and preload_llama run one half each
+#   bash benchmarks/gpu_box.sh staged_d2h  llama-server's prompt-cache save pattern (and PyTorch's .cpu()) with
+#                                      the engine alone: native vs the staging ring (STAGED_ARGS="--set k=v")
 #   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs, with
 #                                      gpudash's per-thread profile and the cost of each NVML call
 #
@@ -98,7 +100,7 @@ preload() {
 }
 
 preload_torch() {
-  run timeout 240 python3 benchmarks/bench_preload_torch.py || true
+  run timeout 330 python3 benchmarks/bench_preload_torch.py || true
 }
 
 preload_llama() {
@@ -107,6 +109,10 @@ preload_llama() {
     run timeout 330 python3 benchmarks/bench_preload_llama.py --llama-server "$(cuda_llama)" --model-dir "$ROOT/.devcache" \
       ${LLAMA_KNOBS:-} || true
   done
+}
+
+staged_d2h() {
+  run python3 benchmarks/bench_staged_d2h.py ${STAGED_ARGS:-}
 }
 
 nvitop() {
@@ -119,7 +125,7 @@ nvitop() {
 
 for stage in "$@"; do
   case $stage in
-    setup|demo|big|gpu|preload|preload_torch|preload_llama|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
-    *) echo "unknown stage $stage (setup, demo, big, gpu, preload, preload_torch, preload_llama, nvitop)" >&2; exit 2 ;;
+    setup|demo|big|gpu|preload|preload_torch|preload_llama|staged_d2h|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
+    *) echo "unknown stage $stage (setup, demo, big, gpu, preload, preload_torch, preload_llama, staged_d2h, nvitop)" >&2; exit 2 ;;
   esac
 done

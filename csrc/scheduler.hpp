@@ -169,6 +169,10 @@ class Engine {
   // Called with the group lock held; returns with it held.
   void settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk);
 
+  // How a staged D2H chunk is drained into its destination [dst, dst + len): whether that memory is
+  // already faulted in decides (dispatch.cpp).
+  static StagingThreads::CopyMode drain_mode(uint64_t dst, uint64_t len);
+
   void worker_loop(Path &p);
 
   // ---- copies (copies.cpp) -------------------------------------------------------------------

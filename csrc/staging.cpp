@@ -2,6 +2,12 @@
 #include "staging.hpp"
 
 #include <sys/prctl.h>
+#include <time.h>
+
+#include <cstring>
+#include <memory>
+
+#include "host_copy.hpp"
 
 namespace ge {
 
@@ -34,16 +40,60 @@ void StagingThreads::loop() {
   }
 }
 
-void StagingThreads::submit(std::function<void()> task) {
+namespace {
+
+uint64_t thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// What the pieces of one split copy share: pieces still running, their CPU time, the callback.
+struct Split {
+  std::atomic<int> left{0};
+  std::atomic<uint64_t> cpu_ns{0};
+  std::function<void(uint64_t)> done;
+};
+
+}  // namespace
+
+void StagingThreads::copy(uint64_t dst, uint64_t src, uint64_t len, CopyMode mode,
+                          std::function<void(uint64_t)> done) {
+  bool streaming = mode == CopyMode::kPiecesStreaming;
+  uint64_t pieces = mode == CopyMode::kWhole ? 1 : std::max<uint64_t>(1, len / kPieceBytes);
+  if (pieces > 1) {
+    std::lock_guard<std::mutex> lk(m_);
+    pieces = std::min<uint64_t>(pieces, uint64_t(std::max(1, target_)));
+  }
+  uint64_t step = (len / pieces + 4095) & ~uint64_t(4095);  // page-aligned piece boundaries
+  auto split = std::make_shared<Split>();
+  split->done = std::move(done);
+  std::vector<std::function<void()>> tasks;
+  for (uint64_t off = 0; off < len || tasks.empty(); off += step) {
+    uint64_t n = std::min(step, len - off);
+    tasks.emplace_back([split, d = dst + off, s = src + off, n, streaming] {
+      uint64_t t0 = thread_cpu_ns();
+      if (streaming) copy_streaming(reinterpret_cast<void *>(d), reinterpret_cast<const void *>(s), n);
+      else std::memcpy(reinterpret_cast<void *>(d), reinterpret_cast<const void *>(s), n);
+      split->cpu_ns += thread_cpu_ns() - t0;
+      if (split->left.fetch_sub(1) == 1) split->done(split->cpu_ns.load());  // every piece has added its time
+    });
+  }
+  split->left = int(tasks.size());
+  submit_all(tasks);
+}
+
+void StagingThreads::submit_all(std::vector<std::function<void()>> &tasks) {
   {
     std::lock_guard<std::mutex> lk(m_);
     if (!stop_) {
-      tasks_.push_back(std::move(task));
-      cv_.notify_one();
+      for (auto &t : tasks) tasks_.push_back(std::move(t));
+      if (tasks.size() == 1) cv_.notify_one();
+      else cv_.notify_all();
       return;
     }
   }
-  task();
+  for (auto &t : tasks) t();
 }
 
 void StagingThreads::stop() {

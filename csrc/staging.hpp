@@ -2,7 +2,9 @@
 // and pinned staging slots (the dispatchers submit H2D fills, path workers D2H drains).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -21,15 +23,30 @@ class StagingThreads {
   // Runs `n` threads from now on: more start at once, extra ones leave after their current task.
   void resize(int n);
 
-  // Runs `task` on a staging thread, or on this thread once stop() has begun (a waiter that
-  // finishes its own chunk while the engine closes still gets its bytes drained).
-  void submit(std::function<void()> task);
+  // How a staged chunk's memcpy runs (copy()).
+  enum class CopyMode {
+    kPieces,           // split over the threads, plain stores (H2D fills: the destination is a slot)
+    kPiecesStreaming,  // split, non-temporal stores (D2H drains into memory already faulted in)
+    kWhole,            // one task, plain stores (D2H drains into fresh memory, see Engine::drain_mode)
+  };
+
+  // A staged chunk's memcpy: `len` bytes from src to dst, in pieces of about kPieceBytes run by as many
+  // threads (at most one piece a thread), so the time from a chunk's landing to its bytes' arrival is
+  // a piece's copy, not a whole chunk's, and the last chunks of a copy make a short tail.
+  // `done(cpu_ns)` runs once, on the thread that finishes the last piece, with the thread CPU time of
+  // all the pieces.
+  void copy(uint64_t dst, uint64_t src, uint64_t len, CopyMode mode, std::function<void(uint64_t)> done);
 
   // Runs the queued tasks, then joins every thread. Idempotent.
   void stop();
 
+  static constexpr uint64_t kPieceBytes = 512ull << 10;
+
  private:
   void loop();
+  // Queues tasks under one lock, waking a thread for each; once stop() has begun, runs them on this
+  // thread (a waiter that finishes its own chunk while the engine closes still gets its bytes drained).
+  void submit_all(std::vector<std::function<void()>> &tasks);
 
   std::mutex m_;
   std::condition_variable cv_;                 // a task, a resize or stop()

@@ -229,3 +229,35 @@ def test_sync_copies_of_a_registered_buffer_give_the_registration_back(fast_engi
     assert modes == ["driver", "registered", "registered"] and eng._regcache.bytes == MiB
     eng.set(registration_cache_bytes=0)
     assert eng._regcache.bytes == 0 and (dev.host_view() == 3).all()
+
+
+@pytest.mark.parametrize("threads", [1, 3, 8])
+def test_staged_chunks_copied_in_pieces_over_the_staging_threads_are_byte_exact(fast_engine: TransferEngine,
+                                                                                 threads: int) -> None:
+    """A staged chunk's memcpy is split into pieces run by several staging threads (D2H drains into
+    faulted memory with streaming stores, into fresh memory whole): odd offsets and lengths, whole
+    chunks and short ones, land exactly and nothing outside the range is written."""
+    eng = fast_engine
+    eng.set(staging_threads=threads, h2d_chunk_bytes=4 * MiB, d2h_chunk_bytes=2 * MiB)
+    rng = np.random.default_rng(threads)
+    host = rng.integers(0, 256, 40 * MiB, dtype=np.uint8)
+    out = np.zeros(host.size + 2 * GUARD, dtype=np.uint8)
+    dev = eng.alloc_device(0, host.size + 2 * GUARD)
+    view = dev.host_view()
+    for size in (5 * MiB + 77, 2 * MiB, 33 * MiB + 4095, 4 * MiB + 1):
+        so, do = int(rng.integers(1, 4096)) | 1, GUARD + 3
+        src = host[so:so + size]
+        view[:] = 0x5A
+        assert eng.copy(dev.ptr + do, src, nbytes=size, pageable="stage", sync=True).wait().host_mode == "staged"
+        assert np.array_equal(view[do:do + size], src), f"staged h2d of {size} B differs"
+        assert (view[:do] == 0x5A).all() and (view[do + size:] == 0x5A).all(), "staged h2d wrote outside its range"
+        out[:] = 0xA5
+        got = out[GUARD + 1:GUARD + 1 + size]
+        assert eng.copy(got, dev.ptr + do, nbytes=size, pageable="stage", sync=True).wait().host_mode == "staged"
+        assert np.array_equal(got, src), f"staged d2h of {size} B differs"
+        assert (out[:GUARD + 1] == 0xA5).all() and (out[GUARD + 1 + size:] == 0xA5).all(), \
+            "staged d2h wrote outside its range"
+        fresh = np.empty(size + 4096, dtype=np.uint8)[5:5 + size]  # mmap'd, never touched: not faulted in
+        assert eng.copy(fresh, dev.ptr + do, nbytes=size, pageable="stage", sync=True).wait().host_mode == "staged"
+        assert np.array_equal(fresh, src), f"staged d2h of {size} B into fresh memory differs"
+    dev.free()

@@ -8,7 +8,8 @@ pageable and already faulted: 64 copies of about 32 MiB for a 16k-token prompt o
 PyTorch's `.cpu()` copies into fresh memory instead, which the kernel still has to fault. Each case runs
 `--copies` copies of `--mib` MiB from one device buffer, native (one driver copy and a stream sync:
 pageable="driver") and through the engine's staging ring (pageable="stage"), the two taking turns in
-`--rounds` rounds; the table gives the medians of the rounds' totals and the ratio.
+`--rounds` rounds; the table gives the medians of the rounds' totals and the ratio. A last line gives
+the floor: the same copies into pinned memory (no staging), which the staging ring can approach.
 
 Run: python benchmarks/bench_staged_d2h.py [--backend cuda] [--copies 64] [--mib 32] [--set knob=value]
 """
@@ -73,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
             gb = args.copies * size / 1e9
             print(f"{name:<42}{t['driver']:>10.4f}{t['stage']:>10.4f}{t['driver'] / t['stage']:>7.2f}x"
                   f"{gb / t['driver']:>13.2f}{gb / t['stage']:>13.2f}")
+        pinned = eng.alloc_host(args.copies * size)
+        floor = statistics.median(_total_s(eng, pinned.array(), dev.ptr, args.copies, size, "driver")
+                                  for _ in range(args.rounds + 1))
+        print(f"floor: into pinned memory, one driver copy each: {floor:.4f} s, "
+              f"{args.copies * size / 1e9 / floor:.2f} GB/s")
+        pinned.free()
         dev.free()
     return 0
 

@@ -2,8 +2,6 @@
 // queue, direct first; failed paths are skipped and their chunks retried elsewhere), issues them, and
 // each path's worker completes and settles them; per-path rates. The Engine class is in scheduler.hpp.
 
-#include <sys/mman.h>
-
 #include "scheduler.hpp"
 
 namespace ge {
@@ -301,20 +299,6 @@ void Engine::settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk
     finish_chunk(ch, GE_OK);
   }
   lk.lock();
-}
-
-// Measured on the H200 host (64 copies of 32 MiB, median of 7 interleaved rounds, two processes):
-// into memory already faulted in (llama.cpp zero-fills its state buffer first) pieces with streaming
-// stores drain at 26.7 and 40.7 GB/s against 20.9 and 30.4 for one plain memcpy a chunk; into fresh
-// memory (PyTorch's .cpu()) they fall to 9.3 and 11.2 against 14.1 and 19.1: the threads queue on
-// one huge page's fault, and the kernel has just zeroed the page into the caches that plain stores
-// then hit. So the middle page of the chunk's destination decides (it is touched by no other chunk).
-StagingThreads::CopyMode Engine::drain_mode(uint64_t dst, uint64_t len) {
-  uint64_t page = (dst + len / 2) & ~(kPageBytes - 1);
-  unsigned char in_core = 0;
-  if (mincore(reinterpret_cast<void *>(page), kPageBytes, &in_core) == 0 && (in_core & 1))
-    return StagingThreads::CopyMode::kPiecesStreaming;
-  return StagingThreads::CopyMode::kWhole;
 }
 
 void Engine::worker_loop(Path &p) {

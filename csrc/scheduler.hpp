@@ -169,10 +169,6 @@ class Engine {
   // Called with the group lock held; returns with it held.
   void settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk);
 
-  // How a staged D2H chunk is drained into its destination [dst, dst + len): whether that memory is
-  // already faulted in decides (dispatch.cpp).
-  static StagingThreads::CopyMode drain_mode(uint64_t dst, uint64_t len);
-
   void worker_loop(Path &p);
 
   // ---- copies (copies.cpp) -------------------------------------------------------------------
@@ -180,6 +176,11 @@ class Engine {
   // destination, and huge-page advice over a staged D2H destination (see copies.cpp).
   static uint64_t huge_skew(uint64_t dst, uint64_t chunk);
   static void advise_huge(uint64_t addr, uint64_t len);
+  // Whether the page holding addr is resident (mincore): user memory already written, not fresh.
+  static bool faulted_in(uint64_t addr);
+  // How a staged D2H chunk is drained into its destination [dst, dst + len): whether that memory is
+  // already faulted in decides.
+  static StagingThreads::CopyMode drain_mode(uint64_t dst, uint64_t len);
 
   // A waiter that finds its copy's only chunk still queued completes it itself: one thread polls the
   // event instead of a worker polling and then waking the waiter (a futex wake-up costs tens of us).

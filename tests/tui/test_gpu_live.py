@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from tui_helpers import wait_for
-from textual.widgets import Static
 
 from gpudash.config import Config
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.feeds import LiveFeed
+from gpudash.tui.widgets.overview import GpuCard
 
 pytestmark = [pytest.mark.gpu, pytest.mark.anyio]
 
@@ -31,7 +31,7 @@ async def test_live_dashboard_on_real_gpus(tmp_path: Path) -> None:
             assert app.header.source == "nvml" and not app.state.latest.is_sim
             assert len(app.state.latest.gpus) == count
             assert len(app.query(".gpu-card")) == count
-            assert "SIM" not in str(app.query_one("#gpu-0 .card-top", Static).content)
+            assert "SIM" not in app.query_one("#gpu-0", GpuCard).lines[0].plain
             await pilot.press("5", "k", "ctrl+a", "ctrl+k", *"4MiB", "enter")
             await wait_for(pilot, lambda: any(e.kind == "engine.knobs" and e.ok for e in app.state.events),
                            what="the engine.knobs event")

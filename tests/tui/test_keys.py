@@ -108,8 +108,7 @@ async def test_g_and_s_move_a_selection_you_can_see() -> None:
         await pilot.pause(0.05)
         card = app.query_one("#gpu-1")
         assert app.selected_gpu == 1 and card.has_class("selected") and not app.query_one("#gpu-0").has_class("selected")
-        top = card.query_one(".card-top").content
-        assert any("reverse" in str(span.style) for span in top.spans)  # the name shows in reverse
+        assert any("reverse" in str(span.style) for span in card.lines[0].spans)  # the name shows in reverse
         await pilot.press("3", "s")
         title = str(app.query_one("#servers-title").content)
         assert app.selected_server == "small" and "selected:  small " in title

@@ -134,25 +134,28 @@ def test_tokens_per_s_is_a_window_mean_and_none_once_not_ready() -> None:
     assert st.tokens_per_s("big") == 300.0  # the tick 6 sample left the window
 
 
-def test_gpu_cards_keep_pcie_when_small_and_fill_when_tall() -> None:
-    from gpudash.tui.widgets.overview import card_text
+def card_plain(*args, **kw) -> list[str]:
+    """A GPU card's lines as plain text."""
+    from gpudash.tui.widgets.overview import card_lines
 
+    return [line.plain for line in card_lines(*args, **kw)]
+
+
+def test_gpu_cards_keep_pcie_when_small_and_fill_when_tall() -> None:
     g = replace(H20, mem_used=12 * 2**30, mem_total=96 * 2**30, power_w=110.0, temp_c=45.0,
                 pcie_tx_bps=12e9, pcie_rx_bps=3e9)
-    small = card_text(g, True, [0.1] * 30, [0.0] * 30, width=16, height=7).plain.splitlines()
+    small = card_plain(g, True, [0.1] * 30, [0.0] * 30, width=16, height=7)
     assert len(small) <= 7 and all(len(line) <= 16 for line in small[1:]), small
     assert small[1].startswith("TX  12.0G") and small[2].startswith("RX   3.0G")  # the headline stays
-    idle = card_text(replace(g, pcie_tx_bps=0.0), False, [0.0] * 26, [0.0] * 26, width=26, height=13).plain
+    idle = "\n".join(card_plain(replace(g, pcie_tx_bps=0.0), False, [0.0] * 26, [0.0] * 26, width=26, height=13))
     assert "▁" * 26 in idle  # an idle link still draws its baseline
-    tall = card_text(g, False, [0.5] * 40, [0.5] * 40, width=40, height=33, util_hist=[0.2] * 40,
-                     mem_hist=[0.125] * 40).plain.splitlines()
+    tall = card_plain(g, False, [0.5] * 40, [0.5] * 40, width=40, height=33, util_hist=[0.2] * 40,
+                     mem_hist=[0.125] * 40)
     assert "util history" in tall and "mem history" in tall and 33 - 4 < len(tall) <= 33  # a lone GPU's card is full
     assert "SM — held by NA  ECC — remapped —" in tall  # where the source reports no clocks/ECC: NA, not 0
 
 
 def test_a_driver_fault_marks_its_gpu_card_above_everything() -> None:
-    from gpudash.tui.widgets.overview import card_text
-
     snap = sim_snapshot("8xh20", tick=3)
     fault = Event(snap.ts, "driver", "gpu.xid", "GPU1", new=79, ok=False, reason="Xid 79: GPU has fallen off the bus")
     st = ViewState()
@@ -160,6 +163,6 @@ def test_a_driver_fault_marks_its_gpu_card_above_everything() -> None:
     assert st.faults == {1: fault}
     g = st.latest.gpus[1]
     for width, height in ((26, 13), (16, 7), (60, 40)):
-        lines = card_text(g, True, [0.1] * 30, [0.1] * 30, width=width, height=height, fault=fault).plain.splitlines()
+        lines = card_plain(g, True, [0.1] * 30, [0.1] * 30, width=width, height=height, fault=fault)
         assert "Xid 79" in lines[1] and len(lines[1]) <= width and len(lines) <= height, (width, height, lines)
-    assert "Xid" not in card_text(st.latest.gpus[0], True, width=26, height=13).plain
+    assert not any("Xid" in line for line in card_plain(st.latest.gpus[0], True, width=26, height=13))

@@ -12,6 +12,7 @@ from textual.widgets import Static
 
 from gpudash.records import Event, GpuSample
 from gpudash.tui.state import ViewState, link_status
+from gpudash.tui.widgets.lines import TextLines
 from gpudash import fmt
 
 
@@ -58,125 +59,97 @@ COMPACT_WIDTH = 24  # below this many columns a card switches to short lines
 TALL_ROWS = 8  # plot rows at most in a tall card (few GPUs), where util and memory history join PCIe
 
 
-def card_text(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list[float] = (),
-              width: int = 26, height: int = FULL_LINES + 2 * PLOT_ROWS, selected: bool = False,
-              util_hist: list[float] = (), mem_hist: list[float] = (), fault: Event | None = None) -> Text:
+def _line(text: str, style: str = "") -> Text:
+    """One card line, its style as a span (what appending to one Text gave; Textual maps a base
+    style's colours apart from the theme's)."""
+    t = Text()
+    t.append(text, style=style)
+    return t
+
+
+def card_lines(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list[float] = (),
+               width: int = 26, height: int = FULL_LINES + 2 * PLOT_ROWS, selected: bool = False,
+               util_hist: list[float] = (), mem_hist: list[float] = (), fault: Event | None = None) -> list[Text]:
     """The card's lines: name, util, memory, power/temperature, link, PCIe TX/RX, each with a plot of
     as many rows as the height leaves. In a narrow or short card the lines get short and PCIe comes
     right after the name: it is the headline, and the last thing to lose. A driver fault (Xid, ECC,
     lost GPU) seen this session goes right under the name, above everything."""
     link = link_status(g)
-    t = Text()
-    t.append(f"GPU{g.index} ", style="bold reverse" if selected else "bold")
-    t.append(g.name.removeprefix("NVIDIA "), style="reverse" if selected else "")
+    name = _line(f"GPU{g.index} ", "bold reverse" if selected else "bold")
+    name.append(g.name.removeprefix("NVIDIA "), style="reverse" if selected else "")
     if sim:
-        t.append(" SIM", style="bold black on yellow")
-    t.append("\n")
+        name.append(" SIM", style="bold black on yellow")
+    lines = [name]
+    add = lines.append
+
+    def plot(head: str, hist: list[float], style: str, rows: int) -> None:
+        add(_line(head, style))
+        lines.extend(_line(row, style) for row in (plot_rows(list(hist), width, rows) if rows else ()))
+
     if fault is not None:
-        line = f"{time.strftime('%H:%M:%S', time.localtime(fault.ts))} {fault.reason}"
-        t.append(line[:width] + "\n", style="bold white on red")
+        when = time.strftime('%H:%M:%S', time.localtime(fault.ts))
+        add(_line(f"{when} {fault.reason}"[:width], "bold white on red"))
         height -= 1
     util = None if g.util_pct is None else g.util_pct / 100
     mem = g.mem_used / g.mem_total if g.mem_used is not None and g.mem_total else None
     warn = 1 if link.warn else 0
     if width < COMPACT_WIDTH or height < FULL_LINES + warn:
         rows = max(0, (height - 6 - warn) // 2)
-        for name, bps, frac, hist, style in (("TX", g.pcie_tx_bps, link.tx_fraction, tx_hist, "green"),
-                                             ("RX", g.pcie_rx_bps, link.rx_fraction, rx_hist, "cyan")):
+        for label, bps, frac, hist, style in (("TX", g.pcie_tx_bps, link.tx_fraction, tx_hist, "green"),
+                                              ("RX", g.pcie_rx_bps, link.rx_fraction, rx_hist, "cyan")):
             gb = "—" if bps is None else f"{bps / 1e9:.1f}G"
-            t.append(f"{name} {gb:>6} {fmt.pct(frac):>4}\n", style=style)
-            for line in plot_rows(list(hist), width, min(rows, PLOT_ROWS)) if rows else ():
-                t.append(line + "\n", style=style)
+            plot(f"{label} {gb:>6} {fmt.pct(frac):>4}", hist, style, min(rows, PLOT_ROWS))
         cur = f"gen{g.link_gen or '?'}x{g.link_width or '?'}"
-        t.append(f"link {cur}{' LOW' if link.warn else ''}\n", style="bold red" if link.warn else "")
+        add(_line(f"link {cur}{' LOW' if link.warn else ''}", "bold red" if link.warn else ""))
         used = "—" if g.mem_used is None or not g.mem_total else f"{g.mem_used / 2**30:.0f}/{g.mem_total / 2**30:.0f}GiB"
-        t.append(f"{fmt.num(g.util_pct, '.0f', '%')} {used}\n")
-        t.append(f"{fmt.num(g.power_w, '.0f', 'W')} {fmt.num(g.temp_c, '.0f', '°C')}")
-        return t
+        add(_line(f"{fmt.num(g.util_pct, '.0f', '%')} {used}"))
+        add(_line(f"{fmt.num(g.power_w, '.0f', 'W')} {fmt.num(g.temp_c, '.0f', '°C')}"))
+        return lines
     tall = height >= FULL_LINES + warn + 3 + 4 * PLOT_ROWS  # room for clocks/ECC, util and memory history
     rows = min(TALL_ROWS, (height - FULL_LINES - warn - 3) // 4) if tall \
         else max(0, min(PLOT_ROWS, (height - FULL_LINES - warn) // 2))
-    t.append(f"util {_bar(util, 8)} {fmt.num(g.util_pct, '.0f', '%')}\n")
-    t.append(f"mem  {_bar(mem, 8)} {_pair(g.mem_used, g.mem_total)}\n")
-    t.append(f"{fmt.num(g.power_w, '.0f', ' W')}  {fmt.num(g.temp_c, '.0f', ' °C')}\n")
-    t.append(f"link {link.text}\n", style="bold red" if link.warn else "")
+    add(_line(f"util {_bar(util, 8)} {fmt.num(g.util_pct, '.0f', '%')}"))
+    add(_line(f"mem  {_bar(mem, 8)} {_pair(g.mem_used, g.mem_total)}"))
+    add(_line(f"{fmt.num(g.power_w, '.0f', ' W')}  {fmt.num(g.temp_c, '.0f', ' °C')}"))
+    add(_line(f"link {link.text}", "bold red" if link.warn else ""))
     if link.warn:
-        t.append("DOWNGRADED while busy\n", style="bold white on red")
-    t.append(f"TX {fmt.rate(g.pcie_tx_bps):>10} {fmt.pct(link.tx_fraction):>4} of link\n", style="green")
-    for line in plot_rows(list(tx_hist), width, rows) if rows else ():
-        t.append(line + "\n", style="green")
-    t.append(f"RX {fmt.rate(g.pcie_rx_bps):>10} {fmt.pct(link.rx_fraction):>4} of link", style="cyan")
-    for line in plot_rows(list(rx_hist), width, rows) if rows else ():
-        t.append("\n" + line, style="cyan")
+        add(_line("DOWNGRADED while busy", "bold white on red"))
+    plot(f"TX {fmt.rate(g.pcie_tx_bps):>10} {fmt.pct(link.tx_fraction):>4} of link", tx_hist, "green", rows)
+    plot(f"RX {fmt.rate(g.pcie_rx_bps):>10} {fmt.pct(link.rx_fraction):>4} of link", rx_hist, "cyan", rows)
     if tall:
-        t.append(f"\nSM {fmt.num(g.sm_clock_mhz, 'd', ' MHz')} held by {g.throttle or 'NA'}  "
-                 f"ECC {fmt.num(g.ecc_uncorrected, 'd')} remapped {fmt.num(g.remapped_rows, 'd')}",
-                 style="bold red" if g.ecc_uncorrected or g.remapped_rows else "")
-        for label, hist, style in (("util", util_hist, "yellow"), ("mem", mem_hist, "magenta")):
-            t.append(f"\n{label} history", style=style)
-            for line in plot_rows(list(hist), width, rows):
-                t.append("\n" + line, style=style)
-    return t
+        add(_line(f"SM {fmt.num(g.sm_clock_mhz, 'd', ' MHz')} held by {g.throttle or 'NA'}  "
+                  f"ECC {fmt.num(g.ecc_uncorrected, 'd')} remapped {fmt.num(g.remapped_rows, 'd')}",
+                  "bold red" if g.ecc_uncorrected or g.remapped_rows else ""))
+        plot("util history", util_hist, "yellow", rows)
+        plot("mem history", mem_hist, "magenta", rows)
+    return lines
 
 
-def split_card(text: Text) -> tuple[Text, Text]:
-    """The card's lines before its PCIe block and from it on. They are redrawn apart: at idle the plots
-    stay as they were while the power and temperature lines move, and a redraw is paid per area."""
-    lines = text.split("\n")
-    at = next((i for i, line in enumerate(lines) if line.plain.startswith("TX ")), len(lines))
-    if at <= 1:  # a compact card opens with PCIe: keep it in one block
-        at = len(lines)
-    return Text("\n").join(lines[:at]), Text("\n").join(lines[at:])
-
-
-class GpuCard(Vertical):
+class GpuCard(TextLines):
     """One GPU: its numbers, and TX / RX plots as a share of what the link can carry (last minute)."""
 
     def __init__(self, index: int) -> None:
         super().__init__(id=f"gpu-{index}", classes="gpu-card")
         self.index = index
         self._last: tuple | None = None
-        self._built_for = (0, 0)  # the (width, height) the current text was built for
-        self._shown: tuple[Text, Text] | None = None
-
-    def compose(self) -> ComposeResult:
-        yield Static(classes="card-top")
-        yield Static(classes="card-rest")
+        self._built_for = (0, 0)  # the (width, height) the current lines were built for
 
     def on_resize(self) -> None:
         # A hidden view's cards are resized to nothing and back on every view switch: rebuild only when
-        # the size really changed (a rebuild costs a second full render of the Overview).
+        # the size really changed.
         if self._last is not None and self._plot_size() != self._built_for and self.content_size.height:
             self.update_card(*self._last)  # the lines and plots take the card's new size
 
     def _plot_size(self) -> tuple[int, int]:
         return max(8, self.content_size.width or 26), self.content_size.height or FULL_LINES + 2 * PLOT_ROWS
 
-    def on_mount(self) -> None:
-        if self._last is not None:  # a sample came before the card's two blocks existed
-            self.update_card(*self._last)
-
     def update_card(self, g: GpuSample, state: ViewState, sim: bool, selected: bool) -> None:
         self._last = (g, state, sim, selected)
-        if not self.query(".card-rest"):
-            return
         tx, rx = state.link_history.get(g.index, ((), ()))
         util, mem = state.use_history.get(g.index, ((), ()))
         self._built_for = self._plot_size()
-        top, rest = split_card(card_text(g, sim, list(tx), list(rx), *self._built_for, selected=selected,
-                                         util_hist=list(util), mem_hist=list(mem), fault=state.faults.get(g.index)))
-        old_top, old_rest = self._shown or (None, None)
-        if top != old_top:
-            widget = self.query_one(".card-top", Static)
-            lines = len(top.plain.split("\n"))
-            relayout = old_top is None or lines != len(old_top.plain.split("\n"))
-            if relayout:
-                widget.styles.height = lines
-            # Only a change of line count needs a layout pass; otherwise the block repaints in place.
-            widget.update(top, layout=relayout)
-        if rest != old_rest:
-            self.query_one(".card-rest", Static).update(rest, layout=False)
-        self._shown = (top, rest)
+        self.show(card_lines(g, sim, tx, rx, *self._built_for, selected=selected, util_hist=util, mem_hist=mem,
+                             fault=state.faults.get(g.index)))
         self.set_class(selected, "selected")
         self.set_class(link_status(g).warn, "downgraded")
 
@@ -186,25 +159,26 @@ class OverviewView(Vertical):
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._count = -1
+        self._host = Static("waiting for the first sample…", id="host-line")
+        self._grid = Container(id="gpu-grid")
+        self._cards: dict[int, GpuCard] = {}  # held, not queried each tick (a query walks the DOM)
 
     def compose(self) -> ComposeResult:
-        yield Static("waiting for the first sample…", id="host-line")
-        yield Container(id="gpu-grid")
+        yield self._host
+        yield self._grid
 
     def update_view(self, state: ViewState, selected_gpu: int) -> None:
         snap = state.latest
         if snap is None:
             return
-        grid = self.query_one("#gpu-grid", Container)
-        if len(snap.gpus) != self._count:
-            self._count = len(snap.gpus)
-            grid.remove_children()
-            grid.mount_all([GpuCard(g.index) for g in snap.gpus])
-            cols = 1 if self._count <= 1 else 2 if self._count <= 4 else 4
-            grid.styles.grid_size_columns = cols
+        if [g.index for g in snap.gpus] != list(self._cards):
+            self._cards = {g.index: GpuCard(g.index) for g in snap.gpus}
+            self._grid.remove_children()
+            self._grid.mount_all(self._cards.values())
+            count = len(self._cards)
+            self._grid.styles.grid_size_columns = 1 if count <= 1 else 2 if count <= 4 else 4
         for g in snap.gpus:
-            grid.query_one(f"#gpu-{g.index}", GpuCard).update_card(g, state, snap.is_sim, g.index == selected_gpu)
+            self._cards[g.index].update_card(g, state, snap.is_sim, g.index == selected_gpu)
         h = snap.host
         line = Text()
         if h is not None:
@@ -215,4 +189,5 @@ class OverviewView(Vertical):
             line.append(f"gpudash CPU {fmt.num(h.gpudash_cpu_pct, '.1f', '%')} RSS {fmt.size(h.gpudash_rss)}")
         if snap.errors:
             line.append(f"   {len(snap.errors)} source error(s): {snap.errors[0]}", style="bold red")
-        self.query_one("#host-line", Static).update(line, layout=False)  # one fixed line
+        if line != self._host.content:
+            self._host.update(line, layout=False)  # one fixed line

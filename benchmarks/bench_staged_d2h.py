@@ -5,7 +5,9 @@ one run, side by side.
 llama.cpp saves an evicted slot's KV state with one synchronous copy per tensor (ggml-cuda:
 cudaMemcpyAsync then a stream sync) into a host buffer it has just zero-filled, so the destination is
 pageable and already faulted: 64 copies of about 32 MiB for a 16k-token prompt of an 8B-shape model.
-PyTorch's `.cpu()` copies into fresh memory instead, which the kernel still has to fault. Each case runs
+numpy asks for huge pages on large arrays, where llama.cpp's std::vector gets 4 KiB pages, so that
+case runs twice. PyTorch's `.cpu()` copies into fresh memory instead, which the kernel still has to
+fault. Each case runs
 `--copies` copies of `--mib` MiB from one device buffer, native (one driver copy and a stream sync:
 pageable="driver") and through the engine's staging ring (pageable="stage"), the two taking turns in
 `--rounds` rounds; the table gives the medians of the rounds' totals and the ratio. A last line gives
@@ -17,8 +19,10 @@ Run: python benchmarks/bench_staged_d2h.py [--backend cuda] [--copies 64] [--mib
 from __future__ import annotations
 
 import argparse
+import mmap
 import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -35,15 +39,34 @@ def _total_s(eng: TransferEngine, host: np.ndarray, dev_ptr: int, copies: int, s
     return time.perf_counter() - t0
 
 
-def _case(eng: TransferEngine, dev_ptr: int, copies: int, size: int, rounds: int, fresh: bool) -> dict[str, float]:
+def _small_pages(nbytes: int) -> np.ndarray:
+    """Anonymous memory on 4 KiB pages, written once: what glibc's malloc gives a large std::vector
+    under the usual transparent-huge-page setting ("madvise"), which llama.cpp then zero-fills."""
+    mem = mmap.mmap(-1, nbytes)
+    mem.madvise(mmap.MADV_NOHUGEPAGE)
+    arr = np.frombuffer(mem, dtype=np.uint8)  # keeps the mapping alive
+    arr[:] = 1
+    return arr
+
+
+# The destinations: (name, whether each round gets a fresh buffer, how a buffer of n bytes is made).
+DESTINATIONS: tuple[tuple[str, bool, Callable[[int], np.ndarray]], ...] = (
+    ("faulted pageable, huge pages (numpy)", False, lambda n: np.ones(n, dtype=np.uint8)),
+    ("faulted pageable, 4 KiB pages (llama.cpp)", False, _small_pages),
+    ("fresh pageable (PyTorch .cpu())", True, lambda n: np.empty(n, dtype=np.uint8)),
+)
+
+
+def _case(eng: TransferEngine, dev_ptr: int, copies: int, size: int, rounds: int,
+          make: Callable[[int], np.ndarray], fresh: bool) -> dict[str, float]:
     """Median total seconds of native and staged, taking turns; each round gets a new host buffer when
     `fresh` (unfaulted, as PyTorch's .cpu() allocates), else reuses one faulted buffer (as llama.cpp's
     zero-filled state buffer is)."""
-    kept = None if fresh else np.ones(copies * size, dtype=np.uint8)
+    kept = None if fresh else make(copies * size)
     times: dict[str, list[float]] = {"driver": [], "stage": []}
     for r in range(rounds + 1):  # round 0 warms both up and is not counted
         for mode in times:
-            host = np.empty(copies * size, dtype=np.uint8) if kept is None else kept
+            host = make(copies * size) if kept is None else kept
             took = _total_s(eng, host, dev_ptr, copies, size, mode)
             if r:
                 times[mode].append(took)
@@ -67,12 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.copies} synchronous D2H copies of {args.mib:g} MiB ({args.copies * size / 1e9:.2f} GB) per "
               f"round, {args.rounds} rounds, medians; backend {eng.backend}; staging_threads "
               f"{knobs['staging_threads']}, d2h_chunk_bytes {knobs['d2h_chunk_bytes']}")
-        print(f"{'destination':<42}{'native s':>10}{'engine s':>10}{'ratio':>8}{'native GB/s':>13}{'engine GB/s':>13}")
-        for name, fresh in (("faulted pageable (llama.cpp's state save)", False),
-                            ("fresh pageable (PyTorch .cpu())", True)):
-            t = _case(eng, dev.ptr, args.copies, size, args.rounds, fresh)
+        print(f"{'destination':<44}{'native s':>10}{'engine s':>10}{'ratio':>8}{'native GB/s':>13}{'engine GB/s':>13}")
+        for name, fresh, make in DESTINATIONS:
+            t = _case(eng, dev.ptr, args.copies, size, args.rounds, make, fresh)
             gb = args.copies * size / 1e9
-            print(f"{name:<42}{t['driver']:>10.4f}{t['stage']:>10.4f}{t['driver'] / t['stage']:>7.2f}x"
+            print(f"{name:<44}{t['driver']:>10.4f}{t['stage']:>10.4f}{t['driver'] / t['stage']:>7.2f}x"
                   f"{gb / t['driver']:>13.2f}{gb / t['stage']:>13.2f}")
         pinned = eng.alloc_host(args.copies * size)
         floor = statistics.median(_total_s(eng, pinned.array(), dev.ptr, args.copies, size, "driver")

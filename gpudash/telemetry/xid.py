@@ -53,6 +53,7 @@ class XidWatcher:
         """`handles`: NVML device handle per GPU index."""
         self.notes: list[str] = []
         self.watching: dict[int, int] = {}  # GPU index -> the event types registered
+        self._handles = handles
         self._index = {_address(h): i for i, h in handles.items()}
         self._set: Any = None
         try:
@@ -79,12 +80,28 @@ class XidWatcher:
             try:
                 data = pynvml.nvmlEventSetWait_v2(self._set, 0)
             except pynvml.NVMLError as err:
+                if err.value == pynvml.NVML_ERROR_GPU_IS_LOST:  # the wait's own word that a GPU is gone
+                    out += self._lost(ts)
                 if err.value != pynvml.NVML_ERROR_TIMEOUT:  # TIMEOUT: the set is empty
                     self.notes.append(f"nvml: reading Xid events failed ({err}); they are no longer watched")
                     self.close()
                 break
             out.append(self._event(data, ts))
         return tuple(out)
+
+    def _lost(self, ts: float) -> list[Event]:
+        """A gpu.lost Event for each GPU that a cheap query finds gone (the set's wait does not say
+        which one), or one for an unknown GPU: the watcher stops after this, so it is said once."""
+        lost = []
+        for index, handle in self._handles.items():
+            try:
+                pynvml.nvmlDeviceGetMemoryInfo(handle)
+            except pynvml.NVMLError as err:
+                if err.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                    lost.append(f"GPU{index}")
+        return [Event(ts=ts, actor="driver", kind=LOST, target=target, ok=False,
+                      reason="GPU is lost: it fell off the bus or is otherwise inaccessible (NVML)")
+                for target in lost or ["GPU?"]]
 
     def _event(self, data: Any, ts: float) -> Event:
         kind, what = WATCHED.get(int(data.eventType), ("gpu.event", f"event type {int(data.eventType):#x}"))

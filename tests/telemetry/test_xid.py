@@ -17,7 +17,7 @@ class FakeEventSet:
     of nvml.h) documents it: nvmlDeviceGetSupportedEventTypes gives a device's event mask,
     nvmlDeviceRegisterEvents registers a device for some of them, and nvmlEventSetWait_v2 returns a
     queued event at once or NVML_ERROR_TIMEOUT "if no event arrived in specified timeout" (0 here), and
-    may return NVML_ERROR_GPU_IS_LOST."""
+    may return NVML_ERROR_GPU_IS_LOST, which any query of a lost GPU's device returns too."""
 
     def __init__(self, supported: dict[int, int], monkeypatch) -> None:
         self.supported = supported  # device address -> supported event type mask
@@ -25,9 +25,10 @@ class FakeEventSet:
         self.queue: list[SimpleNamespace] = []
         self.freed = False
         self.fail_wait: int | None = None
+        self.lost: set[int] = set()  # device addresses whose queries answer GPU_IS_LOST
         for name, fn in (("nvmlEventSetCreate", lambda: "set"), ("nvmlDeviceGetSupportedEventTypes", self.types),
                          ("nvmlDeviceRegisterEvents", self.register), ("nvmlEventSetWait_v2", self.wait),
-                         ("nvmlEventSetFree", self.free)):
+                         ("nvmlEventSetFree", self.free), ("nvmlDeviceGetMemoryInfo", self.memory)):
             monkeypatch.setattr(pynvml, name, fn)
 
     def types(self, handle) -> int:
@@ -49,6 +50,11 @@ class FakeEventSet:
 
     def free(self, event_set) -> None:
         self.freed = True
+
+    def memory(self, handle) -> SimpleNamespace:
+        if handle.value in self.lost:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return SimpleNamespace(total=1, used=0, free=1)
 
 
 def handle(address: int) -> ctypes.c_void_p:
@@ -86,11 +92,27 @@ def test_what_the_driver_refuses_is_said_once(monkeypatch) -> None:
     assert w.watching == {1: pynvml.nvmlEventTypeXidCriticalError}
     (note,) = w.take_notes()
     assert "GPU 0" in note and "not watched" in note and w.take_notes() == ()
-    nvml.fail_wait = pynvml.NVML_ERROR_GPU_IS_LOST
+    nvml.fail_wait = pynvml.NVML_ERROR_UNKNOWN
     assert w.poll(1.0) == ()
     (note,) = w.take_notes()
     assert "no longer watched" in note and nvml.freed
     assert w.poll(2.0) == ()  # closed: no more calls
+
+
+@pytest.mark.parametrize("lost, targets", [({0x20}, ["GPU1"]), (set(), ["GPU?"])])
+def test_a_lost_gpu_is_an_event_once(monkeypatch, lost: set[int], targets: list[str]) -> None:
+    """The event wait answering GPU_IS_LOST names no GPU: the one whose query fails the same way is
+    named (else an unknown one), once, and the watcher stops."""
+    nvml = FakeEventSet({0x10: pynvml.nvmlEventTypeXidCriticalError, 0x20: pynvml.nvmlEventTypeXidCriticalError},
+                        monkeypatch)
+    w = xid.XidWatcher({0: handle(0x10), 1: handle(0x20)})
+    nvml.fail_wait, nvml.lost = pynvml.NVML_ERROR_GPU_IS_LOST, lost
+    got = w.poll(3.0)
+    assert [(e.kind, e.target, e.actor, e.ok, e.ts) for e in got] == [("gpu.lost", t, "driver", False, 3.0)
+                                                                      for t in targets]
+    assert "inaccessible" in got[0].reason
+    assert "no longer watched" in w.take_notes()[0] and nvml.freed
+    assert w.poll(4.0) == ()
 
 
 def test_no_event_sets_at_all(monkeypatch) -> None:

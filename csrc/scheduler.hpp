@@ -186,6 +186,20 @@ class Engine {
   static constexpr int kNotNow = 1;
   int copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream);
 
+  // The synchronous staged D2H path: a single-path staged D2H copy while its group is idle runs on the
+  // caller's thread, which puts every chunk the ring has room for on the direct path's stream, waits for
+  // them in order and hands each landed chunk to the staging threads to drain. No dispatcher or worker
+  // is woken: llama.cpp saves its prompt cache as one synchronous copy per tensor, where each hop
+  // between threads costs tens of microseconds per copy. Sets *chunks; kNotNow as copy_now.
+  int stage_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
+                uint64_t *chunks);
+  // stage_now's loop over the chunks of c on path p; returns the first error (what is in flight lands
+  // first), after every drained chunk has freed its slot.
+  int stage_d2h_here(Path &p, const std::shared_ptr<Copy> &c);
+  // A copy's plan (knobs, chunk size, huge-page skew, chunks) before anything runs (start_copy, stage_now).
+  std::shared_ptr<Copy> new_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode,
+                                 uint64_t stream);
+
   Group &group_of(int gpu, int dir) { return *groups_[size_t(gpu) * 2 + size_t(dir)]; }
 
   std::unique_ptr<Backend> be_;

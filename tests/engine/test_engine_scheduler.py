@@ -245,3 +245,77 @@ def test_staged_d2h_chunks_start_on_huge_page_boundaries_of_the_destination(
     skew = 2 * MiB - first if first else 0
     assert info.host_mode == "staged" and info.chunks == -(-(n + skew) // (2 * MiB))
     assert np.array_equal(out, dev.host_view())
+
+
+def _staging_used(eng: TransferEngine) -> int:
+    return sum(s.used for s in eng.pools()["engine-host"].stats() if s.shard == "staging")
+
+
+@pytest.mark.parametrize("offset", [0, 4097])
+def test_sync_staged_d2h_with_more_chunks_than_slots_is_exact_and_frees_every_slot(
+        make_engine: Callable[..., TransferEngine], offset: int) -> None:
+    """A synchronous staged D2H copy on an idle single-path group runs on the caller's thread: the
+    chunks that fit the ring go on the stream at once, and the rest as drained chunks free their
+    slots (81 chunks here, 32 slots); the bytes land exactly, guards intact, and the ring ends empty."""
+    eng = make_engine("h200", sim_time_scale=1.0)
+    eng.set(d2h_chunk_bytes=64 * 1024, d2h_staging_bytes=0)
+    n = 5 * MiB + 3
+    dev = eng.alloc_device(0, n)
+    dev.host_view()[:] = np.random.default_rng(offset).integers(0, 256, n, dtype=np.uint8)
+    out = np.full(n + offset + 128, 0xA5, dtype=np.uint8)
+    got = out[offset:offset + n]
+    before = next(p for p in eng.stats().paths if p.direction == "d2h")
+    info = eng.copy(got, dev, pageable="stage", sync=True).wait()
+    assert info.host_mode == "staged" and info.chunks > 32
+    assert np.array_equal(got, dev.host_view())
+    assert (out[:offset] == 0xA5).all() and (out[offset + n:] == 0xA5).all()
+    path = next(p for p in eng.stats().paths if p.direction == "d2h")
+    assert (path.bytes - before.bytes, path.chunks - before.chunks, path.queue_depth) == (n, info.chunks, 0)
+    assert _staging_used(eng) == 0
+
+
+def test_sync_staged_d2h_on_a_failing_path_fails_cleanly_and_frees_every_slot(
+        make_engine: Callable[..., TransferEngine]) -> None:
+    eng = make_engine("h200", sim_time_scale=1.0)
+    eng.set(d2h_chunk_bytes=256 * 1024, d2h_staging_bytes=0)
+    dev = eng.alloc_device(0, 16 * MiB)
+    dev.host_view()[:] = 7
+    out = np.zeros(16 * MiB, dtype=np.uint8)
+    eng.inject_fault(0, direction="d2h")
+    with pytest.raises(EngineError, match="GE_EPATH"):
+        eng.copy(out, dev, pageable="stage", sync=True).wait()
+    assert _staging_used(eng) == 0
+    eng.inject_fault(0, direction="d2h", fail=False)
+    assert eng.copy(out, dev, pageable="stage", sync=True).wait().host_mode == "staged"
+    assert (out == 7).all() and _staging_used(eng) == 0
+
+
+def test_sync_staged_d2h_copies_from_many_threads_at_once_are_exact(
+        make_engine: Callable[..., TransferEngine]) -> None:
+    """One thread's copy runs on its own thread while the group is idle; the others meanwhile go
+    through the dispatcher, sharing the path and the ring: every copy lands exactly."""
+    eng = make_engine("h200", sim_time_scale=1.0)
+    eng.set(d2h_chunk_bytes=128 * 1024, d2h_staging_bytes=0)
+    n = 3 * MiB + 11
+    devs = [eng.alloc_device(0, n) for _ in range(4)]
+    for i, d in enumerate(devs):
+        d.host_view()[:] = np.random.default_rng(i).integers(0, 256, n, dtype=np.uint8)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            out = np.zeros(n, dtype=np.uint8)
+            for _ in range(20):
+                out[:] = 0
+                eng.copy(out, devs[i], pageable="stage", sync=True).wait()
+                assert np.array_equal(out, devs[i].host_view()), f"thread {i}: bytes differ"
+        except BaseException as err:  # reported by the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert _staging_used(eng) == 0

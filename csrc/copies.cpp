@@ -209,12 +209,8 @@ int Engine::copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, i
     fallback = dir == GE_H2D ? knobs_.h2d_fallback_bytes : knobs_.d2h_fallback_bytes;
   }
   if (!direct_only && n >= fallback && g.paths.size() > 1) return kNotNow;
+  if (!hold_direct(g)) return kNotNow;
   Path &p = *g.paths[0];
-  {
-    std::lock_guard<std::mutex> lk(g.m);
-    if (!g.copies.empty() || !g.ready.empty() || !g.retry.empty() || p.depth || p.failed) return kNotNow;
-    p.depth++;
-  }
   Chunk ch;
   ch.len = n;
   ch.host = dir == GE_H2D ? src : dst;
@@ -228,6 +224,19 @@ int Engine::copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, i
   int rc = be_->copy_now(p, ch, stream);
   p.cpu_ns += exact ? thread_cpu_ns() - c0 : uint64_t((real_now() - ch.issue_t) * 1e9);
   if (rc == GE_OK) count_landed(p, n);
+  return drop_direct(g, rc);
+}
+
+bool Engine::hold_direct(Group &g) {
+  Path &p = *g.paths[0];
+  std::lock_guard<std::mutex> lk(g.m);
+  if (stopping_ || !g.copies.empty() || !g.ready.empty() || !g.retry.empty() || p.depth || p.failed) return false;
+  p.depth++;
+  return true;
+}
+
+int Engine::drop_direct(Group &g, int rc) {
+  Path &p = *g.paths[0];
   std::lock_guard<std::mutex> lk(g.m);
   p.depth--;
   if (rc && rc != GE_ENOTSUP) p.failed = true;
@@ -242,13 +251,8 @@ int Engine::stage_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, 
     return kNotNow;
   auto c = new_copy(dir, gpu, dst, src, n, host_mode, stream);
   Group &g = group_of(gpu, dir);
-  if (!c->single_path) return kNotNow;  // relays: the dispatcher spreads it over the paths
+  if (!c->single_path || !hold_direct(g)) return kNotNow;  // relays: the dispatcher spreads it over the paths
   Path &p = *g.paths[0];
-  {
-    std::lock_guard<std::mutex> lk(g.m);
-    if (stopping_ || !g.copies.empty() || !g.ready.empty() || !g.retry.empty() || p.depth || p.failed) return kNotNow;
-    p.depth++;
-  }
   precise_timers();
   uint64_t c0 = thread_cpu_ns();
   int rc = be_->stream_begin(*c);
@@ -259,11 +263,7 @@ int Engine::stage_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, 
   }
   p.cpu_ns += thread_cpu_ns() - c0;
   *chunks = rc == GE_OK ? c->nchunks : 0;
-  std::lock_guard<std::mutex> lk(g.m);
-  p.depth--;
-  if (rc && rc != GE_ENOTSUP) p.failed = true;
-  if (!g.copies.empty() || !g.ready.empty() || !g.retry.empty()) g.cv.notify_all();  // a chunk may wait for room
-  return rc && rc != GE_ENOTSUP && g.paths.size() > 1 ? kNotNow : rc;
+  return drop_direct(g, rc);
 }
 
 // How long the caller of a staged D2H copy naps while every staging slot is taken (by other copies:
@@ -316,9 +316,10 @@ int Engine::stage_d2h_here(Path &p, const std::shared_ptr<Copy> &c) {
     release_stage(ch->stage);
     delete ch;
   }
-  while (!poll_until([&] { return draining->load(std::memory_order_acquire) == 0; }, kWaitSpinS, kWaitNapFraction,
-                     kWaitMaxNapS, kWaitPollS)) {
-  }
+  // The drains always end (a stopped pool runs them on the submitting thread): poll until they have,
+  // starting each round of polling again after its kWaitPollS.
+  auto drained = [&] { return draining->load(std::memory_order_acquire) == 0; };
+  while (!poll_until(drained, kWaitSpinS, kWaitNapFraction, kWaitMaxNapS, kWaitPollS)) continue;
   return rc;
 }
 

@@ -193,6 +193,12 @@ class Engine {
   // between threads costs tens of microseconds per copy. Sets *chunks; kNotNow as copy_now.
   int stage_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
                 uint64_t *chunks);
+  // Holds group g's direct path for a copy run on the caller's thread (copy_now, stage_now): only while
+  // nothing of the group is queued and the path has nothing in flight (false: not now). The dispatcher
+  // sees the path busy meanwhile. drop_direct lets it go after the copy ended with rc, and answers what
+  // the synchronous call returns (kNotNow: a failure that relays may retry).
+  bool hold_direct(Group &g);
+  int drop_direct(Group &g, int rc);
   // stage_now's loop over the chunks of c on path p; returns the first error (what is in flight lands
   // first), after every drained chunk has freed its slot.
   int stage_d2h_here(Path &p, const std::shared_ptr<Copy> &c);

@@ -303,10 +303,7 @@ int Engine::stage_d2h_here(Path &p, const std::shared_ptr<Copy> &c) {
     }
     count_landed(p, ch->len);
     draining->fetch_add(1);
-    uint64_t to = c->dst + ch->off;
-    staging_.copy(to, ch->host, ch->len, drain_mode(to, ch->len), [this, &p, ch, draining](uint64_t cpu_ns) {
-      p.cpu_ns += cpu_ns;
-      release_stage(ch->stage);
+    drain_chunk(p, ch, [ch, draining] {
       delete ch;
       draining->fetch_sub(1, std::memory_order_release);
     });

@@ -288,17 +288,22 @@ void Engine::settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk
   lk.unlock();
   count_landed(p, ch->len);
   if (ch->stage && ch->copy->dir == GE_D2H) {
-    uint64_t dst = ch->copy->dst + ch->off;
-    staging_.copy(dst, ch->host, ch->len, drain_mode(dst, ch->len), [this, ch, &p](uint64_t cpu_ns) {
-      p.cpu_ns += cpu_ns;
-      release_stage(ch->stage);
-      finish_chunk(ch, GE_OK);
-    });
+    drain_chunk(p, ch, [this, ch] { finish_chunk(ch, GE_OK); });
   } else {
     if (ch->stage) release_stage(ch->stage);
     finish_chunk(ch, GE_OK);
   }
   lk.lock();
+}
+
+void Engine::drain_chunk(Path &p, Chunk *ch, std::function<void()> then) {
+  uint64_t dst = ch->copy->dst + ch->off;
+  auto drained = [this, &p, ch, then = std::move(then)](uint64_t cpu_ns) {
+    p.cpu_ns += cpu_ns;
+    release_stage(ch->stage);
+    then();
+  };
+  staging_.copy(dst, ch->host, ch->len, drain_mode(dst, ch->len), std::move(drained));
 }
 
 void Engine::worker_loop(Path &p) {

@@ -162,6 +162,11 @@ class Engine {
   // Called with the group lock held; returns with it held.
   void settle(Path &p, Chunk *ch, int rc, std::unique_lock<std::mutex> &lk);
 
+  // Copies a landed staged D2H chunk from its slot into its copy's destination on the staging threads,
+  // then frees the slot and runs `then` (the chunk is still alive there: settle finishes it, stage_now
+  // deletes it).
+  void drain_chunk(Path &p, Chunk *ch, std::function<void()> then);
+
   void worker_loop(Path &p);
 
   // ---- copies (copies.cpp) -------------------------------------------------------------------

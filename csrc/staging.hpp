@@ -42,8 +42,8 @@ class StagingThreads {
   void stop();
 
   static constexpr uint64_t kPieceBytes = 512ull << 10;
-  // D2H drains into faulted memory (kPiecesStreaming) split finer: the last chunk of a synchronous copy
-  // is drained in a quarter of its time, not a half. On the H200 host (64 copies of 32 MiB, 8 threads,
+  // D2H drains into faulted memory (kPiecesStreaming) split finer: a 2 MiB chunk, the last of a
+  // synchronous copy too, is drained in eighths by 8 threads, not in quarters. On the H200 host (64 copies of 32 MiB, 8 threads,
   // two processes) 256 KiB pieces drained at 43.4 and 44.7 GB/s against 40.8 and 42.4 for 512 KiB.
   static constexpr uint64_t kDrainPieceBytes = 256ull << 10;
   // A thread that finds no task looks again, yielding, for this long before it sleeps: a copy's next

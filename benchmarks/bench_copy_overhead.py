@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine import TransferEngine
-from engine import _native as N
+from gpudash.engine import TransferEngine
+from gpudash.engine import _native as N
 
 SIZES = (4096, 64 * 1024, 1 << 20)
 

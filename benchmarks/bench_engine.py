@@ -11,10 +11,10 @@ import argparse
 import json
 import sys
 
-from engine import EngineConfig, TransferEngine
-from engine.autotune import tune
-from engine.bench import bench_title, check_engine, relay_figure, render, render_tune, run_bench, side_for
-from engine.profiles import PROFILES
+from gpudash.engine import EngineConfig, TransferEngine
+from gpudash.engine.autotune import tune
+from gpudash.engine.bench import bench_title, check_engine, relay_figure, render, render_tune, run_bench, side_for
+from gpudash.engine.profiles import PROFILES
 
 SIZE_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 

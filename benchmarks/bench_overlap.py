@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.profiles import PROFILES
+from gpudash.engine.profiles import PROFILES
 from gpudash.advisor.baseline import measured_baseline, sim_baseline
 from gpudash.advisor.overlap import LayerShape
 from gpudash.rig import NvmlRig, SimulatedRig
@@ -33,7 +33,7 @@ def main() -> None:
     tp = args.tp or len(topo.gpus)
     engine = None
     if not topo.is_sim:
-        from engine import EngineConfig, TransferEngine
+        from gpudash.engine import EngineConfig, TransferEngine
 
         engine = TransferEngine(EngineConfig(backend="cuda"))
     label = f"{topo.source} SIM (arithmetic, not measured)" if topo.is_sim else topo.source

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.pools import MemoryPool, PoolExhaustedError
-from engine.traces import Trace, kv_tenant_trace
+from gpudash.engine.pools import MemoryPool, PoolExhaustedError
+from gpudash.engine.traces import Trace, kv_tenant_trace
 
 CAPACITY_PER_TENANT = 512 << 20
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine import EngineConfig, TransferEngine
+from gpudash.engine import EngineConfig, TransferEngine
 
 MiB = 2**20
 

@@ -8,15 +8,15 @@
 
 namespace ge {
 
-// ge_knobs must have the layout of the knob table in engine/config.py (the ctypes struct is built from it).
+// ge_knobs must have the layout of the knob table in gpudash/engine/config.py (the ctypes struct is built from it).
 #define GE_KNOB_LAYOUT(field, type, offset, lo, hi)                                                   \
   static_assert(offsetof(ge_knobs, field) == (offset) &&                                             \
                     std::is_same<decltype(ge_knobs::field), type>::value,                          \
-                "ge_knobs." #field " differs from engine/config.py's knob table: change both, then " \
-                "regenerate csrc/knob_limits.h with `python -m engine.knob_header`");
+                "ge_knobs." #field " differs from gpudash/engine/config.py's knob table: change both, then " \
+                "regenerate csrc/knob_limits.h with `python -m gpudash.engine.knob_header`");
 GE_KNOB_TABLE(GE_KNOB_LAYOUT)
 #undef GE_KNOB_LAYOUT
-static_assert(sizeof(ge_knobs) == GE_KNOBS_SIZE, "ge_knobs differs in size from engine/config.py's knob table");
+static_assert(sizeof(ge_knobs) == GE_KNOBS_SIZE, "ge_knobs differs in size from gpudash/engine/config.py's knob table");
 
 template <typename T>
 static bool knob_in_range(T v, T lo, T hi) { return !(v < lo) && !(hi < v); }

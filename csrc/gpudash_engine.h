@@ -1,4 +1,4 @@
-/* gpudash transfer engine: the one C ABI that engine/_native.py loads with ctypes.
+/* gpudash transfer engine: the one C ABI that gpudash/engine/_native.py loads with ctypes.
  *
  * Every function returns GE_OK (0) or an error code: negative codes are the engine's own
  * (GE_E*), codes >= GE_CUDA_BASE are GE_CUDA_BASE + a CUresult; ge_strerror() names both.
@@ -20,7 +20,7 @@ enum {
   GE_EINVAL = -1,    /* bad argument (size, knob, direction) */
   GE_ENOMEM = -2,    /* host or device allocation failed */
   GE_ENODEV = -3,    /* no such GPU */
-  GE_EFREED = -4,    /* pointer is not a live engine/device allocation */
+  GE_EFREED = -4,    /* pointer is not a live gpudash/engine/device allocation */
   GE_ERANGE = -5,    /* buffer smaller than the copy */
   GE_EPATH = -6,     /* every path able to carry the copy failed */
   GE_ETIMEOUT = -7,  /* wait timed out; the copy is still running */
@@ -85,7 +85,7 @@ int ge_create_cuda(const ge_knobs *knobs, ge_engine **out);
 /* Stops the engine and frees it. Queued copies fail with GE_ECLOSED, chunks already on a path land;
  * callers blocked in ge_wait, ge_finish or ge_copy_sync then return, and the engine is freed once they
  * have left. Any other call racing with ge_destroy, and every call after it, uses freed memory: keeping
- * e out of use from then on is the caller's job (engine/transfer.py does it with a call gate). */
+ * e out of use from then on is the caller's job (gpudash/engine/transfer.py does it with a call gate). */
 void ge_destroy(ge_engine *e);
 
 int ge_num_gpus(ge_engine *e);

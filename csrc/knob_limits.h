@@ -1,4 +1,4 @@
-/* Generated from KNOB_TABLE in engine/config.py by `python -m engine.knob_header`; do not edit.
+/* Generated from KNOB_TABLE in gpudash/engine/config.py by `python -m gpudash.engine.knob_header`; do not edit.
  * tests/engine/test_knob_table.py fails while this file and the table differ. */
 #ifndef GPUDASH_KNOB_LIMITS_H
 #define GPUDASH_KNOB_LIMITS_H

@@ -19,7 +19,7 @@ import tomli_w
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
                       field_validator, model_validator)
 
-from engine.config import KNOB, KNOB_TABLE
+from gpudash.engine.config import KNOB, KNOB_TABLE
 from gpudash.redact import redact_config_data
 
 APP_NAME = "gpudash"
@@ -126,7 +126,7 @@ class SimConfig(_Section):
 
 
 class _EngineSection(_Section):
-    """The transfer engine's knobs: one field per row of engine/config.py's KNOB_TABLE, with its default,
+    """The transfer engine's knobs: one field per row of gpudash/engine/config.py's KNOB_TABLE, with its default,
     doc and range; sizes take 4MiB, 2.81MB or bytes. A knob the config file leaves unset takes this
     machine's tuned value when there is one (gpudash/tuned.py), else the table's default."""
 

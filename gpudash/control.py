@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Protocol
 
 from pydantic import ValidationError
 
-from engine.config import KNOBS
+from gpudash.engine.config import KNOBS
 from gpudash import fmt
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.records import Event

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from engine import preload_shm as P
-from engine.errors import EngineError
+from gpudash.engine import preload_shm as P
+from gpudash.engine.errors import EngineError
 from gpudash.config import EngineSettings
 from gpudash.records import Event
 

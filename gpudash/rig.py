@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine import EngineConfig, TransferEngine
+    from gpudash.engine import EngineConfig, TransferEngine
     from gpudash.config import Config
     from gpudash.telemetry.sampler import Source
     from gpudash.telemetry.sim import SimRigSource
@@ -37,7 +37,7 @@ class Rig(ABC):
 
     def make_engine(self, config: Config) -> TransferEngine:
         """A transfer engine for this rig (the caller closes it)."""
-        from engine import TransferEngine
+        from gpudash.engine import TransferEngine
 
         return TransferEngine(self.engine_config(config))
 
@@ -63,7 +63,7 @@ class NvmlRig(Rig):
     profile: str | None = None
 
     def engine_config(self, config: Config) -> EngineConfig:
-        from engine import EngineConfig
+        from gpudash.engine import EngineConfig
 
         return EngineConfig(**config.engine.model_dump(), backend="cuda")
 
@@ -81,13 +81,13 @@ class NvmlRig(Rig):
 
 @dataclass(frozen=True)
 class SimulatedRig(Rig):
-    """A simulated rig from engine/profiles.py; its links are the sim engine's, which move real bytes."""
+    """A simulated rig from gpudash/engine/profiles.py; its links are the sim engine's, which move real bytes."""
 
     profile: str
     is_sim: bool = True
 
     def __post_init__(self) -> None:
-        from engine.profiles import get_profile
+        from gpudash.engine.profiles import get_profile
 
         get_profile(self.profile)  # an unknown profile fails here, naming the known ones
 
@@ -96,7 +96,7 @@ class SimulatedRig(Rig):
         return f"{SIM_PREFIX}{self.profile}"
 
     def engine_config(self, config: Config) -> EngineConfig:
-        from engine import EngineConfig
+        from gpudash.engine import EngineConfig
 
         return EngineConfig(**config.engine.model_dump(), backend="sim", profile=self.profile)
 

@@ -19,7 +19,7 @@ from gpudash.config import Config
 from gpudash.rig import Rig, rig_of
 
 if TYPE_CHECKING:
-    from engine import MemoryPool, TransferEngine
+    from gpudash.engine import MemoryPool, TransferEngine
     from gpudash.records import Snapshot
     from gpudash.store import Store, StoreWriter
     from gpudash.telemetry.inbox import Inbox
@@ -134,7 +134,7 @@ class Session:
         pc = self.config.pools
         if self.engine is None or not (pc.host_bytes and pc.device_bytes):
             return
-        from engine.pools import engine_pools
+        from gpudash.engine.pools import engine_pools
 
         try:
             self.pools.update(engine_pools(self.engine, host_bytes=pc.host_bytes, device_bytes=pc.device_bytes,

@@ -84,7 +84,7 @@ def test_server_stop_and_start_are_recorded(rig) -> None:
 
 
 def test_engine_knobs_apply_live_on_the_sim_engine() -> None:
-    from engine import EngineConfig, TransferEngine
+    from gpudash.engine import EngineConfig, TransferEngine
 
     eng = TransferEngine(EngineConfig(backend="sim", profile="rtx5080+rtx3090"))
     inbox = Inbox()
@@ -133,7 +133,7 @@ def test_relaunching_commands_are_flagged_for_confirmation() -> None:
 
 
 def test_shard_resize_goes_through_the_pool_and_refusals_change_nothing() -> None:
-    from engine.pools import MemoryPool
+    from gpudash.engine.pools import MemoryPool
 
     pool = MemoryPool(8 * 2**20, name="host", shards={"kv": 2 * 2**20, "staging": 2 * 2**20})
     inbox = Inbox()

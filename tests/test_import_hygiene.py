@@ -11,9 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 # Packages whose every module is core; single core modules; the engine library (stands alone).
 SCRIPT = r"""
 import importlib, importlib.util, pkgutil, sys
-core = ["gpudash.records", "gpudash.config", "gpudash.cli", "gpudash.store", "engine"]
+core = ["gpudash.records", "gpudash.config", "gpudash.cli", "gpudash.store", "gpudash.engine"]
 core += [m for m in ("gpudash.control",) if importlib.util.find_spec(m)]
-for pkg in ("gpudash.telemetry", "gpudash.store", "gpudash.launcher", "gpudash.advisor", "engine"):
+for pkg in ("gpudash.telemetry", "gpudash.store", "gpudash.launcher", "gpudash.advisor", "gpudash.engine"):
     mod = importlib.import_module(pkg)
     found = [info.name for info in pkgutil.walk_packages(mod.__path__, pkg + ".")]
     core += [n for n in found if importlib.util.find_spec(n).origin.endswith(".py")]  # not the native .so

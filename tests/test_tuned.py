@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine.config import KNOB
+from gpudash.engine.config import KNOB
 from gpudash.cli import main
 from gpudash.config import Config, validate
 from gpudash.tuned import load_tuned, machine_identity, save_tuned, tuned_path, with_tuned

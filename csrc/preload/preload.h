@@ -4,7 +4,7 @@
  *
  * Environment, read once at start:
  *   GPUDASH_PRELOAD=off           everything passes through (one line on stderr at the first copy call)
- *   GPUDASH_PRELOAD_KNOBS         start-up knobs, "name=integer,..." with engine/config.py's knob names
+ *   GPUDASH_PRELOAD_KNOBS         start-up knobs, "name=integer,..." with gpudash/engine/config.py's knob names
  *                                 (h2d/d2h_chunk_bytes, h2d/d2h_fallback_bytes, outstanding, direct_first,
  *                                 staging_threads, h2d/d2h_staging_bytes); unset ones keep their defaults
  *   GPUDASH_PRELOAD_NAME          the name the stats block carries (the server's name)

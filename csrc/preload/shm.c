@@ -31,7 +31,7 @@ static const char knob_names[] = GE_KNOB_TABLE(GP_NATIVE_NAME) GE_STAGING_KNOBS(
 static int outside(uint64_t v, uint64_t lo, uint64_t hi) { return v < lo || v > hi; }
 
 /* Sets one knob by name; 0 when the name is no knob. Names, types and defaults come from csrc/knob_limits.h,
- * generated from engine/config.py's knob table (ranges are the engine's to check, at ge_create). */
+ * generated from gpudash/engine/config.py's knob table (ranges are the engine's to check, at ge_create). */
 static int set_knob(ge_knobs *k, uint64_t staging[2], const char *name, unsigned long long v) {
 #define GP_SET_NATIVE(f, t, off, lo, hi) if (!strcmp(name, #f)) { k->f = (t)v; return 1; }
 #define GP_SET_STAGING(f, d, dflt, lo, hi) if (!strcmp(name, #f)) { staging[d] = v; return 1; }

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from engine.profiles import get_profile
+from gpudash.engine.profiles import get_profile
 from gpudash.advisor.overlap import LayerShape, Overlap, analyse, comm_time_s, compute_time_s
 from gpudash.advisor.rates import SIM_SOURCE, host_link_gbps, measured_rates, sim_rates
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.profiles import pcie_payload_gbps
+from gpudash.engine.profiles import pcie_payload_gbps
 from gpudash.advisor.facts import DoctorFacts
 from gpudash.advisor.llama_build import LlamaBuild
 from gpudash.config import ServerSpec

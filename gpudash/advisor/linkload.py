@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.profiles import pcie_payload_gbps
+from gpudash.engine.profiles import pcie_payload_gbps
 from gpudash.advisor.facts import LinkLoad
 from gpudash.telemetry.topology import TopologyFacts
 

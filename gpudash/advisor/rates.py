@@ -1,12 +1,12 @@
 """Per-GPU throughput the planner and the overlap baseline use: measured with CuPy on real GPUs, taken
-from engine/profiles.py on sim rigs (and labelled so; a sim number is never shown as a GPU number)."""
+from gpudash/engine/profiles.py on sim rigs (and labelled so; a sim number is never shown as a GPU number)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.profiles import get_profile, pcie_payload_gbps
+from gpudash.engine.profiles import get_profile, pcie_payload_gbps
 from gpudash.advisor.planner import GpuBudget
 from gpudash.records import GpuSample
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts

@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
-from engine import EngineError
-from engine.bench import CUDA_SIZES, MEMORY, SIM_SIZES, bench_title, render, render_tune
+from gpudash.engine import EngineError
+from gpudash.engine.bench import CUDA_SIZES, MEMORY, SIM_SIZES, bench_title, render, render_tune
 from gpudash import fmt
-from engine.profiles import PROFILES
+from gpudash.engine.profiles import PROFILES
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, usage_error
 from gpudash.config import Config, ConfigError, parse_size
 from gpudash.records import Event
@@ -89,8 +89,8 @@ def _store_tuned(backend: str, knobs: dict[str, int]) -> str:
 def bench_engine(cfg: Config, backend: str | None, profile: str | None, as_json: bool,
                  tune: bool, sizes: str | None, no_store: bool, db: str | None) -> None:
     """Engine vs native copies (H2D/D2H; pinned, pageable one-shot and reused)."""
-    from engine.autotune import tune as run_tune
-    from engine.bench import check_engine, relay_figure, run_bench, side_for
+    from gpudash.engine.autotune import tune as run_tune
+    from gpudash.engine.bench import check_engine, relay_figure, run_bench, side_for
 
     try:
         size_list = tuple(parse_size(s) for s in sizes.split(",")) if sizes else None

@@ -10,7 +10,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from engine.profiles import PROFILES
+from gpudash.engine.profiles import PROFILES
 from gpudash.config import Config, ConfigError, load_config
 from gpudash.rig import NvmlRig, Rig, SimulatedRig
 from gpudash.tuned import with_tuned

@@ -20,8 +20,8 @@ import click
 import psutil
 from pydantic import ValidationError
 
-from engine.errors import EngineError
-from engine.preload_shm import (KNOBS_PREFIX, PRELOAD_KNOBS, SHM_DIR, STATS_PREFIX, BlockUnavailable, StatsView,
+from gpudash.engine.errors import EngineError
+from gpudash.engine.preload_shm import (KNOBS_PREFIX, PRELOAD_KNOBS, SHM_DIR, STATS_PREFIX, BlockUnavailable, StatsView,
                                 preload_env)
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config, EngineSettings

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, TextIO
 
-from engine.errors import EngineError
-from engine.preload_shm import preload_env
+from gpudash.engine.errors import EngineError
+from gpudash.engine.preload_shm import preload_env
 from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary

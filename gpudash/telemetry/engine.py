@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from engine import TransferEngine
+from gpudash.engine import TransferEngine
 from gpudash.records import EnginePathSample
 
 

@@ -13,8 +13,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from engine import preload_shm as P
-from engine.errors import EngineError
+from gpudash.engine import preload_shm as P
+from gpudash.engine.errors import EngineError
 from gpudash.preload import Pids, preloaded
 from gpudash.records import EnginePathSample
 

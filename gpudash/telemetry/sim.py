@@ -1,6 +1,6 @@
 """A simulated rig for machines without an NVIDIA driver, labelled `sim:<profile>` wherever it shows.
 
-The GPUs and links come from engine/profiles.py, the same definitions the engine's sim backend moves
+The GPUs and links come from gpudash/engine/profiles.py, the same definitions the engine's sim backend moves
 real bytes over, and the PCIe rates are the deltas of that backend's per-GPU link counters: traffic on
 a sim rig is caused by real copies (the optional background load is one more engine client, named
 `gpudash-sim-load`). Link generation and width are the engine's: degrading one really slows its
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from engine.profiles import SimRig, get_profile
+from gpudash.engine.profiles import SimRig, get_profile
 from gpudash.records import GpuSample
 from gpudash.rig import SimulatedRig, sim_uuid
 

@@ -1,7 +1,7 @@
 """Topology facts the advisor (doctor, split planner) reasons about: GPUs, their links, P2P, NVLink.
 
 `read_topology(rig)` asks the rig (gpudash/rig.py): the real box is read through nvml.py, a simulated
-one is built from engine/profiles.py (with a live `SimRigSource`'s degraded links when one is given).
+one is built from gpudash/engine/profiles.py (with a live `SimRigSource`'s degraded links when one is given).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.profiles import get_profile
+from gpudash.engine.profiles import get_profile
 from gpudash.rig import Rig, SimulatedRig, rig_of, sim_uuid
 
 if TYPE_CHECKING:

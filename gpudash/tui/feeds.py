@@ -18,7 +18,7 @@ from gpudash.rig import Rig, rig_of
 from gpudash.session import Session
 
 if TYPE_CHECKING:
-    from engine import TransferEngine
+    from gpudash.engine import TransferEngine
     from gpudash.control import Controller
     from gpudash.launcher.stack import LaunchStack
 

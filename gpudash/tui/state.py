@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable
 
-from engine.profiles import pcie_payload_gbps
+from gpudash.engine.profiles import pcie_payload_gbps
 from gpudash.advisor.planner import PlanError, SplitPlan, plan_split
 from gpudash.advisor.rates import RatesUnavailable, budgets_from_samples
 from gpudash.config import ServerSpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import EngineConfig, TransferEngine
+from gpudash.engine import EngineConfig, TransferEngine
 from gpudash.advisor.checks import check_link_under_load
 from gpudash.advisor.gather import busy_topology, gather
 from gpudash.config import Config

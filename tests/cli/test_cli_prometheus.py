@@ -8,8 +8,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import EngineConfig, TransferEngine
-from engine.pools import MemoryPool
+from gpudash.engine import EngineConfig, TransferEngine
+from gpudash.engine.pools import MemoryPool
 from gpudash.records import GpuSample, HostSample, Snapshot
 from gpudash.telemetry.pools import PoolSource
 from gpudash.telemetry.prometheus import PrometheusSink, parse_listen

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from engine import EngineArgumentError, EngineConfig, EngineError, TransferEngine
+from gpudash.engine import EngineArgumentError, EngineConfig, EngineError, TransferEngine
 
 MiB = 2**20
 

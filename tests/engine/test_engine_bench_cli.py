@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine import EngineConfig, TransferEngine
-from engine.autotune import CHUNKS, tune
+from gpudash.engine import EngineConfig, TransferEngine
+from gpudash.engine.autotune import CHUNKS, tune
 from gpudash.cli import main
 from gpudash.commands.bench_engine import _store_tuned
 from gpudash.config import ConfigError

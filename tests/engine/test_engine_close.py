@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import EngineConfig, EngineError, MemoryPool, TransferEngine
-from engine.pools import EnginePool
+from gpudash.engine import EngineConfig, EngineError, MemoryPool, TransferEngine
+from gpudash.engine.pools import EnginePool
 
 MiB = 2**20
 THREADS = 8
@@ -184,7 +184,7 @@ def test_calls_after_close_do_not_crash_the_interpreter() -> None:
     """now() after close() used to segfault: in a child process, every call raises and it exits 0."""
     script = textwrap.dedent("""
         import numpy as np
-        from engine import EngineConfig, EngineError, TransferEngine
+        from gpudash.engine import EngineConfig, EngineError, TransferEngine
         eng = TransferEngine(EngineConfig(backend="sim", profile="h200"))
         dev = eng.alloc_device(0, 1 << 20)
         host = np.ones(1 << 20, dtype=np.uint8)
@@ -227,7 +227,7 @@ def test_a_sim_engine_made_after_close_works(make_engine: Callable[..., Transfer
 _C_SCRIPT = """
 import ctypes, threading, time
 import numpy as np
-from engine import _native as N
+from gpudash.engine import _native as N
 
 lib = N.lib()
 MiB = 1 << 20

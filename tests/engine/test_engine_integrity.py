@@ -10,9 +10,9 @@ import threading
 import numpy as np
 import pytest
 
-from engine import EngineArgumentError, TransferEngine
-from engine._native import MEM_PAGEABLE
-from engine.buffers import SpanCache
+from gpudash.engine import EngineArgumentError, TransferEngine
+from gpudash.engine._native import MEM_PAGEABLE
+from gpudash.engine.buffers import SpanCache
 
 MiB = 2**20
 GUARD = 64

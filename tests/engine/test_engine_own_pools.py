@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import EngineArgumentError, EngineConfig, TransferEngine
-from engine.pools import PoolError
+from gpudash.engine import EngineArgumentError, EngineConfig, TransferEngine
+from gpudash.engine.pools import PoolError
 from gpudash.telemetry.pools import PoolSource
 
 MiB = 2**20

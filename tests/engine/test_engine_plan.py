@@ -6,9 +6,9 @@ from __future__ import annotations
 import gc
 
 import numpy as np
-from engine import _native as N
-from engine.plan import CopyPlan, PlanCache
-from engine.transfer import TransferEngine
+from gpudash.engine import _native as N
+from gpudash.engine.plan import CopyPlan, PlanCache
+from gpudash.engine.transfer import TransferEngine
 
 
 class FakeGpuArray:

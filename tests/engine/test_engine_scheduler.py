@@ -10,8 +10,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from engine import EngineError, TransferEngine
-from engine.profiles import get_profile, pcie_payload_gbps
+from gpudash.engine import EngineError, TransferEngine
+from gpudash.engine.profiles import get_profile, pcie_payload_gbps
 
 MiB = 2**20
 

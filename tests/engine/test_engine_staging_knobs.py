@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import EngineConfig, TransferEngine
-from engine.autotune import SIM_STAGING_NOTE, STAGING_SIZES, staging_thresholds, tune, TuneResult
-from engine.config import KNOB, KNOBS
-from engine.errors import EngineArgumentError
+from gpudash.engine import EngineConfig, TransferEngine
+from gpudash.engine.autotune import SIM_STAGING_NOTE, STAGING_SIZES, staging_thresholds, tune, TuneResult
+from gpudash.engine.config import KNOB, KNOBS
+from gpudash.engine.errors import EngineArgumentError
 from gpudash.config import Config, ConfigError, EngineSettings, validate
 from gpudash.tuned import save_tuned
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine import TransferEngine
+from gpudash.engine import TransferEngine
 from gpudash.records import EnginePathSample
 from gpudash.telemetry.engine import EngineSource
 

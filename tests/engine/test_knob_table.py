@@ -7,16 +7,16 @@ import ctypes
 
 import pytest
 
-from engine import _native as N
-from engine.config import KNOB, KNOB_TABLE, KNOBS, EngineConfig, c_layout, default_staging_threads
-from engine.knob_header import HEADER, render
+from gpudash.engine import _native as N
+from gpudash.engine.config import KNOB, KNOB_TABLE, KNOBS, EngineConfig, c_layout, default_staging_threads
+from gpudash.engine.knob_header import HEADER, render
 from gpudash.config import ConfigError, EngineSettings, validate
 from gpudash.control import ENGINE_KNOBS
 
 
 def test_the_checked_in_header_is_the_one_the_table_writes() -> None:
     assert HEADER.read_text(encoding="utf-8") == render(), \
-        "csrc/knob_limits.h differs from engine/config.py's knob table; run `python -m engine.knob_header`"
+        "csrc/knob_limits.h differs from gpudash/engine/config.py's knob table; run `python -m gpudash.engine.knob_header`"
 
 
 def test_the_ctypes_struct_has_the_tables_layout() -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine import EngineConfig, TransferEngine
+from gpudash.engine import EngineConfig, TransferEngine
 
 
 @pytest.fixture(scope="module")

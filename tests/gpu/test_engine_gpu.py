@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from engine import EngineArgumentError, TransferEngine
+from gpudash.engine import EngineArgumentError, TransferEngine
 
 try:
     import cupy as cp

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import TransferEngine
+from gpudash.engine import TransferEngine
 
 try:
     import cupy as cp

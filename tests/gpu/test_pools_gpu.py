@@ -12,9 +12,9 @@ import ctypes
 import numpy as np
 import pytest
 
-from engine import TransferEngine
-from engine.pools import MemoryPool, PoolExhaustedError, engine_pools
-from engine.traces import kv_tenant_trace
+from gpudash.engine import TransferEngine
+from gpudash.engine.pools import MemoryPool, PoolExhaustedError, engine_pools
+from gpudash.engine.traces import kv_tenant_trace
 
 try:
     import cupy as cp

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.pools import MemoryPool
+from gpudash.engine.pools import MemoryPool
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import EngineArgumentError, EngineError
-from engine.pools import MemoryPool, PoolBlock
+from gpudash.engine import EngineArgumentError, EngineError
+from gpudash.engine.pools import MemoryPool, PoolBlock
 
 
 @pytest.mark.parametrize("nbytes,match", [
@@ -123,7 +123,7 @@ def test_closed_pool(pool: MemoryPool) -> None:
 def test_bad_trace_slot_reuse(pool: MemoryPool) -> None:
     import numpy as np
 
-    from engine.traces import Trace
+    from gpudash.engine.traces import Trace
 
     t = Trace(np.array([0, 0], np.int32), np.array([0, 0], np.int32), np.array([64, 64], np.uint64),
               np.array([3, 3], np.uint32), ("a",), {"a": 1 << 18})
@@ -144,7 +144,7 @@ def test_bad_trace_slot_reuse(pool: MemoryPool) -> None:
 def test_bad_trace_columns(pool: MemoryPool, column: str, value: list, match: str) -> None:
     import numpy as np
 
-    from engine.traces import Trace
+    from gpudash.engine.traces import Trace
 
     cols = {"op": [0, 1], "shard": [0, 0], "size": [64, 0], "slot": [0, 0]}
     cols[column] = value

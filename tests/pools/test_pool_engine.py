@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import EngineArgumentError, EngineConfig, TransferEngine
-from engine.pools import MemoryPool, engine_pools
+from gpudash.engine import EngineArgumentError, EngineConfig, TransferEngine
+from gpudash.engine.pools import MemoryPool, engine_pools
 from gpudash.records import PoolSample, PoolShardSample
 from gpudash.telemetry.pools import PoolSource
 from gpudash.telemetry.sampler import Sampler

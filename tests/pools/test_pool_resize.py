@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.pools import MemoryPool, PoolError, PoolExhaustedError
+from gpudash.engine.pools import MemoryPool, PoolError, PoolExhaustedError
 
 KiB = 1024
 

@@ -14,8 +14,8 @@ import bisect
 import numpy as np
 import pytest
 
-from engine.pools import MemoryPool, PoolExhaustedError
-from engine.traces import kv_tenant_trace
+from gpudash.engine.pools import MemoryPool, PoolExhaustedError
+from gpudash.engine.traces import kv_tenant_trace
 
 
 @pytest.mark.parametrize("seed,aligned,policy", [(1, False, "best"), (2, True, "best"), (3, True, "banded")])

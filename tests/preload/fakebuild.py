@@ -46,7 +46,7 @@ def build_program(source: Path, dest: Path) -> Path:
 
 def find_preload() -> Path | None:
     """The newest libgpudash_preload.so beside any place the engine library may be (engine._native)."""
-    from engine import _native
+    from gpudash.engine import _native
 
     found = [c.parent / PRELOAD for c in _native._candidates() if (c.parent / PRELOAD).is_file()]
     return max(found, key=lambda p: p.stat().st_mtime) if found else None

@@ -11,7 +11,7 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from engine import EngineConfig
+from gpudash.engine import EngineConfig
 
 Run = Callable[..., CompletedProcess[str]]
 

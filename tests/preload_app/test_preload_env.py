@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import preload_shm as P
-from engine.errors import EngineArgumentError
+from gpudash.engine import preload_shm as P
+from gpudash.engine.errors import EngineArgumentError
 
 
 def test_a_missing_library_says_how_to_build_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from engine import preload_shm as P
+from gpudash.engine import preload_shm as P
 from gpudash.control import Controller, SetEngineKnobs
 from gpudash.preload import PreloadKnobs
 from gpudash.telemetry.inbox import Inbox
@@ -18,7 +18,7 @@ from preload_helpers import wait_for_block
 
 @pytest.fixture
 def sim_engine():
-    from engine import EngineConfig, TransferEngine
+    from gpudash.engine import EngineConfig, TransferEngine
 
     eng = TransferEngine(EngineConfig(backend="sim", profile="h200"))
     yield eng

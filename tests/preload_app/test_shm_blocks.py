@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import preload_shm as P
-from engine.errors import EngineArgumentError
+from gpudash.engine import preload_shm as P
+from gpudash.engine.errors import EngineArgumentError
 
 FULL = {"h2d_chunk_bytes": 4_000_000, "d2h_chunk_bytes": 5_370_000, "h2d_fallback_bytes": 11_300_000,
         "d2h_fallback_bytes": 13_000_000, "outstanding": 3, "direct_first": False, "staging_threads": 12,

@@ -1,4 +1,4 @@
-"""engine/preload_shm.py's ctypes structs have the C header's sizes and offsets, field by field: the
+"""gpudash/engine/preload_shm.py's ctypes structs have the C header's sizes and offsets, field by field: the
 header is compiled by the system compiler and asked."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import ctypes
 import subprocess
 from pathlib import Path
 
-from engine import _native as N
-from engine import preload_shm as P
+from gpudash.engine import _native as N
+from gpudash.engine import preload_shm as P
 
 STRUCTS = {"gp_direction_stats": P.DirectionStatsC, "gp_stats_block": P.StatsBlockC,
            "gp_knobs_block": P.KnobsBlockC}
@@ -44,6 +44,6 @@ def test_constants_match_the_header(layout_program: Path) -> None:
                                "name_len", str(P.NAME_LEN)]
     assert len(P.STATES) == 4 and consts["states"] == ["0", "1", "2", "3"]
     assert consts["fmt"] == [f"/{P.STATS_PREFIX}%d", f"/{P.KNOBS_PREFIX}%d"]
-    # The embedded engine structs are the ones engine/_native.py already keeps equal to gpudash_engine.h.
+    # The embedded engine structs are the ones gpudash/engine/_native.py already keeps equal to gpudash_engine.h.
     assert P.StatsBlockC.paths.size == P.MAX_PATHS * ctypes.sizeof(N.PathStatsC)
     assert P.StatsBlockC.links.size == P.MAX_GPUS * ctypes.sizeof(N.LinkStatsC)

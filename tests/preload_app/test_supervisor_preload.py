@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import preload_shm as P
+from gpudash.engine import preload_shm as P
 from gpudash.config import Config, ServerSpec
 from gpudash.launcher.errors import LaunchError
 from gpudash.preload import PreloadKnobs, file_knobs

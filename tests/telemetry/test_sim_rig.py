@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from engine import EngineConfig, TransferEngine
-from engine.profiles import get_profile
+from gpudash.engine import EngineConfig, TransferEngine
+from gpudash.engine.profiles import get_profile
 from gpudash.config import Config
 from gpudash.telemetry.factory import build_sources
 from gpudash.telemetry.host import HostSource

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from engine.profiles import PROFILES
+from gpudash.engine.profiles import PROFILES
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts, read_topology
 
 GiB = 2**30

@@ -1,11 +1,11 @@
-"""Fixed data for the TUI tests: snapshots of a sim rig built from engine.profiles, and a feed that
+"""Fixed data for the TUI tests: snapshots of a sim rig built from gpudash.engine.profiles, and a feed that
 hands them over (the app takes its data source by injection)."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from engine.profiles import get_profile
+from gpudash.engine.profiles import get_profile
 from gpudash.config import ServerSpec
 from gpudash.records import (EnginePathSample, Event, GpuProcessSample, GpuSample, HostSample, PoolSample,
                              PoolShardSample, RequestSample, ServerSample, Snapshot)

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Checkbox, Input, Label, Static
 
-from engine.config import KNOB, KNOB_TABLE
+from gpudash.engine.config import KNOB, KNOB_TABLE
 from gpudash.config import EngineSettings, ServerSpec, parse_size
 from gpudash.control import Command, SetEngineKnobs, SetShardSize, SetShare, SetSplit
 from gpudash.shares import parse_share

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import EngineArgumentError
+from gpudash.engine.errors import EngineArgumentError
 
 
 @dataclass(frozen=True)

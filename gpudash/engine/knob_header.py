@@ -1,13 +1,13 @@
 """csrc/knob_limits.h, written from the knob table so the C++ range check and the ge_knobs layout check
-use the same numbers as Python. Regenerate with `python -m engine.knob_header` after changing a native
-knob in engine/config.py; a test fails while the checked-in header differs from `render()`."""
+use the same numbers as Python. Regenerate with `python -m gpudash.engine.knob_header` after changing a native
+knob in gpudash/engine/config.py; a test fails while the checked-in header differs from `render()`."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from engine.config import KNOB, KNOB_TABLE, c_layout
+from gpudash.engine.config import KNOB, KNOB_TABLE, c_layout
 
 HEADER = Path(__file__).resolve().parent.parent / "csrc" / "knob_limits.h"
 
@@ -48,7 +48,7 @@ def render() -> str:
     table = " \\\n".join(rows)
     default_table = " \\\n".join(defaults)
     staging_table = " \\\n".join(_staging_rows())
-    return f"""/* Generated from KNOB_TABLE in engine/config.py by `python -m engine.knob_header`; do not edit.
+    return f"""/* Generated from KNOB_TABLE in gpudash/engine/config.py by `python -m gpudash.engine.knob_header`; do not edit.
  * tests/engine/test_knob_table.py fails while this file and the table differ. */
 #ifndef GPUDASH_KNOB_LIMITS_H
 #define GPUDASH_KNOB_LIMITS_H

@@ -10,9 +10,9 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from engine import _native as N
-from engine.buffers import DeviceBuffer, Span
-from engine.errors import EngineArgumentError
+from gpudash.engine import _native as N
+from gpudash.engine.buffers import DeviceBuffer, Span
+from gpudash.engine.errors import EngineArgumentError
 
 
 class CopyPlan(NamedTuple):

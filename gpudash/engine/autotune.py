@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.bench import HUGE, MiB, side_for
-from engine.transfer import TransferEngine
+from gpudash.engine.bench import HUGE, MiB, side_for
+from gpudash.engine.transfer import TransferEngine
 
 CHUNKS = (1 * MiB, 2 * MiB, 2_810_000, 4 * MiB, 5_370_000, 8 * MiB, 16 * MiB)
 FALLBACK_SIZES = (1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB, 11_300_000, 16 * MiB, 32 * MiB, 64 * MiB)

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import EngineError
-from engine.transfer import TransferEngine
+from gpudash.engine.errors import EngineError
+from gpudash.engine.transfer import TransferEngine
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 CUDA_SIZES = (64 * KiB, 1 * MiB, 2 * MiB, 8 * MiB, 64 * MiB, 256 * MiB, 1 * GiB)
@@ -210,8 +210,8 @@ def run_bench(eng: TransferEngine, sizes: tuple[int, ...] | None = None,
 def relay_figure(profile: str = "8xh20", target: int = 0, nbytes: int = 1 * GiB, reps: int = 3) -> RelayFigure:
     """sim: multipath copies into GPU `target` over its link and every relay, vs the model's aggregate
     (direct link + per relay min(relay GPU's link, peer bandwidth))."""
-    from engine.config import EngineConfig
-    from engine.profiles import get_profile
+    from gpudash.engine.config import EngineConfig
+    from gpudash.engine.profiles import get_profile
 
     rig = get_profile(profile)
     with TransferEngine(EngineConfig(backend="sim", profile=profile, h2d_fallback_bytes=0)) as eng:

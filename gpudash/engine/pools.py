@@ -1,4 +1,4 @@
-"""Memory pools split into named shards (data plane in csrc/pool.cpp, through engine/_native.py).
+"""Memory pools split into named shards (data plane in csrc/pool.cpp, through gpudash/engine/_native.py).
 
 A pool is one slab: pinned host memory or one device allocation per GPU, both taken from a
 TransferEngine (cuMemHostAlloc / cuMemAlloc on the CUDA backend; host memory standing in for a GPU on
@@ -23,9 +23,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from engine import _native as N
-from engine.errors import EngineArgumentError, EngineError
-from engine.traces import Trace, replay_columns
+from gpudash.engine import _native as N
+from gpudash.engine.errors import EngineArgumentError, EngineError
+from gpudash.engine.traces import Trace, replay_columns
 
 MAX_BYTES = 1 << 62
 MAX_ALIGN = 1 << 30

@@ -12,16 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from engine import _native as N
-from engine.buffers import DeviceBuffer, HostBuffer, Span, SpanCache, page_aligned
-from engine.config import KNOBS, SIM_REAL_GBPS, EngineConfig, validate_knobs
-from engine.errors import EngineArgumentError, EngineError
-from engine.gate import CLOSING, FREED, OPEN, CallGate, closed_error, gated
-from engine.plan import CopyPlan, PlanCache, plan_copy
-from engine.pools import EnginePool
-from engine.profiles import get_profile, pcie_payload_gbps
-from engine.regcache import RegistrationCache
-from engine.results import CopyInfo, EngineStats, GpuInfo, LinkStats, PathStats, Topology
+from gpudash.engine import _native as N
+from gpudash.engine.buffers import DeviceBuffer, HostBuffer, Span, SpanCache, page_aligned
+from gpudash.engine.config import KNOBS, SIM_REAL_GBPS, EngineConfig, validate_knobs
+from gpudash.engine.errors import EngineArgumentError, EngineError
+from gpudash.engine.gate import CLOSING, FREED, OPEN, CallGate, closed_error, gated
+from gpudash.engine.plan import CopyPlan, PlanCache, plan_copy
+from gpudash.engine.pools import EnginePool
+from gpudash.engine.profiles import get_profile, pcie_payload_gbps
+from gpudash.engine.regcache import RegistrationCache
+from gpudash.engine.results import CopyInfo, EngineStats, GpuInfo, LinkStats, PathStats, Topology
 
 _DIR_NAME = {N.H2D: "h2d", N.D2H: "d2h"}
 _STAGING_KNOB = {N.H2D: "h2d_staging_bytes", N.D2H: "d2h_staging_bytes"}
@@ -142,7 +142,7 @@ class CopyHandle:
 
 
 class TransferEngine:
-    """Multipath host<->GPU copies over the sim or CUDA backend (the design: engine/__init__.py; the data
+    """Multipath host<->GPU copies over the sim or CUDA backend (the design: gpudash/engine/__init__.py; the data
     plane: csrc/README.md). Thread-safe, close() included (see close()); the raw `_ptr` is not guarded:
     whoever takes it must drop it then."""
 

@@ -10,8 +10,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import Any
 
-from engine.errors import EngineArgumentError
-from engine.profiles import PROFILES
+from gpudash.engine.errors import EngineArgumentError
+from gpudash.engine.profiles import PROFILES
 
 GiB = 2**30
 MAX_BYTES = 2**50

@@ -14,8 +14,8 @@ import functools
 import time
 from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
-from engine import _native as N
-from engine.errors import EngineError
+from gpudash.engine import _native as N
+from gpudash.engine.errors import EngineError
 
 OPEN, CLOSING, FREED = 0, 1, 2
 _DRAIN_NAP_S = 0.001  # how often close() looks whether the calls inside have left

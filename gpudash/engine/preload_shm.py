@@ -27,11 +27,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from engine import _native as N
-from engine.config import KNOB_TABLE, validate_knobs
-from engine.errors import EngineArgumentError, EngineError
-from engine.results import LinkStats, PathStats
-from engine.transfer import path_name
+from gpudash.engine import _native as N
+from gpudash.engine.config import KNOB_TABLE, validate_knobs
+from gpudash.engine.errors import EngineArgumentError, EngineError
+from gpudash.engine.results import LinkStats, PathStats
+from gpudash.engine.transfer import path_name
 
 PRELOAD_LIB_NAME = "libgpudash_preload.so"
 PRELOAD_LIB_ENV = "GPUDASH_PRELOAD_LIB"
@@ -50,7 +50,7 @@ MAX_GPUS = 16
 STATES = ("active", "off", "failed", "passthrough")  # GP_STATE_* by value
 
 # The knobs a preloaded engine has: the native struct's, plus the pageable staging thresholds.
-# A preloaded engine takes the live knobs of the one knob table (engine/config.py).
+# A preloaded engine takes the live knobs of the one knob table (gpudash/engine/config.py).
 PRELOAD_KNOBS = tuple(k.name for k in KNOB_TABLE if k.live)
 
 

@@ -10,8 +10,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from engine import _native as N
-from engine.errors import EngineArgumentError
+from gpudash.engine import _native as N
+from gpudash.engine.errors import EngineArgumentError
 
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST = 1, 2, 3
 

@@ -15,8 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
-from engine.config import c_layout
-from engine.errors import EngineArgumentError, EngineError
+from gpudash.engine.config import c_layout
+from gpudash.engine.errors import EngineArgumentError, EngineError
 
 LIB_NAME = "libgpudash_engine.so"
 ABI_VERSION = 2
@@ -145,7 +145,7 @@ _lock = threading.Lock()
 
 
 def _candidates(name: str = LIB_NAME, env_var: str = "GPUDASH_ENGINE_LIB") -> list[Path]:
-    """Where library `name` may be: $env_var, beside this file (wheel), the site-packages `engine`
+    """Where library `name` may be: $env_var, beside this file (wheel), the site-packages `gpudash/engine`
     folder (editable installs), then the repository's build/ tree (development)."""
     out: list[Path] = []
     env = os.environ.get(env_var)
@@ -155,8 +155,8 @@ def _candidates(name: str = LIB_NAME, env_var: str = "GPUDASH_ENGINE_LIB") -> li
     out.append(here / name)
     for sp in [*site.getsitepackages(), site.getusersitepackages(), *sys.path]:
         if sp:
-            out.append(Path(sp) / "engine" / name)
-    out += [Path(p) for p in sorted(glob.glob(str(here.parent / "build" / "**" / name), recursive=True))]
+            out.append(Path(sp) / "gpudash" / "engine" / name)
+    out += [Path(p) for p in sorted(glob.glob(str(here.parents[1] / "build" / "**" / name), recursive=True))]
     return out
 
 

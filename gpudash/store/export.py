@@ -46,7 +46,7 @@ def export_session(store: Store, sid: int, fmt: str, out_dir: Path, force: bool 
     """Write every table of session `sid` into `out_dir` as `<table>.<fmt>`; returns what was written."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    writer = {"csv": _write_csv, "json": _write_json, "parquet": _parquet_writer()}[fmt]
+    writer = _WRITERS[fmt]()  # only the chosen format's writer is built: csv and json need no pyarrow
     source = store.session_row(sid)["source"]
     tables = [*SESSION_TABLES, *(t for t in TIER_TABLES if store.count(sid, t))]  # the 1-minute tier if it holds any
     targets = {t: out_dir / f"{t}.{fmt}" for t in tables}
@@ -150,6 +150,7 @@ def _write_json(path: Path, table: str, header: list[tuple[str, type]], rows: It
 
 
 def _parquet_writer():
+    """The Parquet writer, or ExportError naming the extra when pyarrow is not installed."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -173,3 +174,6 @@ def _parquet_writer():
         return n
 
     return write
+
+
+_WRITERS = {"csv": lambda: _write_csv, "json": lambda: _write_json, "parquet": _parquet_writer}

@@ -64,7 +64,7 @@ def check_link_under_load(f: DoctorFacts) -> CheckResult:
     if f.busy is None:
         return _result("link_busy", title, "skip", f"links not tested under load: {f.busy_note}")
     rates = {b.gpu: b for b in f.busy}
-    lines, low, unknown = [], [], []
+    lines, low, unknown, slot_bound = [], [], [], []
     for g in f.topology.gpus:
         b = rates.get(g.index)
         moved = f", moving {b.gbps:.1f} GB/s" if b else ""
@@ -76,14 +76,39 @@ def check_link_under_load(f: DoctorFacts) -> CheckResult:
         lines.append(f"{_gpu_label(g)}: {_link(g.link_gen, g.link_width)} while copying{moved} ({top})")
         if g.link_degraded:
             low.append(g.index)
+        elif _slot_bound(g):
+            slot_bound.append(g.index)
+            lines.append(f"{_gpu_label(g)}: the card is {_link(g.card_gen, g.card_width)} "
+                         f"({pcie_payload_gbps(g.card_gen, g.card_width):.1f} GB/s); its slot allows "
+                         f"{_link(g.link_gen_max, g.link_width_max)} at most")
     if low:
         return _result("link_busy", title, "fail", lines,
                        f"GPU {', '.join(map(str, low))} trained below max under load: reseat the card or riser, "
                        "set the slot to its full generation in the BIOS (lock slots to Gen 4/5 instead of Auto), "
                        "then confirm with `sudo lspci -vvv | grep LnkSta`")
+    if slot_bound:
+        return _result("link_busy", title, "warn", lines,
+                       f"the slot holds GPU {', '.join(map(str, slot_bound))} below what the card supports: move the "
+                       "card to a slot wired for its full width and generation (the board manual says which slots "
+                       "share lanes with M.2 drives or a second card), or accept the slower copies")
     if unknown and len(unknown) == len(f.topology.gpus):
         return _result("link_busy", title, "skip", lines)
     return _result("link_busy", title, "pass", lines)
+
+
+def _slot_bound(g: GpuFacts) -> bool:
+    """True when the link's max (the lower of card and slot) is below what the card itself supports."""
+    return any(card is not None and top is not None and top < card
+               for top, card in ((g.link_gen_max, g.card_gen), (g.link_width_max, g.card_width)))
+
+
+def _needs_real_gpus(f: DoctorFacts, check: str, title: str, evidence: list[str] | None = None) -> CheckResult | None:
+    """A skip for a check about real GPUs (builds, NCCL) on a simulated rig, whose servers run on the CPU."""
+    if not f.topology.is_sim:
+        return None
+    return _result(check, title, "skip",
+                   [f"simulated rig ({f.topology.source}): its GPUs are modelled and the servers run on the CPU, "
+                    "so there is no GPU to check this against; run `gpudash doctor` on the GPU box", *(evidence or [])])
 
 
 def check_resizable_bar(f: DoctorFacts) -> CheckResult:
@@ -238,6 +263,8 @@ def check_llama_archs(f: DoctorFacts) -> CheckResult:
     """A llama.cpp binary built without the compute capabilities of the GPUs present."""
     title = "llama.cpp built for these GPUs' compute capabilities"
     b = f.llama
+    if (sim := _needs_real_gpus(f, "llama_archs", title)) is not None:
+        return sim
     if b is None:
         return _result("llama_archs", title, "skip", f"no llama-server to inspect: {f.llama_note}")
     gpus = [g for g in f.topology.gpus if g.compute_capability is not None]
@@ -287,11 +314,11 @@ def check_llama_builds(f: DoctorFacts) -> CheckResult:
         return _result("llama_builds", title, "skip", "no llama.cpp server is configured")
     evidence = [f"{s.server}: {_build_words(s.build)}, {s.build.binary} ({s.origin})" if s.build
                 else f"{s.server}: no llama-server ({s.origin})" for s in f.llama_servers]
-    real_gpus = [g for g in f.topology.gpus if g.compute_capability is not None] if not f.topology.is_sim else []
+    if (sim := _needs_real_gpus(f, "llama_builds", title, evidence)) is not None:
+        return sim
+    real_gpus = [g for g in f.topology.gpus if g.compute_capability is not None]
     if not real_gpus:
-        return _result("llama_builds", title, "pass",
-                       [*evidence, "simulated rig: the servers run on the CPU" if f.topology.is_sim
-                        else "no GPU reports its compute capability"])
+        return _result("llama_builds", title, "pass", [*evidence, "no GPU reports its compute capability"])
     cpu_only = [s.server for s in f.llama_servers if s.build is None or s.build.backend != "cuda"]
     if cpu_only:
         want = ",".join(sorted({str(_cc_num(g.compute_capability)) for g in real_gpus}, key=int))
@@ -310,6 +337,8 @@ def _consumer(g: GpuFacts) -> bool:
 def check_nccl_mixed(f: DoctorFacts) -> CheckResult:
     """NCCL in use for a pair of mixed-generation consumer cards that cannot do P2P."""
     title = "No NCCL across mixed-generation consumer cards without P2P"
+    if (sim := _needs_real_gpus(f, "nccl_mixed", title)) is not None:
+        return sim
     topo = f.topology
     pairs = [(a, b) for a, b in itertools.combinations(topo.gpus, 2)
              if _consumer(a) and _consumer(b) and a.compute_capability and b.compute_capability
@@ -379,5 +408,5 @@ def run_checks(facts: DoctorFacts) -> list[CheckResult]:
 
 
 def exit_code(results: list[CheckResult]) -> int:
-    """0 when no check failed, else 1."""
+    """0 when no check failed, else 1: a skip (facts missing, or a simulated rig) is never a failure."""
     return 1 if any(r.status == "fail" for r in results) else 0

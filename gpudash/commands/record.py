@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import click
@@ -40,19 +41,15 @@ class _Progress:
         self.last = snap
 
 
-def _start_prometheus(listen: str | None) -> Any:
+def _start_prometheus(listen: str | None, cfg: Config, db: Path) -> Any:
     if not listen:
         return None
-    from gpudash.telemetry.prometheus import PrometheusSink, parse_listen
+    from gpudash.telemetry.prometheus import StoreSize, open_sink
 
     try:
-        host, port = parse_listen(listen)
+        return open_sink(listen, StoreSize(db, cfg.store.max_bytes))
     except ValueError as err:
         usage_error(str(err))
-    try:
-        return PrometheusSink(host, port)
-    except OSError as err:
-        usage_error(f"cannot serve Prometheus on {host}:{port} ({err.strerror}); pick another [HOST:]PORT for --prometheus")
 
 
 @click.command()
@@ -76,7 +73,7 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
     path = db_path(cfg, db)
     progress = _Progress()
     with ExitStack() as running:
-        prom = _start_prometheus(listen or cfg.prometheus.listen)
+        prom = _start_prometheus(listen or cfg.prometheus.listen, cfg, path)
         if prom:
             running.callback(prom.close)
         try:

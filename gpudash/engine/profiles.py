@@ -34,6 +34,9 @@ class SimGpu:
     bf16_tflops: float  # dense matmul rate
     power_limit_w: float
     link_latency_us: float = 2.0
+    # What the card itself supports; link_gen/link_width are what its slot allows. None: the same.
+    card_gen: int | None = None
+    card_width: int | None = None
 
     @property
     def link_gbps(self) -> float:
@@ -61,8 +64,11 @@ class SimRig:
 
 GiB = 2**30
 
-_RTX5080 = SimGpu("NVIDIA GeForce RTX 5080", 16 * GiB, (12, 0), 4, 8, 0, 16 * GiB, 960.0, 56.3, 360.0)
-_RTX3090 = SimGpu("NVIDIA GeForce RTX 3090", 24 * GiB, (8, 6), 4, 8, 0, 32 * GiB, 936.0, 35.6, 350.0)
+# Both cards are x16 (the 5080 gen5, the 3090 gen4) in slots that split the CPU's lanes to gen4 x8 each.
+_RTX5080 = SimGpu("NVIDIA GeForce RTX 5080", 16 * GiB, (12, 0), 4, 8, 0, 16 * GiB, 960.0, 56.3, 360.0,
+                  card_gen=5, card_width=16)
+_RTX3090 = SimGpu("NVIDIA GeForce RTX 3090", 24 * GiB, (8, 6), 4, 8, 0, 32 * GiB, 936.0, 35.6, 350.0,
+                  card_gen=4, card_width=16)
 _H20 = SimGpu("NVIDIA H20", 96 * GiB, (9, 0), 5, 16, 0, 128 * GiB, 4000.0, 148.0, 500.0)
 _H200 = SimGpu("NVIDIA H200", 141 * GiB, (9, 0), 5, 16, 0, 256 * GiB, 4800.0, 989.0, 700.0)
 

@@ -115,6 +115,14 @@ def driver_version() -> str | None:
     return _text(none(call(pynvml.nvmlSystemGetDriverVersion)) or "") or None
 
 
+def cuda_driver_version() -> str | None:
+    """The CUDA version the driver supports ("12.4"), or None without NVML."""
+    if _init() is not None:
+        return None
+    v = none(call(pynvml.nvmlSystemGetCudaDriverVersion))
+    return f"{v // 1000}.{v % 1000 // 10}" if isinstance(v, int) and v > 0 else None
+
+
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`fn(*args)`, or NA when NVML says the value is unavailable for this GPU."""
     try:

@@ -1,76 +1,112 @@
 """Prometheus exposition: a sampler sink that serves the latest Snapshot's values over HTTP.
 
-The sink only keeps a reference to the newest (immutable) Snapshot; a custom collector turns it into
-metric families when Prometheus scrapes, so a tick costs nothing extra and a scrape never sees half a
-tick. Every series carries a `source` label (`nvml` or `sim:<profile>`), so simulated values stay
-labelled on a fleet dashboard. Binds 127.0.0.1 unless a host is given.
+The sink keeps a reference to the newest (immutable) Snapshot plus a few counters that accumulate
+events across ticks (GPU faults, probe TTFTs); a custom collector turns them into metric families when
+Prometheus scrapes, so a scrape never sees half a tick. Names follow Prometheus' naming guide
+(prometheus.io/docs/practices/naming): base units (`_bytes`, `_seconds`, `_ratio`, `_hertz`), `_total`
+on counters, one `gpudash_box_info` per target with the facts that tell boxes apart (the scrape's
+`instance` plus that info metric identify a box), and the client library's standard `process_*`
+families for gpudash's own CPU and memory. GPU series carry `gpu` (index), `uuid` and `name` as
+dcgm-exporter's do; server series carry `server` and `kind`. Every series also carries a `source`
+label (`nvml` or `sim:<profile>`), so simulated values stay labelled on a fleet dashboard. Binds
+127.0.0.1 unless a host is given.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import socket
+import sqlite3
+import threading
+from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from prometheus_client import start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import PROCESS_COLLECTOR, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
-from gpudash.records import Snapshot
+from gpudash.engine.profiles import pcie_payload_gbps
+from gpudash.launcher.cache_kinds import GRACE_S, RESTORE_EVENT, classify
+from gpudash.records import GPU_FAULT_KINDS, GpuSample, RequestSample, Snapshot
 
 DEFAULT_HOST = "127.0.0.1"
 
-# (record field, metric name, help) per record kind; a None value (NA) is left out, never exported as 0.
+# (record field, metric name, help, scale) per record kind; a None value (NA) is left out, never 0.
 _GPU = (
-    ("util_pct", "gpudash_gpu_utilization_percent", "GPU utilisation, percent."),
-    ("mem_used", "gpudash_gpu_memory_used_bytes", "GPU memory in use."),
-    ("mem_total", "gpudash_gpu_memory_total_bytes", "GPU memory in total."),
-    ("power_w", "gpudash_gpu_power_watts", "GPU board power."),
-    ("temp_c", "gpudash_gpu_temperature_celsius", "GPU temperature."),
-    ("sm_clock_mhz", "gpudash_gpu_sm_clock_mhz", "SM clock."),
-    ("pcie_tx_bps", "gpudash_gpu_pcie_tx_bytes_per_second", "PCIe payload sent by the GPU (to host)."),
-    ("pcie_rx_bps", "gpudash_gpu_pcie_rx_bytes_per_second", "PCIe payload received by the GPU (from host)."),
-    ("link_gen", "gpudash_gpu_pcie_link_generation", "Current PCIe link generation."),
-    ("link_width", "gpudash_gpu_pcie_link_width", "Current PCIe link width (lanes)."),
-    ("link_gen_max", "gpudash_gpu_pcie_link_generation_max", "Maximum PCIe link generation."),
-    ("link_width_max", "gpudash_gpu_pcie_link_width_max", "Maximum PCIe link width (lanes)."),
-    ("bar1_total", "gpudash_gpu_bar1_total_bytes", "BAR1 aperture size."),
-    ("bar1_used", "gpudash_gpu_bar1_used_bytes", "BAR1 aperture in use."),
+    ("util_pct", "gpudash_gpu_utilization_ratio", "GPU utilisation, 0..1.", 0.01),
+    ("mem_used", "gpudash_gpu_memory_used_bytes", "GPU memory in use.", 1),
+    ("mem_total", "gpudash_gpu_memory_total_bytes", "GPU memory in total.", 1),
+    ("power_w", "gpudash_gpu_power_watts", "GPU board power.", 1),
+    ("temp_c", "gpudash_gpu_temperature_celsius", "GPU temperature.", 1),
+    ("sm_clock_mhz", "gpudash_gpu_sm_clock_hertz", "SM clock.", 1e6),
+    ("pcie_tx_bps", "gpudash_gpu_pcie_tx_bytes_per_second", "PCIe payload sent by the GPU (to host).", 1),
+    ("pcie_rx_bps", "gpudash_gpu_pcie_rx_bytes_per_second", "PCIe payload received by the GPU (from host).", 1),
+    ("link_gen", "gpudash_gpu_pcie_link_generation", "Current PCIe link generation.", 1),
+    ("link_width", "gpudash_gpu_pcie_link_width", "Current PCIe link width (lanes).", 1),
+    ("link_gen_max", "gpudash_gpu_pcie_link_generation_max", "Maximum PCIe link generation.", 1),
+    ("link_width_max", "gpudash_gpu_pcie_link_width_max", "Maximum PCIe link width (lanes).", 1),
+    ("bar1_total", "gpudash_gpu_bar1_total_bytes", "BAR1 aperture size.", 1),
+    ("bar1_used", "gpudash_gpu_bar1_used_bytes", "BAR1 aperture in use.", 1),
+    ("remapped_rows", "gpudash_gpu_remapped_rows", "Rows remapped after uncorrectable errors.", 1),
+)
+_GPU_COUNTERS = (
+    ("ecc_uncorrected", "gpudash_gpu_ecc_uncorrected_errors", "Volatile uncorrected ECC errors since boot.", 1),
 )
 _HOST = (
-    ("cpu_pct", "gpudash_host_cpu_percent", "Host CPU use, percent of all cores."),
-    ("mem_used", "gpudash_host_memory_used_bytes", "Host memory in use."),
-    ("mem_total", "gpudash_host_memory_total_bytes", "Host memory in total."),
-    ("gpudash_cpu_pct", "gpudash_process_cpu_percent", "gpudash's own CPU use, percent of one core."),
-    ("gpudash_rss", "gpudash_process_rss_bytes", "gpudash's own resident memory."),
+    ("cpu_pct", "gpudash_host_cpu_utilization_ratio", "Host CPU use, 0..1 of all cores.", 0.01),
+    ("mem_used", "gpudash_host_memory_used_bytes", "Host memory in use.", 1),
+    ("mem_total", "gpudash_host_memory_total_bytes", "Host memory in total.", 1),
 )
 _PATH = (
-    ("gbps", "gpudash_engine_path_gbps", "Transfer engine path throughput, GB/s."),
-    ("queue_depth", "gpudash_engine_path_queue_depth", "Chunks queued on the path."),
+    ("queue_depth", "gpudash_engine_path_queue_depth", "Chunks queued on the path.", 1),
 )
 _PATH_COUNTERS = (
-    ("bytes_total", "gpudash_engine_path_bytes", "Payload bytes the path moved."),
-    ("chunks_total", "gpudash_engine_path_chunks", "Chunks the path moved."),
+    ("bytes_total", "gpudash_engine_path_bytes", "Payload bytes the path moved.", 1),
+    ("chunks_total", "gpudash_engine_path_chunks", "Chunks the path moved.", 1),
+    ("cpu_s", "gpudash_engine_path_cpu_seconds", "CPU time the path's copies took.", 1),
 )
 _POOL = (
-    ("slab", "gpudash_pool_slab_bytes", "Pool slab size (every shard plus what is unassigned)."),
-    ("unassigned", "gpudash_pool_unassigned_bytes", "Slab bytes no shard owns (room to add or grow shards)."),
+    ("slab", "gpudash_pool_slab_bytes", "Pool slab size (every shard plus what is unassigned).", 1),
+    ("unassigned", "gpudash_pool_unassigned_bytes", "Slab bytes no shard owns (room to add or grow shards).", 1),
 )
 _SHARD = (
-    ("capacity", "gpudash_pool_shard_capacity_bytes", "Pool shard capacity."),
-    ("used", "gpudash_pool_shard_used_bytes", "Pool shard bytes in use."),
-    ("largest_free", "gpudash_pool_shard_largest_free_bytes", "Largest free block of the shard."),
-    ("fragmentation", "gpudash_pool_shard_fragmentation_ratio", "1 - largest free block / free bytes."),
+    ("capacity", "gpudash_pool_shard_capacity_bytes", "Pool shard capacity.", 1),
+    ("used", "gpudash_pool_shard_used_bytes", "Pool shard bytes in use.", 1),
+    ("largest_free", "gpudash_pool_shard_largest_free_bytes", "Largest free block of the shard.", 1),
+    ("fragmentation", "gpudash_pool_shard_fragmentation_ratio", "1 - largest free block / free bytes.", 1),
+)
+_SHARD_COUNTERS = (
+    ("failures", "gpudash_pool_shard_allocation_failures", "Allocations the shard refused.", 1),
 )
 _SERVER = (
-    ("tokens_per_s", "gpudash_server_tokens_per_second", "Generated tokens per second."),
+    ("tokens_per_s", "gpudash_server_generation_tokens_per_second", "Generated tokens per second.", 1),
     ("prompt_tokens_per_s", "gpudash_server_prompt_tokens_per_second",
-     "Computed prompt tokens per second (prefix-cache hits left out, for llama.cpp and vLLM alike)."),
-    ("requests_running", "gpudash_server_requests_running", "Requests being processed."),
-    ("requests_waiting", "gpudash_server_requests_waiting", "Requests queued."),
-    ("kv_cache_usage", "gpudash_server_kv_cache_usage_ratio", "KV cache in use, 0..1."),
-    ("ttft_mean_s", "gpudash_server_ttft_mean_seconds", "Mean time to first token."),
-    ("restarts", "gpudash_server_restarts", "Restarts since launch."),
+     "Computed prompt tokens per second (prefix-cache hits left out, for llama.cpp and vLLM alike).", 1),
+    ("requests_running", "gpudash_server_requests_running", "Requests being processed.", 1),
+    ("requests_waiting", "gpudash_server_requests_waiting", "Requests queued.", 1),
+    ("kv_cache_usage", "gpudash_server_kv_cache_usage_ratio", "KV cache in use, 0..1.", 1),
+    ("ttft_mean_s", "gpudash_server_ttft_mean_seconds",
+     "Mean time to first token over the server's last scrape interval (its own metric).", 1),
+    ("draft_acceptance", "gpudash_server_draft_acceptance_ratio", "Speculative draft tokens accepted, 0..1.", 1),
 )
+_SERVER_COUNTERS = (
+    ("prefix_cache_queries", "gpudash_server_prefix_cache_queries",
+     "Prompt tokens (vLLM 0.8: blocks) looked up in the prefix cache.", 1),
+    ("prefix_cache_hits", "gpudash_server_prefix_cache_hits", "Prefix-cache lookups that hit.", 1),
+    ("restarts", "gpudash_server_restarts", "Restarts after a crash since launch.", 1),
+    ("relaunches", "gpudash_server_relaunches", "Re-launches an operator asked for.", 1),
+)
+# Every state a server can be in: each gets a series (1 for the current one), so a change of state
+# never starts new series and `gpudash_server_state{state="backoff"} == 1` is an alert expression.
+SERVER_STATES = ("starting", "loading", "relaunching", "ready", "sleeping", "crashed", "backoff", "stopped")
+UP_STATES = ("ready", "sleeping")
+FAULT_KINDS = tuple(k.removeprefix("gpu.") for k in GPU_FAULT_KINDS)  # xid, ecc, lost
+# TTFT buckets: from an in-slot hit on a small model (tens of ms) to a long prompt computed anew.
+TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 40.0)
+PENDING_MAX = 10_000  # probe requests waiting for their restore line; a flood beyond it is counted now
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -87,6 +123,56 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, number
 
 
+def open_sink(listen: str, store: StoreSize | None = None) -> PrometheusSink:
+    """A serving sink at `listen` ([HOST:]PORT); ValueError in one sentence for an address that is not
+    one or a port that cannot be bound."""
+    host, port = parse_listen(listen)
+    try:
+        return PrometheusSink(host, port, store=store)
+    except OSError as err:
+        raise ValueError(f"cannot serve Prometheus on {host}:{port} ({err.strerror}); pick another [HOST:]PORT "
+                         "for --prometheus") from None
+
+
+def box_facts(source: str) -> dict[str, str]:
+    """The labels of gpudash_box_info: what tells one box from another beside the scrape's instance."""
+    driver = cuda = "none"
+    if source == "nvml":
+        from gpudash.telemetry import nvml
+
+        driver, cuda = nvml.driver_version() or "unknown", nvml.cuda_driver_version() or "unknown"
+    try:
+        version = importlib.metadata.version("gpudash")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return {"hostname": socket.gethostname(), "driver": driver, "cuda": cuda, "rig": source, "version": version}
+
+
+def link_capacity_bps(g: GpuSample) -> float | None:
+    """Payload bytes/s one direction of the GPU's current link can carry, or None when unknown."""
+    try:
+        return pcie_payload_gbps(g.link_gen, g.link_width) * 1e9 if g.link_gen and g.link_width else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSize:
+    """The SQLite file a recorder writes and its configured cap, read when Prometheus scrapes."""
+
+    path: Path
+    max_bytes: int | None
+
+    def data_bytes(self) -> int | None:
+        """Bytes of pages in use (what `[store] max_bytes` caps), or None when the file cannot be read."""
+        try:
+            with sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=0.5) as db:
+                pages = db.execute("PRAGMA page_count").fetchone()[0] - db.execute("PRAGMA freelist_count").fetchone()[0]
+                return pages * db.execute("PRAGMA page_size").fetchone()[0]
+        except sqlite3.Error:
+            return None
+
+
 class _Families:
     """Metric families being filled for one scrape."""
 
@@ -94,45 +180,161 @@ class _Families:
         self.source = source
         self.families: dict[str, Metric] = {}
 
-    def add(self, spec: tuple[tuple[str, str, str], ...], record: Any, labels: dict[str, str],
+    def family(self, kind: type, name: str, doc: str, labels: list[str]) -> Any:
+        fam = self.families.get(name)
+        if fam is None:
+            fam = self.families[name] = kind(name, doc, labels=[*labels, "source"])
+        return fam
+
+    def value(self, kind: type, name: str, doc: str, labels: dict[str, str], value: float) -> None:
+        self.family(kind, name, doc, list(labels)).add_metric([*labels.values(), self.source], float(value))
+
+    def add(self, spec: tuple[tuple[str, str, str, float], ...], record: Any, labels: dict[str, str],
             counter: bool = False) -> None:
         kind = CounterMetricFamily if counter else GaugeMetricFamily
-        names = [*labels, "source"]
-        for attr, name, doc in spec:
+        for attr, name, doc, scale in spec:
             value = getattr(record, attr)
-            if value is None:
-                continue
-            fam = self.families.get(name)
-            if fam is None:
-                fam = self.families[name] = kind(name, doc, labels=names)
-            fam.add_metric([*labels.values(), self.source], float(value))
+            if value is not None:
+                self.value(kind, name, doc, labels, value * scale)
+
+
+class _Histogram:
+    """Cumulative TTFT buckets, sum and count for one (server, cache kind)."""
+
+    __slots__ = ("buckets", "total", "count")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * len(TTFT_BUCKETS)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, v: float) -> None:
+        for i, le in enumerate(TTFT_BUCKETS):
+            if v <= le:
+                self.buckets[i] += 1
+        self.total += v
+        self.count += 1
+
+
+class _Accumulated:
+    """What builds up across ticks: GPU fault events per kind and probe TTFTs per server and cache kind.
+
+    A probe request waits GRACE_S after its end for the log line that marks a host-cache restore, then
+    cache_kinds.classify names it slot, restore or miss (unknown where its cache use is not reported)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.faults: dict[tuple[str, str], int] = {}
+        self.last_xid: dict[str, int] = {}
+        self.ttft: dict[tuple[str, str], _Histogram] = {}
+        self._pending: deque[RequestSample] = deque()
+        self._restores: deque[Any] = deque(maxlen=1000)
+
+    def add(self, snap: Snapshot) -> None:
+        with self.lock:
+            for g in snap.gpus:
+                for kind in FAULT_KINDS:
+                    self.faults.setdefault((str(g.index), kind), 0)
+            for e in snap.events:
+                if e.kind in GPU_FAULT_KINDS:
+                    gpu = e.target.removeprefix("GPU")
+                    key = (gpu, e.kind.removeprefix("gpu."))
+                    self.faults[key] = self.faults.get(key, 0) + 1
+                    if e.kind == "gpu.xid" and isinstance(e.new, int):
+                        self.last_xid[gpu] = e.new
+                elif e.kind == RESTORE_EVENT:
+                    self._restores.append(e)
+            self._pending.extend(r for r in snap.requests if r.ok and r.ttft_s is not None)
+            self._settle(snap.ts)
+
+    def _settle(self, now: float) -> None:
+        ready = []
+        while self._pending and (len(self._pending) > PENDING_MAX or _ended(self._pending[0]) + GRACE_S <= now):
+            ready.append(self._pending.popleft())
+        if not ready:
+            return
+        for r, kind in zip(ready, classify(ready, self._restores)):
+            key = (r.server, kind or "unknown")
+            hist = self.ttft.get(key)
+            if hist is None:
+                hist = self.ttft[key] = _Histogram()
+            hist.observe(float(r.ttft_s or 0.0))
+
+    def families(self, f: _Families) -> None:
+        with self.lock:
+            for (gpu, kind), n in sorted(self.faults.items()):
+                f.value(CounterMetricFamily, "gpudash_gpu_fault_events",
+                        "Xid, double-bit ECC and GPU-lost events the driver reported.", {"gpu": gpu, "kind": kind}, n)
+            for gpu, xid in sorted(self.last_xid.items()):
+                f.value(GaugeMetricFamily, "gpudash_gpu_last_xid", "The last Xid code the GPU reported.",
+                        {"gpu": gpu}, xid)
+            if self.ttft:
+                fam = f.family(HistogramMetricFamily, "gpudash_server_request_ttft_seconds",
+                               "Time to first token of the requests gpudash measured (probe), by how the "
+                               "prompt was served: slot (in-slot hit), restore (host cache), miss, unknown.",
+                               ["server", "cache"])
+                for (server, kind), h in sorted(self.ttft.items()):
+                    buckets = [(repr(le), n) for le, n in zip(TTFT_BUCKETS, h.buckets)] + [("+Inf", h.count)]
+                    fam.add_metric([server, kind, f.source], buckets, sum_value=h.total)
+
+
+def _ended(r: RequestSample) -> float:
+    return r.ts + (r.total_s or r.ttft_s or 0.0)
 
 
 class PrometheusSink:
     """Sampler sink + collector; `close()` stops the HTTP server."""
 
-    def __init__(self, host: str = DEFAULT_HOST, port: int = 9400) -> None:
+    def __init__(self, host: str = DEFAULT_HOST, port: int = 9400, store: StoreSize | None = None) -> None:
         self._latest: Snapshot | None = None
+        self._facts: dict[str, str] | None = None
+        self._acc = _Accumulated()
+        self._store = store
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
+        registry.register(PROCESS_COLLECTOR)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
         self.host, self.port = host, port
         self._server, self._thread = start_http_server(port, addr=host, registry=registry)
 
     def __call__(self, snap: Snapshot) -> None:
+        self._acc.add(snap)
+        if self._facts is None or self._facts["rig"] != snap.source:
+            self._facts = box_facts(snap.source)
         self._latest = snap
 
     def collect(self) -> Iterator[Metric]:
-        snap = self._latest
-        if snap is None:
+        snap, facts = self._latest, self._facts
+        if snap is None or facts is None:
             return
+        info = GaugeMetricFamily("gpudash_box_info", "The box: hostname, NVIDIA driver, CUDA, rig and gpudash "
+                                 "version (value 1).", labels=list(facts))
+        info.add_metric(list(facts.values()), 1)
+        yield info
         f = _Families(snap.source)
-        info = GaugeMetricFamily("gpudash_tick", "Sampler tick of the values served.", labels=["source"])
-        info.add_metric([snap.source], snap.tick)
-        ts = GaugeMetricFamily("gpudash_sample_timestamp_seconds", "When the values were sampled.",
-                               labels=["source"])
-        ts.add_metric([snap.source], snap.ts)
+        f.value(CounterMetricFamily, "gpudash_sampler_ticks", "Sampler ticks taken.", {}, snap.tick + 1)
+        f.value(GaugeMetricFamily, "gpudash_sample_timestamp_seconds", "When the values served were sampled.",
+                {}, snap.ts)
+        self._snapshot_families(f, snap)
+        self._acc.families(f)
+        if self._store is not None:
+            size = self._store.data_bytes()
+            if size is not None:
+                f.value(GaugeMetricFamily, "gpudash_store_data_bytes", "Bytes of data in the SQLite store.", {}, size)
+            if self._store.max_bytes is not None:
+                f.value(GaugeMetricFamily, "gpudash_store_max_bytes", "The store's size cap ([store] max_bytes).",
+                        {}, self._store.max_bytes)
+        yield from f.families.values()
+
+    @staticmethod
+    def _snapshot_families(f: _Families, snap: Snapshot) -> None:
         for g in snap.gpus:
-            f.add(_GPU, g, {"gpu": str(g.index), "uuid": g.uuid, "name": g.name})
+            labels = {"gpu": str(g.index), "uuid": g.uuid, "name": g.name}
+            f.add(_GPU, g, labels)
+            f.add(_GPU_COUNTERS, g, labels, counter=True)
+            cap = link_capacity_bps(g)
+            if cap is not None:
+                f.value(GaugeMetricFamily, "gpudash_gpu_pcie_link_capacity_bytes_per_second",
+                        "Payload one direction of the current PCIe link can carry.", labels, cap)
         if snap.host is not None:
             f.add(_HOST, snap.host, {})
         for p in snap.engine_paths:
@@ -142,12 +344,18 @@ class PrometheusSink:
         for pool in snap.pools:
             f.add(_POOL, pool, {"pool": pool.pool})
         for s in snap.pool_shards:
-            f.add(_SHARD, s, {"pool": s.pool, "shard": s.shard})
+            labels = {"pool": s.pool, "shard": s.shard}
+            f.add(_SHARD, s, labels)
+            f.add(_SHARD_COUNTERS, s, labels, counter=True)
         for s in snap.servers:
-            f.add(_SERVER, s, {"server": s.server, "kind": s.kind, "state": s.state})
-        yield info
-        yield ts
-        yield from f.families.values()
+            labels = {"server": s.server, "kind": s.kind}
+            f.add(_SERVER, s, labels)
+            f.add(_SERVER_COUNTERS, s, labels, counter=True)
+            f.value(GaugeMetricFamily, "gpudash_server_up", "1 while the server answers (ready or sleeping).",
+                    labels, s.state in UP_STATES)
+            for state in (*SERVER_STATES, *(() if s.state in SERVER_STATES else (s.state,))):
+                f.value(GaugeMetricFamily, "gpudash_server_state", "1 for the state the server is in, else 0.",
+                        {**labels, "state": state}, s.state == state)
 
     def close(self) -> None:
         self._server.shutdown()

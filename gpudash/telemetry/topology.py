@@ -33,6 +33,9 @@ class GpuFacts:
     numa_node: int | None
     compute_capability: tuple[int, int] | None
     nvlink_links: int | None = None  # active NVLink links; None: no NVLink or unknown
+    # What the card itself supports, whatever its slot allows (link_*_max is the lower of card and slot).
+    card_gen: int | None = None
+    card_width: int | None = None
 
     @property
     def link_degraded(self) -> bool:
@@ -84,7 +87,7 @@ def nvml_topology() -> TopologyFacts:
             link_gen=sample.link_gen, link_width=sample.link_width,
             link_gen_max=st.link_gen_max, link_width_max=st.link_width_max,
             numa_node=st.numa_node, compute_capability=st.compute_capability,
-            nvlink_links=d.nvlink_active_links(),
+            nvlink_links=d.nvlink_active_links(), card_gen=st.card_gen, card_width=st.card_width,
         ))
     return TopologyFacts(source="nvml", gpus=tuple(gpus), p2p=nvml.p2p_matrix(devs),
                          nvlink=any(g.nvlink_links for g in gpus), numa_nodes=numa_node_count())
@@ -103,6 +106,7 @@ def profile_topology(sim_rig: SimulatedRig, sim: SimRigSource | None) -> Topolog
             memory_free=g.memory_bytes - used, bar1_total=g.bar1_bytes,
             link_gen=gen, link_width=width, link_gen_max=g.link_gen, link_width_max=g.link_width,
             numa_node=g.numa_node, compute_capability=g.compute_capability,
+            card_gen=g.card_gen or g.link_gen, card_width=g.card_width or g.link_width,
         ))
     n = len(rig.gpus)
     ok = "OK" if rig.p2p else "NS"

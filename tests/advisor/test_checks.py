@@ -15,9 +15,14 @@ from gpudash.telemetry.topology import TopologyFacts, read_topology
 MIB = 2**20
 
 
-def facts(profile: str = "rtx5080+rtx3090", *, nodes: frozenset[int] = frozenset({0}), **kw) -> DoctorFacts:
-    return DoctorFacts(topology=kw.pop("topology", read_topology(f"sim:{profile}")),
-                       cpu=CpuPlacement(frozenset({0, 1}), nodes), **kw)
+def facts(profile: str = "rtx5080+rtx3090", *, nodes: frozenset[int] = frozenset({0}), real: bool = False,
+          **kw) -> DoctorFacts:
+    """Facts over a sim profile's topology; `real` labels the same GPUs as NVML would report them, for
+    the checks that a simulated rig skips (llama.cpp builds, NCCL)."""
+    topo = kw.pop("topology", read_topology(f"sim:{profile}"))
+    if real:
+        topo = dataclasses.replace(topo, source="nvml")
+    return DoctorFacts(topology=topo, cpu=CpuPlacement(frozenset({0, 1}), nodes), **kw)
 
 
 def with_gpu(topo: TopologyFacts, index: int, **changes) -> TopologyFacts:
@@ -36,10 +41,23 @@ def vllm(name: str, gpus: list[int], **kw) -> ServerSpec:
 # --- PCIe link under load ---------------------------------------------------------------------------
 
 def test_link_full_speed_under_load_passes() -> None:
+    topo = read_topology("sim:8xh20")
+    r = checks.check_link_under_load(facts(topology=topo, busy=busy(topo, 48.0)))
+    assert r.status == "pass" and r.fix == ""
+    assert any("gen5 x16 while copying, moving 48.0 GB/s" in ln for ln in r.evidence)
+
+
+def test_gen5_x16_card_in_a_gen4_x8_slot_warns() -> None:
+    """The RTX 5080 (a gen5 x16 card) trains at what its slot allows, gen4 x8: not full speed, a warning."""
     topo = read_topology("sim:rtx5080+rtx3090")
+    assert (topo.gpus[0].card_gen, topo.gpus[0].card_width) == (5, 16)
     r = checks.check_link_under_load(facts(topology=topo, busy=busy(topo)))
-    assert r.status == "pass"
+    assert r.status == "warn" and "GPU 0, 1" in r.fix and "slot" in r.fix
     assert any("gen4 x8 while copying, moving 12.0 GB/s" in ln for ln in r.evidence)
+    assert ("GPU 0 (NVIDIA GeForce RTX 5080): the card is gen5 x16 (54.8 GB/s); its slot allows gen4 x8 at most"
+            in r.evidence)
+    full = with_gpu(with_gpu(topo, 0, card_gen=4, card_width=8), 1, card_gen=None, card_width=None)
+    assert checks.check_link_under_load(facts(topology=full, busy=busy(full))).status == "pass"
 
 
 def test_link_below_max_under_load_fails() -> None:
@@ -167,49 +185,49 @@ def build(sass=(86, 120), ptx=(120,), nccl=False, backend="cuda") -> LlamaBuild:
 
 
 def test_build_with_both_archs_passes() -> None:
-    r = checks.check_llama_archs(facts(llama=build()))
+    r = checks.check_llama_archs(facts(real=True, llama=build()))
     assert r.status == "pass" and "built for sm 86,120 + PTX 120" in r.evidence
 
 
 def test_build_lacking_a_cc_fails_with_rebuild_flags() -> None:
-    r = checks.check_llama_archs(facts(llama=build(sass=(86,), ptx=(86,))))
+    r = checks.check_llama_archs(facts(real=True, llama=build(sass=(86,), ptx=(86,))))
     # PTX 8.6 can be JIT-compiled for 12.0: a warning, not a failure
     assert r.status == "warn" and "GPU 0 only via PTX JIT" in r.evidence[0]
-    r = checks.check_llama_archs(facts(llama=build(sass=(86,), ptx=())))
+    r = checks.check_llama_archs(facts(real=True, llama=build(sass=(86,), ptx=())))
     assert r.status == "fail" and r.evidence[0] == "no code for GPU 0"
     assert 'CMAKE_CUDA_ARCHITECTURES="86;120"' in r.fix
 
 
 def test_sass_of_lower_minor_same_major_runs() -> None:
-    assert checks.check_llama_archs(facts(llama=build(sass=(80, 120), ptx=()))).status == "pass"
+    assert checks.check_llama_archs(facts(real=True, llama=build(sass=(80, 120), ptx=()))).status == "pass"
 
 
 def test_cpu_build_fails_and_unknown_archs_warn() -> None:
-    assert checks.check_llama_archs(facts(llama=build(sass=(), ptx=(), backend="cpu"))).status == "fail"
-    assert checks.check_llama_archs(facts(llama=build(sass=None, ptx=None))).status == "warn"
-    assert checks.check_llama_archs(facts(llama=None, llama_note="not found")).status == "skip"
+    assert checks.check_llama_archs(facts(real=True, llama=build(sass=(), ptx=(), backend="cpu"))).status == "fail"
+    assert checks.check_llama_archs(facts(real=True, llama=build(sass=None, ptx=None))).status == "warn"
+    assert checks.check_llama_archs(facts(real=True, llama=None, llama_note="not found")).status == "skip"
 
 
 # --- NCCL on mixed consumer cards -------------------------------------------------------------------
 
 def test_nccl_build_on_mixed_consumer_pair_warns() -> None:
-    r = checks.check_nccl_mixed(facts(llama=build(nccl=True)))
+    r = checks.check_nccl_mixed(facts(real=True, llama=build(nccl=True)))
     assert r.status == "warn" and "-DGGML_CUDA_NCCL=OFF" in r.fix
     assert "GPU 0+1 (GeForce RTX 5080 + GeForce RTX 3090, P2P NS)" in r.evidence[0]
 
 
 def test_vllm_tensor_parallel_on_mixed_pair_warns() -> None:
     servers = (vllm("tp", [0, 1], tensor_parallel_size=2),)
-    r = checks.check_nccl_mixed(facts(llama=build(nccl=False), servers=servers))
+    r = checks.check_nccl_mixed(facts(real=True, llama=build(nccl=False), servers=servers))
     assert r.status == "warn" and "vLLM server tp" in r.evidence[1]
 
 
 def test_nccl_off_or_homogeneous_passes() -> None:
-    assert checks.check_nccl_mixed(facts(llama=build(nccl=False))).status == "pass"
-    assert checks.check_nccl_mixed(facts("8xh20", llama=build(nccl=True))).status == "pass"
+    assert checks.check_nccl_mixed(facts(real=True, llama=build(nccl=False))).status == "pass"
+    assert checks.check_nccl_mixed(facts("8xh20", real=True, llama=build(nccl=True))).status == "pass"
     p2p = (("X", "OK"), ("OK", "X"))
     topo = dataclasses.replace(read_topology("sim:rtx5080+rtx3090"), p2p=p2p)
-    assert checks.check_nccl_mixed(facts(topology=topo, llama=build(nccl=True))).status == "pass"
+    assert checks.check_nccl_mixed(facts(topology=topo, real=True, llama=build(nccl=True))).status == "pass"
 
 
 # --- runner -----------------------------------------------------------------------------------------
@@ -223,3 +241,16 @@ def test_exit_code_is_one_only_when_a_check_fails(servers, code) -> None:
                                           "prompt_cache"]
     assert checks.exit_code(results) == code
     assert {r.status for r in results} <= {"pass", "warn", "fail", "skip"}
+
+
+def test_a_simulated_rig_skips_the_checks_that_need_real_gpus_and_says_why() -> None:
+    """On a sim rig a CPU-only llama-server is no failure: builds and NCCL are about real GPUs."""
+    cpu = build(sass=(), ptx=(), backend="cpu", nccl=True)
+    topo = read_topology("sim:rtx5080+rtx3090")
+    results = {r.check: r for r in checks.run_checks(facts(topology=topo, busy=busy(topo), llama=cpu))}
+    for name in ("llama_archs", "nccl_mixed"):
+        assert results[name].status == "skip", results[name]
+        assert results[name].evidence[0].startswith("simulated rig (sim:rtx5080+rtx3090): its GPUs are modelled")
+    assert checks.exit_code(list(results.values())) == 0
+    real = {r.check: r.status for r in checks.run_checks(facts(topology=topo, busy=busy(topo), llama=cpu, real=True))}
+    assert real["llama_archs"] == "fail" and real["nccl_mixed"] == "warn"  # the same facts on real GPUs

@@ -21,13 +21,14 @@ def rig():
     engine.close()
 
 
-def test_healthy_links_pass_under_load(rig: SimRigSource) -> None:
+def test_healthy_links_under_load_warn_that_the_slots_hold_the_cards_back(rig: SimRigSource) -> None:
     facts = gather("sim:rtx5080+rtx3090", Config(), sim=rig, load_s=0.3)
     assert facts.busy is not None and len(facts.busy) == 2
     for load in facts.busy:
         assert load.expected_gbps == pytest.approx(13.7, abs=0.1)
         assert 0.5 * load.expected_gbps < load.gbps <= 1.05 * load.expected_gbps
-    assert check_link_under_load(facts).status == "pass"
+    r = check_link_under_load(facts)
+    assert r.status == "warn" and "GPU 0, 1" in r.fix  # x16 cards in gen4 x8 slots: trained as allowed, not full
 
 
 def test_degraded_link_fails_and_carries_half(rig: SimRigSource) -> None:
@@ -40,7 +41,7 @@ def test_degraded_link_fails_and_carries_half(rig: SimRigSource) -> None:
     r = check_link_under_load(facts)
     assert r.status == "fail" and "GPU 1" in r.fix
     rig.restore_link(1)
-    assert check_link_under_load(gather("sim:rtx5080+rtx3090", Config(), sim=rig, load_s=0.2)).status == "pass"
+    assert check_link_under_load(gather("sim:rtx5080+rtx3090", Config(), sim=rig, load_s=0.2)).status == "warn"
 
 
 def test_engine_load_that_fails_is_a_skip_with_the_reason() -> None:

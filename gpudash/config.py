@@ -377,6 +377,30 @@ class PrometheusConfig(_Section):
     """Serve live values for Prometheus at [HOST:]PORT (host defaults to 127.0.0.1); unset: off."""
 
 
+class FleetConfig(_Section):
+    prometheus: str | None = None
+    """Prometheus' base URL (http://HOST:9090) that `gpudash fleet` and the TUI's Fleet tab read the fleet from;
+    unset: no Fleet tab, and nothing is ever sent anywhere."""
+
+    job: str | None = None
+    """Only the targets of this scrape job (e.g. "gpudash"); unset: every target Prometheus scrapes."""
+
+    timeout_s: float = Field(5.0, gt=0, le=120)
+    """Seconds one read of the fleet may take in all, before it is given up and shown as stale."""
+
+    refresh_s: float = Field(1.0, ge=0.5, le=3600)
+    """How often the Fleet tab asks Prometheus again."""
+
+    @field_validator("prometheus")
+    @classmethod
+    def _base_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from gpudash.fleet.client import check_url
+
+        return check_url(v)
+
+
 class LlamaConfig(_Section):
     cuda_build: Literal["auto", "off"] = "auto"
     """On a box with NVIDIA GPUs where a llama.cpp server would run a CPU-only llama-server (PyPI's
@@ -413,6 +437,9 @@ class Config(BaseModel):
 
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
     """Optional Prometheus exposition."""
+
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
+    """The Prometheus that many boxes' gpudash are read through (`gpudash fleet`, the Fleet tab)."""
 
     llama: LlamaConfig = Field(default_factory=LlamaConfig)
     """The CUDA llama-server gpudash builds on GPU boxes."""

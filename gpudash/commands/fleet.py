@@ -1,0 +1,91 @@
+"""`gpudash fleet`: every box a Prometheus scrapes, one row each, printed once (what `status` is to one box).
+
+The fleet is read through Prometheus' HTTP API only (gpudash/fleet): GPUs, util, VRAM, PCIe TX/RX against
+what the links carry, the servers with their TTFT p90 and prefix-cache hit rate, and the alerts firing.
+Prometheus down, slow or answering garbage ends in one sentence (exit 1) within the timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import click
+
+from gpudash import fmt
+from gpudash.commands.common import pass_config, usage_error
+from gpudash.config import Config
+from gpudash.fleet.boxes import DOWN, STALE, Fleet, FleetBox
+
+
+def box_cells(b: FleetBox, now: float) -> dict[str, str]:
+    """A box's row as text, column -> cell (the CLI table and the Fleet tab share it)."""
+    if b.status in (DOWN, STALE):
+        state = f"{b.status}, last seen {fmt.duration(now - b.last_seen)} ago" if b.last_seen else b.status
+    else:
+        state = b.status
+    link = f"/ {fmt.rate(b.link_bps)}" if b.link_bps else ""
+    servers = ", ".join(f"{s.server} {s.state}" for s in b.servers) or fmt.NA
+    ttft = ", ".join(fmt.num(s.ttft_p90_s, ".2f", " s") if s.ttft_p90_s is not None
+                     else fmt.num(s.ttft_mean_s, ".2f", " s mean") for s in b.servers) or fmt.NA
+    hits = ", ".join(fmt.pct(s.hit_rate) for s in b.servers) or fmt.NA
+    return {
+        "box": b.instance, "host": b.hostname or fmt.NA, "rig": b.rig or fmt.NA, "state": state,
+        "GPUs": fmt.num(b.gpus, "d"), "util": fmt.pct(b.util),
+        "VRAM": f"{fmt.size(b.mem_used)} / {fmt.size(b.mem_total)}" if b.mem_total else fmt.NA,
+        "PCIe TX": f"{fmt.rate(b.tx_bps)} {link}".strip(), "RX": f"{fmt.rate(b.rx_bps)} {link}".strip(),
+        "servers": servers, "TTFT p90": ttft, "hit rate": hits, "alerts": ", ".join(b.alerts) or fmt.NA,
+    }
+
+
+COLUMNS = ("box", "host", "rig", "state", "GPUs", "util", "VRAM", "PCIe TX", "RX", "servers", "TTFT p90",
+           "hit rate", "alerts")
+
+
+def fleet_json(fleet: Fleet) -> dict:
+    return {"prometheus": fleet.url, "ts": fleet.ts, "boxes": [dataclasses.asdict(b) for b in fleet.boxes]}
+
+
+@click.command()
+@click.option("--prometheus", "url", metavar="URL", default=None,
+              help="Prometheus' base URL, e.g. http://prometheus.lan:9090 (default: [fleet] prometheus).")
+@click.option("--job", default=None, help="Only targets of this scrape job (default: [fleet] job, else every job).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1, max=120), default=None,
+              help="Seconds the whole read may take (default: [fleet] timeout_s).")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print one JSON object instead of the table.")
+@pass_config
+def fleet(cfg: Config, url: str | None, job: str | None, timeout_s: float | None, as_json: bool) -> None:
+    """Print every box a Prometheus scrapes: GPUs, util, VRAM, PCIe, servers, TTFT, hit rate and alerts."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from gpudash.fleet.boxes import read_fleet
+    from gpudash.fleet.client import PrometheusClient, PrometheusError
+
+    url = url or cfg.fleet.prometheus
+    if not url:
+        usage_error("no Prometheus to ask: pass --prometheus URL (e.g. http://prometheus.lan:9090) or set "
+                    "[fleet] prometheus in the config")
+    try:
+        client = PrometheusClient(url, timeout_s or cfg.fleet.timeout_s)
+    except ValueError as err:
+        usage_error(str(err))
+    try:
+        with client:
+            snapshot = read_fleet(client, job or cfg.fleet.job)
+    except PrometheusError as err:
+        raise click.ClickException(str(err)) from None
+    if as_json:
+        click.echo(json.dumps(fleet_json(snapshot), indent=1))
+        return
+    now = time.time()
+    table = Table(title=f"fleet: {len(snapshot.boxes)} boxes from {snapshot.url}", title_justify="left", box=None,
+                  header_style="bold")
+    for col in COLUMNS:
+        table.add_column(col, justify="right" if col in ("GPUs", "util") else "left", overflow="fold")
+    for b in snapshot.boxes:
+        cells = box_cells(b, now)
+        table.add_row(*(cells[c] for c in COLUMNS))
+    console = Console(width=max(Console().width, 200) if not Console().is_terminal else None)
+    console.print(table if snapshot.boxes else f"Prometheus at {snapshot.url} scrapes no targets")

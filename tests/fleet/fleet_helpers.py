@@ -1,0 +1,121 @@
+"""Helpers for the fleet tests: a real Prometheus (Debian's 2.42, installed by .ci/run) started on a free
+127.0.0.1 port with its config and TSDB in the test's tmp dir, `gpudash` subprocesses, and ending each
+process by its pid. Without prometheus/promtool on PATH the tests skip, unless
+GPUDASH_REQUIRE_PROMETHEUS=1 (CI) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+from cli_helpers import env, free_port  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+DOUBLE = REPO / "tests" / "doubles" / "vllm_double.py"
+RULES = REPO / "deploy" / "prometheus" / "gpudash-rules.yml"
+PROFILES = ("h200", "8xh20", "rtx5080+rtx3090")
+
+
+def binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("GPUDASH_REQUIRE_PROMETHEUS") == "1":
+            pytest.fail(f"{name} is not on PATH (apt-get install prometheus; see .ci/run)")
+        pytest.skip(f"{name} is not on PATH (apt-get install prometheus)")
+    return path
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 60, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what or check}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a process this module started, by its pid: SIGTERM, then SIGKILL."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@dataclass
+class PromServer:
+    url: str
+    proc: subprocess.Popen
+
+    def query(self, expr: str) -> list[dict]:
+        doc = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10, trust_env=False).json()
+        assert doc["status"] == "success", doc
+        return doc["data"]["result"]
+
+
+def start_prometheus(workdir: Path, jobs: dict[str, list[str]], interval: str = "1s",
+                     rules: Path | None = RULES, self_scrape: bool = False) -> PromServer:
+    """A Prometheus on a free 127.0.0.1 port, its config and TSDB in `workdir`; jobs: name -> targets;
+    `self_scrape` adds a job "prometheus" scraping this Prometheus (a target with no gpudash metrics)."""
+    exe = binary("prometheus")
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    if self_scrape:
+        jobs = {**jobs, "prometheus": [f"127.0.0.1:{port}"]}
+    config = {  # JSON is YAML: no YAML writer needed
+        "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+        "rule_files": [str(rules)] if rules else [],
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]} for job, targets in jobs.items()],
+    }
+    (workdir / "prometheus.yml").write_text(json.dumps(config))
+    log = open(workdir / "prometheus.log", "wb")
+    proc = subprocess.Popen([exe, f"--config.file={workdir / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--web.console.templates=", "--web.console.libraries="],
+                            stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        assert proc.poll() is None, (workdir / "prometheus.log").read_text()[-2000:]
+        try:
+            return httpx.get(f"{url}/-/ready", timeout=1, trust_env=False).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(ready, 30, "Prometheus to be ready")
+    except BaseException:
+        stop(proc)
+        raise
+    return PromServer(url, proc)
+
+
+def gpudash(tmp: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "from gpudash.cli import main; main()", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env(tmp), cwd=tmp)
+
+
+@dataclass
+class FleetRig:
+    prom: PromServer
+    boxes: dict[str, str]  # instance -> what runs there ("sim:h200", "vllm", "prometheus", "nothing")
+    procs: list[subprocess.Popen]
+    tmp: Path

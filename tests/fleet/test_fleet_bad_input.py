@@ -1,0 +1,139 @@
+"""`gpudash fleet` against a Prometheus that is down, slow, dripping, answering garbage, answering an error,
+or answering far too much: one line, exit 1, within the timeout, in bounded memory, never a traceback.
+The misbehaving servers are real HTTP servers on 127.0.0.1 started by this module."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+from cli_helpers import cmd, env, free_port, run  # noqa: E402
+
+HUGE_BYTES = 512 << 20
+
+
+class _Handler(BaseHTTPRequestHandler):
+    mode = ""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        try:
+            getattr(self, "_" + self.server.mode)()  # type: ignore[attr-defined]
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _head(self, code: int = 200, ctype: str = "application/json", length: int | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        if length is not None:
+            self.send_header("Content-Length", str(length))
+        self.end_headers()
+
+    def _garbage(self) -> None:
+        body = b"<html><body>Welcome to nginx!</body></html>"
+        self._head(200, "text/html", len(body))
+        self.wfile.write(body)
+
+    def _error(self) -> None:
+        body = b'{"status":"error","errorType":"bad_data","error":"1:1: parse error: unexpected character"}'
+        self._head(400, length=len(body))
+        self.wfile.write(body)
+
+    def _slow(self) -> None:
+        time.sleep(8)
+        self._head(200, length=2)
+        self.wfile.write(b"{}")
+
+    def _drip(self) -> None:
+        self._head(200)
+        self.wfile.write(b'{"status":"success","data":{"resultType":"vector","result":[')
+        for _ in range(100):
+            self.wfile.write(b" ")
+            self.wfile.flush()
+            time.sleep(0.2)
+
+    def _huge(self) -> None:
+        self._head(200)
+        self.wfile.write(b'{"status":"success","data":{"resultType":"vector","result":[')
+        row = b'{"metric":{"instance":"x"},"value":[1,"1"]},' * 1000
+        sent = 0
+        while sent < HUGE_BYTES:
+            self.wfile.write(row)
+            sent += len(row)
+
+
+@pytest.fixture
+def bad_prometheus(request: pytest.FixtureRequest) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    server.mode = request.param  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _fleet(tmp: Path, url: str, timeout: float = 1.0) -> tuple[int, str, float, int]:
+    """Exit code, stderr, seconds taken and peak RSS in KiB of one `gpudash fleet` process (spawned and
+    reaped with wait4, so the peak is this process's own)."""
+    argv = cmd("fleet", "--prometheus", url, "--timeout", str(timeout))
+    err_path = tmp / "stderr.txt"
+    actions = [(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+               (os.POSIX_SPAWN_OPEN, 2, str(err_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)]
+    t0 = time.monotonic()
+    pid = os.posix_spawn(argv[0], argv, env(tmp), file_actions=actions)
+    _, status, usage = os.wait4(pid, 0)
+    return os.waitstatus_to_exitcode(status), err_path.read_text(), time.monotonic() - t0, usage.ru_maxrss
+
+
+@pytest.mark.parametrize("bad_prometheus, words", [
+    ("garbage", "no Prometheus JSON"),
+    ("error", "refused the query: 1:1: parse error"),
+    ("slow", "did not answer within 1 s"),
+    ("drip", "did not answer within 1 s"),
+    ("huge", "answered more than 32 MiB"),
+], indirect=["bad_prometheus"])
+def test_a_bad_prometheus_is_one_line_within_the_timeout(tmp_path: Path, bad_prometheus: str, words: str) -> None:
+    code, err, took, peak_kib = _fleet(tmp_path, bad_prometheus)
+    assert code == 1, err
+    assert err.count("\n") == 1 and words in err and "Traceback" not in err, err
+    assert bad_prometheus in err  # it names the URL it asked
+    assert took < 8, took  # the slow server would take 8 s; the drip 20 s; the huge one sends 512 MiB
+    assert peak_kib < 400 * 1024, peak_kib  # at most the 32 MiB cap is held, never the whole answer
+
+
+def test_prometheus_down_is_one_line(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = run(tmp_path, "fleet", "--prometheus", url)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"Error: cannot reach Prometheus at {url}") and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, words", [
+    ((), "no Prometheus to ask: pass --prometheus URL"),
+    (("--prometheus", "prometheus.lan:9090"), "is not Prometheus' base URL; write it as http://HOST:PORT"),
+    (("--prometheus", "http://x:9090/?q=1"), "is not Prometheus' base URL"),
+])
+def test_usage_errors_exit_2_without_asking_anyone(tmp_path: Path, args: tuple[str, ...], words: str) -> None:
+    proc = run(tmp_path, "fleet", *args)
+    assert proc.returncode == 2 and words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_bad_fleet_url_in_the_config_is_one_clear_line(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[fleet]\nprometheus = "ftp://x"\n')
+    proc = run(tmp_path, "--config", str(config), "fleet")
+    assert proc.returncode == 2 and "fleet.prometheus" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -16,8 +16,7 @@ import argparse
 from gpudash.engine.profiles import PROFILES
 from gpudash.advisor.baseline import measured_baseline, sim_baseline
 from gpudash.advisor.overlap import LayerShape
-from gpudash.rig import NvmlRig, SimulatedRig
-from gpudash.telemetry.topology import read_topology
+from gpudash.rig import NvmlRig, SimulatedRig, read_topology
 
 TOKENS = (1, 16, 128, 1024, 4096)
 

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudash.rig import is_sim_label
+from gpudash.labels import is_sim_label
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,11 @@
 
 Each kind is a small typed class behind one contract (its label, whether it is simulated, its profile,
 the GPU source it samples, the engine it makes, its topology), so no module parses a label to decide
-what to do. The text label ("nvml", "sim:<profile>") is what sessions, snapshots and exports store;
-`rig_of` is the one place that reads it back and `SimulatedRig.label` the one place that writes it.
+what to do. The text label ("nvml", "sim:<profile>", gpudash/labels.py) is what sessions, snapshots and
+exports store; `rig_of` is the one place that reads it back and `SimulatedRig.label` the one place that
+writes it.
+
+The rig sits above the telemetry sources it builds (nvml.py, sim.py, topology.py), which never import it.
 """
 
 from __future__ import annotations
@@ -13,15 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpudash.labels import NVML_LABEL, sim_label, sim_profile_of
+
 if TYPE_CHECKING:
-    from gpudash.engine import EngineConfig, TransferEngine
     from gpudash.config import Config
+    from gpudash.engine import EngineConfig, TransferEngine
     from gpudash.telemetry.sampler import Source
     from gpudash.telemetry.sim import SimRigSource
     from gpudash.telemetry.topology import TopologyFacts
-
-SIM_PREFIX = "sim:"
-NVML_LABEL = "nvml"
 
 
 class Rig(ABC):
@@ -49,6 +51,10 @@ class Rig(ABC):
     @abstractmethod
     def topology(self, sim: SimRigSource | None = None) -> TopologyFacts:
         """The advisor's facts about this rig's GPUs and links."""
+
+    @abstractmethod
+    def gpu_memory_totals(self) -> dict[int, int]:
+        """{index: total bytes} of the rig's real GPUs, for the launcher's llama.cpp memory budget."""
 
     def __str__(self) -> str:
         return self.label
@@ -78,6 +84,9 @@ class NvmlRig(Rig):
 
         return nvml_topology()
 
+    def gpu_memory_totals(self) -> dict[int, int]:
+        return {g.index: g.memory_total for g in self.topology().gpus if g.memory_total}
+
 
 @dataclass(frozen=True)
 class SimulatedRig(Rig):
@@ -93,7 +102,7 @@ class SimulatedRig(Rig):
 
     @property
     def label(self) -> str:  # type: ignore[override]
-        return f"{SIM_PREFIX}{self.profile}"
+        return sim_label(self.profile)
 
     def engine_config(self, config: Config) -> EngineConfig:
         from gpudash.engine import EngineConfig
@@ -117,12 +126,11 @@ class SimulatedRig(Rig):
     def topology(self, sim: SimRigSource | None = None) -> TopologyFacts:
         from gpudash.telemetry.topology import profile_topology
 
-        return profile_topology(self, sim)
+        return profile_topology(self.profile, sim)
 
-
-def sim_uuid(profile: str, index: int) -> str:
-    """A stable, obviously simulated UUID for GPU `index` of a sim rig."""
-    return f"GPU-sim-{profile}-{index}"
+    def gpu_memory_totals(self) -> dict[int, int]:
+        """Empty: a sim rig's servers run on the CPU, so no llama.cpp memory budget applies to them."""
+        return {}
 
 
 def rig_of(label: str | Rig) -> Rig:
@@ -138,12 +146,7 @@ def rig_of(label: str | Rig) -> Rig:
     raise ValueError(f"unknown telemetry source {label!r}; expected 'nvml' or 'sim:<profile>'")
 
 
-def sim_profile_of(label: str) -> str | None:
-    """The profile of a stored sim label ("sim:h200" -> "h200"), None for anything else (nvml,
-    replay:..., cuda): for labels read back from the store, whatever gpudash version wrote them."""
-    return label.removeprefix(SIM_PREFIX) if label.startswith(SIM_PREFIX) else None
-
-
-def is_sim_label(label: str) -> bool:
-    """Whether a stored label names a simulated rig."""
-    return sim_profile_of(label) is not None
+def read_topology(rig: Rig | str, sim: SimRigSource | None = None) -> TopologyFacts:
+    """Facts for a rig (or its label), with a live `sim` source's degraded links when given; ValueError
+    for an unknown label or profile."""
+    return rig_of(rig).topology(sim)

@@ -1,5 +1,5 @@
-"""The rig is a typed object: its label is written and read in gpudash/rig.py alone, and each kind makes
-its own engine configuration and sources."""
+"""The rig is a typed object: its label is written and read in gpudash/labels.py and gpudash/rig.py alone,
+and each kind makes its own engine configuration, sources and topology."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import Config, validate
-from gpudash.rig import NvmlRig, SimulatedRig, is_sim_label, rig_of, sim_profile_of
+from gpudash.labels import is_sim_label, sim_profile_of
+from gpudash.rig import NvmlRig, SimulatedRig, read_topology, rig_of
 
 REPO = Path(__file__).resolve().parent.parent
 LABEL_PARSE = re.compile(r'startswith\("sim:"\)|removeprefix\("sim:"\)|"sim:" in|split\("sim:"')
@@ -54,13 +55,21 @@ def test_a_sim_rig_makes_an_engine_and_its_gpu_source() -> None:
         source.close()
 
 
+def test_each_rig_reads_its_topology_and_gpu_memory() -> None:
+    facts = read_topology("sim:8xh20")
+    assert (facts.source, facts.is_sim, facts.profile, len(facts.gpus)) == ("sim:8xh20", True, "8xh20", 8)
+    assert read_topology(SimulatedRig("8xh20")) == facts
+    # a sim rig's servers run on the CPU: no GPU memory budget applies to them
+    assert SimulatedRig("8xh20").gpu_memory_totals() == {}
+
+
 def _lines(dirs: tuple[str, ...], pattern: re.Pattern[str], skip: str = "") -> list[str]:
-    return [f"{p.relative_to(REPO)}:{n}" for d in dirs for p in sorted((REPO / d).rglob("*.py")) if p.name != "rig.py"
+    return [f"{p.relative_to(REPO)}:{n}" for d in dirs for p in sorted((REPO / d).rglob("*.py")) if p.name not in ("rig.py", "labels.py")
             and not (skip and p.is_relative_to(REPO / skip))
             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
 
 
-def test_no_module_parses_or_makes_a_rig_label_but_rig_py() -> None:
+def test_no_module_parses_or_makes_a_rig_label_but_labels_and_rig() -> None:
     assert _lines(("gpudash", "benchmarks"), LABEL_PARSE) == []
     # gpudash/engine/ stands alone: its repr says sim:<profile>
     assert _lines(("gpudash", "benchmarks"), LABEL_MADE, skip="gpudash/engine") == []

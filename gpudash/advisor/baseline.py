@@ -50,7 +50,7 @@ def group(topology: TopologyFacts, tp: int) -> list[GpuFacts]:
 
 def _sim_route(topology: TopologyFacts, g: GpuFacts, shape: LayerShape) -> tuple[float, float, str]:
     """(GB/s, latency us, description) of the route the layer's communication takes on a sim rig."""
-    rig = get_profile(topology.rig.profile or "")
+    rig = get_profile(topology.profile or "")
     latency = rig.gpus[g.index].link_latency_us
     link = host_link_gbps(g)
     if shape.tp == 1:

@@ -30,7 +30,7 @@ class RatesUnavailable(RuntimeError):
 
 def sim_rates(topology: TopologyFacts) -> dict[int, GpuRates]:
     """The sim rig's profile numbers for each of its GPUs."""
-    rig = get_profile(topology.rig.profile or "")
+    rig = get_profile(topology.profile or "")
     return {g.index: GpuRates(rig.gpus[g.index].mem_bw_gbps, rig.gpus[g.index].bf16_tflops, SIM_SOURCE)
             for g in topology.gpus}
 

@@ -12,7 +12,7 @@ import click
 
 from gpudash.commands.common import pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
-from gpudash.rig import is_sim_label
+from gpudash.labels import is_sim_label
 
 if TYPE_CHECKING:
     from gpudash.advisor.baseline import OverlapRow
@@ -64,11 +64,10 @@ def bench_overlap(cfg: Config, sim: str | None, no_sim: bool, hidden: int, ffn: 
     from gpudash.advisor.baseline import measured_baseline, sim_baseline
     from gpudash.advisor.overlap import LayerShape
     from gpudash.advisor.rates import RatesUnavailable
-    from gpudash.telemetry.topology import read_topology
 
     rig = resolve_rig(cfg, sim, no_sim, quiet=as_json)
     source = rig.label
-    topo = read_topology(rig)
+    topo = rig.topology()
     try:
         shape = LayerShape(hidden, ffn, tokens, tp or len(topo.gpus))
         if topo.is_sim:

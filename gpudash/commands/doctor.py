@@ -13,7 +13,7 @@ import click
 
 from gpudash.commands.common import pass_config, resolve_rig, sim_options
 from gpudash.config import Config
-from gpudash.rig import is_sim_label
+from gpudash.labels import is_sim_label
 
 if TYPE_CHECKING:
     from gpudash.advisor.checks import CheckResult

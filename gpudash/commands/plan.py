@@ -11,7 +11,7 @@ import click
 
 from gpudash.commands.common import pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
-from gpudash.rig import is_sim_label
+from gpudash.labels import is_sim_label
 
 if TYPE_CHECKING:
     from gpudash.advisor.planner import SplitPlan
@@ -72,12 +72,11 @@ def plan(cfg: Config, model_gb: float | None, kv_gb: float, sim: str | None, no_
     """Propose llama.cpp's -ts split from free memory and measured throughput."""
     from gpudash.advisor.planner import PlanError, plan_split
     from gpudash.advisor.rates import RatesUnavailable, budgets, rates_for
-    from gpudash.telemetry.topology import read_topology
 
     rig = resolve_rig(cfg, sim, no_sim, quiet=as_json)
     source = rig.label
     model, what = _model(cfg, model_gb)
-    topo = read_topology(rig)
+    topo = rig.topology()
     try:
         rates = rates_for(topo)
     except RatesUnavailable as err:

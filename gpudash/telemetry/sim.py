@@ -18,7 +18,7 @@ from typing import Any
 
 from gpudash.engine.profiles import SimRig, get_profile
 from gpudash.records import GpuSample
-from gpudash.rig import SimulatedRig, sim_uuid
+from gpudash.labels import sim_label, sim_uuid
 
 MiB = 2**20
 
@@ -98,7 +98,7 @@ class SimRigSource:
 
     def __init__(self, profile_name: str, engine: Any, *, load: str = "off", owns_engine: bool = False) -> None:
         self.rig = get_profile(profile_name)
-        self.label = SimulatedRig(profile_name).label
+        self.label = sim_label(profile_name)
         if getattr(engine, "backend", None) != "sim" or getattr(engine, "profile", None) != profile_name:
             raise ValueError(f"{self.label} needs a sim-backend engine built for profile {profile_name!r}, "
                              f"got {engine!r}")

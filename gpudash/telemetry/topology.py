@@ -1,7 +1,8 @@
 """Topology facts the advisor (doctor, split planner) reasons about: GPUs, their links, P2P, NVLink.
 
-`read_topology(rig)` asks the rig (gpudash/rig.py): the real box is read through nvml.py, a simulated
-one is built from gpudash/engine/profiles.py (with a live `SimRigSource`'s degraded links when one is given).
+`gpudash.rig.read_topology(rig)` asks the rig for them: the real box is read through nvml.py
+(`nvml_topology`), a simulated one is built from gpudash/engine/profiles.py (`profile_topology`, with a live
+`SimRigSource`'s degraded links when one is given). This module never imports the rig that calls it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudash.engine.profiles import get_profile
-from gpudash.rig import Rig, SimulatedRig, rig_of, sim_uuid
+from gpudash.labels import NVML_LABEL, is_sim_label, sim_label, sim_profile_of, sim_uuid
 
 if TYPE_CHECKING:
     from gpudash.telemetry.sim import SimRigSource
@@ -56,16 +57,12 @@ class TopologyFacts:
 
     @property
     def is_sim(self) -> bool:
-        return self.rig.is_sim
+        return is_sim_label(self.source)
 
     @property
-    def rig(self) -> Rig:
-        return rig_of(self.source)
-
-
-def read_topology(rig: Rig | str, sim: SimRigSource | None = None) -> TopologyFacts:
-    """Facts for a rig (or its label); ValueError for an unknown label or profile."""
-    return rig_of(rig).topology(sim)
+    def profile(self) -> str | None:
+        """The sim profile these facts were built from; None for a real box."""
+        return sim_profile_of(self.source)
 
 
 def nvml_topology() -> TopologyFacts:
@@ -89,13 +86,12 @@ def nvml_topology() -> TopologyFacts:
             numa_node=st.numa_node, compute_capability=st.compute_capability,
             nvlink_links=d.nvlink_active_links(), card_gen=st.card_gen, card_width=st.card_width,
         ))
-    return TopologyFacts(source="nvml", gpus=tuple(gpus), p2p=nvml.p2p_matrix(devs),
+    return TopologyFacts(source=NVML_LABEL, gpus=tuple(gpus), p2p=nvml.p2p_matrix(devs),
                          nvlink=any(g.nvlink_links for g in gpus), numa_nodes=numa_node_count())
 
 
-def profile_topology(sim_rig: SimulatedRig, sim: SimRigSource | None) -> TopologyFacts:
+def profile_topology(profile: str, sim: SimRigSource | None) -> TopologyFacts:
     """A simulated rig's facts from its profile, with `sim`'s live link state when given."""
-    profile = sim_rig.profile
     rig = get_profile(profile)
     gpus = []
     for i, g in enumerate(rig.gpus):
@@ -111,14 +107,6 @@ def profile_topology(sim_rig: SimulatedRig, sim: SimRigSource | None) -> Topolog
     n = len(rig.gpus)
     ok = "OK" if rig.p2p else "NS"
     p2p = tuple(tuple("X" if a == b else ok for b in range(n)) for a in range(n))
-    return TopologyFacts(source=sim_rig.label, gpus=tuple(gpus), p2p=p2p,
+    return TopologyFacts(source=sim_label(profile), gpus=tuple(gpus), p2p=p2p,
                          nvlink=rig.nvlink_gbps is not None, numa_nodes=rig.numa_nodes)
 
-
-def gpu_memory_totals(rig: Rig | str) -> dict[int, int]:
-    """{index: total bytes} of the real GPUs of `rig`; empty for a sim rig, whose servers run on the CPU
-    (so no llama.cpp memory budget applies to them)."""
-    rig = rig_of(rig)
-    if rig.is_sim:
-        return {}
-    return {g.index: g.memory_total for g in rig.topology().gpus if g.memory_total}

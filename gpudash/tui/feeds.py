@@ -5,7 +5,6 @@ frame, so nothing here runs on the UI thread. No textual imports: these are plai
 
 from __future__ import annotations
 
-import functools
 import threading
 import tomllib
 from dataclasses import dataclass, field
@@ -84,7 +83,6 @@ class LiveFeed:
     def _start(self, deliver: Deliver) -> FeedInfo:
         from gpudash.control import Controller
         from gpudash.launcher.stack import LaunchStack
-        from gpudash.telemetry.topology import gpu_memory_totals
         from gpudash.preload import PreloadKnobs
         from gpudash.telemetry.inbox import Inbox
 
@@ -94,7 +92,7 @@ class LiveFeed:
         session.make_pools()
         self.notes.extend(session.notes)
         self.stack = LaunchStack(self.config, inbox, self.log_dir,
-                                 gpu_memory=functools.partial(gpu_memory_totals, self.rig))
+                                 gpu_memory=self.rig.gpu_memory_totals)
         supervisor = self.stack.supervisor
         sampler = session.wire([deliver], inbox=inbox, pids=supervisor.pids, sample_pools=True,
                                extra_sources=self.stack.sources)

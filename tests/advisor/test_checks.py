@@ -10,7 +10,8 @@ from gpudash.advisor import checks
 from gpudash.advisor.facts import CpuPlacement, DoctorFacts, LinkLoad
 from gpudash.advisor.llama_build import LlamaBuild
 from gpudash.config import ServerSpec
-from gpudash.telemetry.topology import TopologyFacts, read_topology
+from gpudash.rig import read_topology
+from gpudash.telemetry.topology import TopologyFacts
 
 MIB = 2**20
 

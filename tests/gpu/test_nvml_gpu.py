@@ -14,7 +14,7 @@ import time
 import pytest
 
 from gpudash.telemetry import nvml
-from gpudash.telemetry.topology import read_topology
+from gpudash.rig import read_topology
 
 pytestmark = pytest.mark.gpu
 MiB = 2**20

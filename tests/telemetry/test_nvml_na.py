@@ -6,7 +6,7 @@ import pynvml
 import pytest
 
 from gpudash.telemetry import nvml
-from gpudash.telemetry.topology import read_topology
+from gpudash.rig import read_topology
 
 
 def test_unsupported_fields_become_na_then_none() -> None:

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from gpudash.engine.profiles import PROFILES
-from gpudash.telemetry.topology import GpuFacts, TopologyFacts, read_topology
+from gpudash.rig import read_topology
+from gpudash.telemetry.topology import GpuFacts, TopologyFacts
 
 GiB = 2**30
 

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from gpudash.rig import sim_profile_of
+from gpudash.labels import sim_profile_of
 
 
 def _short_path(path: str, keep: int) -> str:

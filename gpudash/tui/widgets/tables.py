@@ -15,7 +15,7 @@ from textual.widgets import Log, Static
 
 from gpudash.advisor.planner import SplitPlan
 from gpudash.config import ServerSpec
-from gpudash.rig import is_sim_label
+from gpudash.labels import is_sim_label
 from gpudash.records import Event, PoolSample, PoolShardSample
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers
 from gpudash.tui.widgets.fitted import FittedTable, NamesHiddenColumns, hidden_columns_line

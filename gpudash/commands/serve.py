@@ -42,10 +42,13 @@ class _Requests:
               help="TOML config file with [[servers]] (default: gpudash --config, else the user config).")
 @db_option
 @sim_options
+@click.option("--prometheus", "listen", metavar="[HOST:]PORT", default=None,
+              help="Serve live values, the servers' among them, for Prometheus here (host defaults to 127.0.0.1; "
+                   "default: [prometheus] listen).")
 @click.option("--quiet", is_flag=True, default=False, help="No status lines.")
 @click.pass_context
 def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str | None, no_sim: bool,
-          quiet: bool) -> None:
+          listen: str | None, quiet: bool) -> None:
     """Start and supervise the configured inference servers (or a demo one), probe and record them."""
     from gpudash.launcher.errors import LaunchError
     from gpudash.launcher.stack import LaunchStack, default_log_dir
@@ -53,6 +56,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     from gpudash.store.retention import Retention
     from gpudash.telemetry.factory import build_sources
     from gpudash.telemetry.inbox import Inbox
+    from gpudash.telemetry.prometheus import StoreSize, open_sink
     from gpudash.telemetry.sampler import Sampler
 
     if config_file is not None:
@@ -65,12 +69,21 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
         store = Store.open(path)
     except StoreError as err:
         usage_error(str(err))
+    prom = None
+    if listen or cfg.prometheus.listen:
+        try:
+            prom = open_sink(listen or cfg.prometheus.listen or "", StoreSize(path, cfg.store.max_bytes))
+        except ValueError as err:
+            store.close()
+            usage_error(str(err))
     inbox = Inbox()
     try:
         stack = LaunchStack(cfg, inbox, default_log_dir(),
                             gpu_memory=rig.gpu_memory_totals)
     except OSError as err:
         store.close()
+        if prom is not None:
+            prom.close()
         usage_error(f"cannot write the demo model ({err}); check the user cache directory is writable")
     # No engine passed: a sim rig brings (and closes) its own; serve records servers, not engine paths.
     sources = build_sources(rig, cfg, inbox=inbox, pids=stack.supervisor.pids) + stack.sources
@@ -78,7 +91,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max,
                          retention=Retention.from_config(cfg.store))
     requests = _Requests()
-    sampler = Sampler(sources, cfg.sampling.interval_s, source, sinks=[writer.submit, requests],
+    sampler = Sampler(sources, cfg.sampling.interval_s, source, sinks=[writer.submit, requests, *([prom] if prom else [])],
                       source_timeout_s=cfg.sampling.source_timeout_s)
     stop = threading.Event()
     failure: str | None = None
@@ -120,6 +133,8 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
             failure = failure or f"{err}; session {sid} holds the rows written before it"
         store.end_session(sid)
         store.close()
+        if prom is not None:
+            prom.close()
     if failure is not None:
         usage_error(failure)
     if not quiet:

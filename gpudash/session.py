@@ -1,5 +1,5 @@
-"""One live run's wiring, shared by `gpudash launch` (the dashboard's LiveFeed) and `gpudash record`:
-the rig's engine -> the sources -> the sampler -> a store session that recording writes into.
+"""One live run's wiring, shared by `gpudash launch` (the dashboard's LiveFeed), `gpudash record` and
+`gpudash serve`: the rig's engine -> the sources -> the sampler -> a store session that recording writes into.
 
 `Session` owns what it starts and stops it in reverse order on close (the sampler, then the recording,
 then the pools and the engine whose memory they use). Which rigs get an engine is decided here once:
@@ -99,7 +99,7 @@ class StoreRecording:
 
 
 class Session:
-    """A rig's engine, sources, sampler and recording, wired the one way both launch and record use."""
+    """A rig's engine, sources, sampler and recording, wired the one way launch, record and serve use."""
 
     def __init__(self, rig: Rig | str, config: Config, db_path: Path, *, note: str = "") -> None:
         self.rig = rig_of(rig)
@@ -167,14 +167,18 @@ class Session:
         self.recording.attach(self.sampler)
         return self.sampler
 
-    def close(self) -> None:
+    def close(self, *, last_tick: bool = False) -> None:
         """Stop the sampler, end the recording (with what the inbox still held), close the pools made
-        here, then the engine. Safe to call twice; a failed store writer is raised last (StoreError)."""
+        here, then the engine. `last_tick` samples once more first, so that a state the caller has just
+        changed (servers it stopped) is recorded as a tick. Safe to call twice; a failed store writer is
+        raised last (StoreError)."""
         sampler, self.sampler = self.sampler, None
         engine, self.engine = self.engine, None
         pools, self.pools = self.pools, {}
         try:
             if sampler is not None:
+                if last_tick:
+                    sampler.poll_once()
                 sampler.stop()
             if self.inbox is not None:
                 self.recording.record_leftovers(self.inbox.poll())

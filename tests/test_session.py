@@ -1,4 +1,4 @@
-"""One wiring for launch and record: a Session on a sim rig makes the rig's engine, samples the rig through
+"""One wiring for launch, record and serve: a Session on a sim rig makes the rig's engine, samples the rig through
 it, records into a real SQLite session and stops everything in order."""
 
 from __future__ import annotations
@@ -32,6 +32,28 @@ def test_a_recorded_sim_session_ends_with_its_rows_and_closes_its_engine(tmp_pat
         row = store.session_row(sid)
         assert (row["source"], row["note"]) == ("sim:h200", "test") and row["ended"] is not None
         assert store.sessions()[-1].rows.get("gpu_samples", 0) >= 1
+
+
+def test_close_with_a_last_tick_records_the_state_the_caller_just_left(tmp_path: Path) -> None:
+    """serve stops its servers, then closes with last_tick: one more tick reaches the sinks and the store
+    after the sampler's own ticks ended, carrying what the inbox got meanwhile (the servers' stop events)."""
+    from gpudash.records import Event
+    from gpudash.telemetry.inbox import Inbox
+
+    db = tmp_path / "g.db"
+    ticks = []
+    inbox = Inbox()
+    session = Session(SimulatedRig("h200"), Config(), db, note="serve")
+    session.wire([ticks.append], inbox=inbox, interval_s=60)  # no engine started: the sim source brings its own
+    session.recording.set(True)
+    sid = session.recording.session_id
+    inbox.push(Event(ts=1.0, actor="supervisor", kind="server.stop", target="tiny"))
+    session.close(last_tick=True)
+    assert len(ticks) == 1 and [e.kind for e in ticks[0].events] == ["server.stop"]
+    with Store.open(db) as store:
+        assert store.session_row(sid)["ended"] is not None
+        assert store.count(sid, "gpu_samples") == 1  # the last tick's one sim GPU
+        assert [e["kind"] for e in store.rows(sid, "events")] == ["server.stop"]
 
 
 def test_a_headless_session_on_real_gpus_starts_no_engine(tmp_path: Path) -> None:

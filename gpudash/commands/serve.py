@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,10 +31,12 @@ class _Requests:
     def __init__(self) -> None:
         self.recent: deque[RequestSample] = deque(maxlen=RECENT_REQUESTS)
         self.total = 0
+        self.failed = 0
 
     def __call__(self, snap: Snapshot) -> None:
         self.recent.extend(snap.requests)
         self.total += len(snap.requests)
+        self.failed += sum(1 for r in snap.requests if not r.ok)
 
 
 @click.command()
@@ -52,21 +54,18 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     """Start and supervise the configured inference servers (or a demo one), probe and record them."""
     from gpudash.launcher.errors import LaunchError
     from gpudash.launcher.stack import LaunchStack, default_log_dir
-    from gpudash.store import Store, StoreError, StoreWriter
-    from gpudash.store.retention import Retention
-    from gpudash.telemetry.factory import build_sources
+    from gpudash.session import Session
+    from gpudash.store import Store, StoreError
     from gpudash.telemetry.inbox import Inbox
     from gpudash.telemetry.prometheus import StoreSize, open_sink
-    from gpudash.telemetry.sampler import Sampler
 
     if config_file is not None:
         ctx.find_root().obj["config_path"] = config_file
     cfg = get_config(ctx)
     rig = resolve_rig(cfg, sim, no_sim, quiet=quiet)
-    source = rig.label
     path = db_path(cfg, db)
     try:
-        store = Store.open(path)
+        Store.open(path).close()  # a DB that cannot be used is a usage error before anything starts
     except StoreError as err:
         usage_error(str(err))
     prom = None
@@ -74,36 +73,37 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
         try:
             prom = open_sink(listen or cfg.prometheus.listen or "", StoreSize(path, cfg.store.max_bytes))
         except ValueError as err:
-            store.close()
             usage_error(str(err))
     inbox = Inbox()
     try:
-        stack = LaunchStack(cfg, inbox, default_log_dir(),
-                            gpu_memory=rig.gpu_memory_totals)
+        from gpudash.launcher.discovery import nvml_gpu_pids
+
+        stack = LaunchStack(cfg, inbox, default_log_dir(), gpu_memory=rig.gpu_memory_totals,
+                            gpu_pids=None if rig.is_sim else nvml_gpu_pids)
     except OSError as err:
-        store.close()
         if prom is not None:
             prom.close()
         usage_error(f"cannot write the demo model ({err}); check the user cache directory is writable")
-    # No engine passed: a sim rig brings (and closes) its own; serve records servers, not engine paths.
-    sources = build_sources(rig, cfg, inbox=inbox, pids=stack.supervisor.pids) + stack.sources
-    sid = store.begin_session(source, cfg, note="gpudash serve" + (" (demo)" if stack.demo else ""))
-    writer = StoreWriter(path, sid, flush_interval_s=cfg.store.flush_interval_s, queue_max=cfg.store.queue_max,
-                         retention=Retention.from_config(cfg.store))
+    session = Session(rig, cfg, path, note="gpudash serve" + (" (demo)" if stack.demo else ""))
     requests = _Requests()
-    sampler = Sampler(sources, cfg.sampling.interval_s, source, sinks=[writer.submit, requests, *([prom] if prom else [])],
-                      source_timeout_s=cfg.sampling.source_timeout_s)
     stop = threading.Event()
     failure: str | None = None
-    # While servers load, SIGTERM interrupts like Ctrl-C (KeyboardInterrupt), so the finally below still
-    # stops what was started; once all are up, both signals just end the wait.
-    previous = {signal.SIGINT: signal.getsignal(signal.SIGINT),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, signal.default_int_handler)}
-    sampler.start()
+    previous: dict[int, Any] = {}
     try:
+        # No engine started: a sim rig's source brings (and closes) its own; serve records servers, not
+        # engine paths.
+        sampler = session.wire([requests, *([prom] if prom else [])], inbox=inbox, pids=stack.supervisor.pids, extra_sources=stack.sources)
+        session.recording.set(True)
+        writer, sid = session.recording.writer, session.recording.session_id
+        assert writer is not None and sid is not None
+        # While servers load, SIGTERM interrupts like Ctrl-C (KeyboardInterrupt), so the finally below still
+        # stops what was started; once all are up, both signals just end the wait.
+        previous = {signal.SIGINT: signal.getsignal(signal.SIGINT),
+                    signal.SIGTERM: signal.signal(signal.SIGTERM, signal.default_int_handler)}
+        sampler.start()
         if not quiet:
             what = "the demo server (no [[servers]] configured)" if stack.demo else f"{len(stack.specs)} server(s)"
-            click.echo(f"gpudash serve: session {sid} [{source}] into {path}; starting {what}", err=True)
+            click.echo(f"gpudash serve: session {sid} [{rig.label}] into {path}; starting {what}", err=True)
         try:
             stack.start()
         except LaunchError as err:
@@ -116,23 +116,20 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
                 signal.signal(s, lambda *_: stop.set())
             if not quiet:
                 for name in stack.supervisor.specs():
-                    click.echo(f"gpudash serve: {name} ready at {stack.supervisor.base_url(name)} "
-                               f"(log {stack.supervisor.log_path(name)})", err=True)
+                    log = stack.supervisor.log_path(name)
+                    click.echo(f"gpudash serve: {name} {'ready' if log else 'attached'} at "
+                               f"{stack.supervisor.base_url(name)}" + (f" (log {log})" if log else ""), err=True)
             while not stop.wait(STATUS_EVERY_S) and writer.error is None:
                 if not quiet:
                     _status(stack, requests)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        stack.close()
-        sampler.poll_once()  # one last tick records the stop events and the stopped states
-        sampler.stop()
+        stack.close()  # first: the servers' stop events reach the inbox
         try:
-            writer.close()
+            session.close(last_tick=True)  # the last tick records the stop events and the stopped states
         except StoreError as err:
-            failure = failure or f"{err}; session {sid} holds the rows written before it"
-        store.end_session(sid)
-        store.close()
+            failure = failure or f"{err}; session {session.recording.session_id} holds the rows written before it"
         if prom is not None:
             prom.close()
     if failure is not None:
@@ -153,6 +150,8 @@ def _status(stack: LaunchStack, requests: _Requests) -> None:
         hit = "n/a" if s.hit_ttft_median_ms is None else f"{s.hit_ttft_median_ms:.0f} ms"
         miss = "n/a" if s.miss_ttft_median_ms is None else f"{s.miss_ttft_median_ms:.0f} ms"
         pearson = "n/a" if c.pearson is None else f"{c.pearson:+.2f}"
-        line += (f"; probe {requests.total} requests, TTFT median hits {hit} / misses {miss}, "
+        failed = f" ({requests.failed} failed, last: {s.last_error})" if requests.failed and s.last_error else \
+            f" ({requests.failed} failed)" if requests.failed else ""
+        line += (f"; probe {requests.total} requests{failed}, TTFT median hits {hit} / misses {miss}, "
                  f"TTFT~hit Pearson {pearson}")
     click.echo(line, err=True)

@@ -5,50 +5,113 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
-
 import click
+from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
 
 from gpudash import fmt
 from gpudash.commands.common import pass_config, resolve_rig, sim_options
 from gpudash.config import Config
-from gpudash.records import Snapshot
+from gpudash.records import GpuSample, Snapshot
+from gpudash.tui.state import link_status
 
 
-def _tables(snap: Snapshot) -> list:
-    """The GPU table and the process table, as rich renderables."""
-    from rich.table import Table
+# The GPU table's columns in groups: one table when the terminal is wide enough, else one table a group,
+# each led by the GPU's index and name, so that at 80 columns nothing wraps and nothing is hidden.
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "GPUs": ("busy", "memory used", "power", "temp"),
+    "PCIe links": ("link", "link max", "GPU to host", "host to GPU"),
+    "clocks and errors": ("SM clock", "held down by", "ECC errors", "remapped rows"),
+}
+GROUPS = tuple(COLUMNS)
+_LEFT = {"memory used", "link", "link max", "held down by"}
+_WRAPS = {"held down by"}  # clock-event reasons: a list that may be long
 
-    from gpudash.tui.state import link_status
 
-    gpus = Table(title=f"{snap.source}{'  (simulated rig, not real GPUs)' if snap.is_sim else ''}",
-                 title_justify="left", box=None, header_style="bold")
-    for col in ("GPU", "name", "util", "memory", "power", "temp", "SM clock (held by)", "ECC/remapped",
-                "link (max)", "PCIe TX", "RX"):
-        gpus.add_column(col, justify="right" if col in ("util", "power", "temp", "PCIe TX", "RX") else "left")
+def _cells(g: GpuSample) -> dict[str, tuple[str, ...]]:
+    """One GPU's cells per group, in COLUMNS' order; NA shows as an em dash."""
+    link = link_status(g)
+    now = _link(g.link_gen, g.link_width)
+    held = {None: fmt.NA, "none": "nothing"}.get(g.throttle, escape((g.throttle or "").replace(",", ", ")))
+    memory = (fmt.NA if g.mem_used is None and g.mem_total is None
+              else f"{fmt.size(g.mem_used)} of {fmt.size(g.mem_total)}")
+    return {
+        "GPUs": (fmt.num(g.util_pct, ".0f", "%"), memory, fmt.num(g.power_w, ".0f", " W"),
+                 fmt.num(g.temp_c, ".0f", " °C")),
+        "PCIe links": (f"[bold red]{now} LOW[/]" if link.warn else now, _link(g.link_gen_max, g.link_width_max),
+                       _rate(g.pcie_tx_bps, link.tx_fraction), _rate(g.pcie_rx_bps, link.rx_fraction)),
+        "clocks and errors": (fmt.num(g.sm_clock_mhz, "d", " MHz"), held, fmt.num(g.ecc_uncorrected, "d"),
+                              fmt.num(g.remapped_rows, "d")),
+    }
+
+
+def _link(gen: int | None, width: int | None) -> str:
+    return fmt.NA if gen is None and width is None else f"gen{gen or '?'} x{width or '?'}"
+
+
+def _rate(bps: float | None, fraction: float | None) -> str:
+    """A PCIe rate and the share of the link it takes: 12.30 GB/s 45%."""
+    return fmt.NA if bps is None else f"{fmt.rate(bps)} {fmt.pct(fraction)}"
+
+
+def _gpu_table(snap: Snapshot, groups: tuple[str, ...]) -> Table:
+    table = Table(title_justify="left", box=None, header_style="bold", pad_edge=False)
+    table.add_column("GPU", justify="right")
+    table.add_column("name", no_wrap=True, overflow="ellipsis")
+    for name in (n for group in groups for n in COLUMNS[group]):
+        table.add_column(name, justify="left" if name in _LEFT else "right", no_wrap=name not in _WRAPS,
+                         min_width=len(name))
     for g in snap.gpus:
-        link = link_status(g)
-        gpus.add_row(str(g.index), g.name.removeprefix("NVIDIA "), fmt.num(g.util_pct, ".0f", "%"),
-                     f"{fmt.size(g.mem_used)} / {fmt.size(g.mem_total)}", fmt.num(g.power_w, ".0f", " W"),
-                     fmt.num(g.temp_c, ".0f", " °C"),
-                     f"{fmt.num(g.sm_clock_mhz, 'd', ' MHz')} ({g.throttle or 'NA'})",
-                     f"{fmt.num(g.ecc_uncorrected, 'd')}/{fmt.num(g.remapped_rows, 'd')}",
-                     f"[bold red]{link.text} DOWNGRADED[/]" if link.warn else link.text,
-                     f"{fmt.rate(g.pcie_tx_bps)} {fmt.pct(link.tx_fraction)}",
-                     f"{fmt.rate(g.pcie_rx_bps)} {fmt.pct(link.rx_fraction)}")
-    procs = Table(title="processes", title_justify="left", box=None, header_style="bold")
-    for col in ("GPU", "PID", "name", "server", "VRAM"):
-        procs.add_column(col, justify="right" if col in ("GPU", "PID", "VRAM") else "left")
-    for p in sorted(snap.gpu_processes, key=lambda p: (p.gpu_index, -(p.used_bytes or 0))):
-        procs.add_row(str(p.gpu_index), str(p.pid), p.name or fmt.NA, p.server or fmt.NA, fmt.size(p.used_bytes))
-    out = [gpus, procs if snap.gpu_processes else "no processes on the GPUs"]
+        cells = _cells(g)
+        table.add_row(str(g.index), escape(g.name.removeprefix("NVIDIA ")),
+                      *(c for group in groups for c in cells[group]))
+    return table
+
+
+def gpu_tables(snap: Snapshot, console: Console) -> list[Table]:
+    """The GPU tables for this console's width: every column in one table when it fits, else the
+    fewest tables of whole column groups that fit (one a group at 80 columns)."""
+    layouts = ((GROUPS,), (GROUPS[:2], GROUPS[2:]), tuple((g,) for g in GROUPS))
+    unbounded = console.options.update_width(10_000)  # measure a table's natural width, not the console's
+    for layout in layouts:
+        tables = [_gpu_table(snap, groups) for groups in layout]
+        if layout is layouts[-1] or all(Measurement.get(console, unbounded, t).maximum <= console.width
+                                        for t in tables):
+            break
+    if len(tables) > 1:
+        for table, groups in zip(tables, layout):
+            table.title = " and ".join(groups)
+    return tables
+
+
+def render(snap: Snapshot, console: Console) -> None:
+    """Print the whole status: the rig line, the GPU tables, the processes, the host, any source errors."""
+    console.print(f"[bold]{escape(snap.source)}[/]{'  (simulated rig, not real GPUs)' if snap.is_sim else ''}")
+    for table in gpu_tables(snap, console):
+        console.print(table)
+    if snap.gpu_processes:
+        procs = Table(title="processes on the GPUs", title_justify="left", box=None, header_style="bold",
+                      pad_edge=False)
+        for col in ("GPU", "PID", "process", "server", "GPU memory", "SM use"):
+            procs.add_column(col, justify="left" if col in ("process", "server") else "right",
+                             no_wrap=col != "process", overflow="ellipsis")
+        for p in sorted(snap.gpu_processes, key=lambda p: (p.gpu_index, -(p.used_bytes or 0))):
+            procs.add_row(str(p.gpu_index), str(p.pid), escape(p.name or fmt.NA), escape(p.server or fmt.NA),
+                          fmt.size(p.used_bytes), fmt.num(p.sm_pct, ".0f", "%"))
+        console.print(procs)
+    else:
+        console.print("no processes on the GPUs")
     h = snap.host
     if h is not None:
-        out.append(f"host CPU {fmt.num(h.cpu_pct, '.0f', '%')}  memory {fmt.size(h.mem_used)} / "
-                   f"{fmt.size(h.mem_total)}")
-    out.extend(f"[red]{e}[/]" for e in snap.errors)
-    return out
+        console.print(f"host: CPU busy {fmt.num(h.cpu_pct, '.0f', '%')}, memory used {fmt.size(h.mem_used)} of "
+                      f"{fmt.size(h.mem_total)}")
+    for e in snap.errors:
+        console.print(f"[red]{escape(e)}[/]")
 
 
 @click.command()
@@ -81,9 +144,7 @@ def status(cfg: Config, sim: str | None, no_sim: bool, as_json: bool, window: fl
                "host": None if snap.host is None else dataclasses.asdict(snap.host), "errors": list(snap.errors)}
         click.echo(json.dumps(doc, indent=1))
         return
-    from rich.console import Console
-
-    # In a terminal, its width; piped into a script or a file, wide enough that no row wraps or is cut.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
-    for part in _tables(snap):
-        console.print(part)
+    # In a terminal (or with COLUMNS set), its width; piped into a script or a file, wide enough for one table.
+    wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    console = Console(highlight=False, width=None if wide else 240)
+    render(snap, console)

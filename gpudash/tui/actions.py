@@ -1,9 +1,12 @@
 """Views and key actions as data: one table that the key bindings, the footer, the help screen and the
 command palette all read, so a key is declared once and shows the same everywhere.
 
-An action names the app method it runs (``action_<method>``) and its arguments as values, never as a
-string to parse; `views` limits it to some tabs (its key works and shows only there) and `mode` to the
-live or the replay app.
+An action names the method it runs (``action_<method>``) and its arguments as values, never as a
+string to parse. Its `target` says whose method that is (harlequin's widget-targeted actions): the app's
+(None), or the view on screen's, where that view is a `target` (a DashView subclass): the key works and
+shows only on those tabs. `mode` limits it to the live or the replay app.
+
+A view is one row of VIEWS; gpudash/tui/widgets/view.py says how to add one.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from textual.binding import Binding
-from textual.widget import Widget
 
+from gpudash.tui.widgets.history import HistoryView
 from gpudash.tui.widgets.latency import LatencyView
 from gpudash.tui.widgets.overview import OverviewView
 from gpudash.tui.widgets.processes import ProcessesView
-from gpudash.tui.widgets.tables import EngineView, EventsView, HistoryView, PoolsView, ServersView, SplitView
+from gpudash.tui.widgets.servers import ServerPicker, ServersView, SplitView
+from gpudash.tui.widgets.tables import EngineView, EventsView, PoolsView
+from gpudash.tui.widgets.view import DashView
 
 Mode = Literal["any", "live", "replay"]
 
@@ -28,7 +33,7 @@ class View:
 
     id: str
     title: str
-    widget: type[Widget]
+    widget: type[DashView]
 
 
 VIEWS: tuple[View, ...] = (
@@ -50,18 +55,32 @@ class Action:
 
     id: str
     key: str
-    method: str  # the app runs action_<method>(*args)
+    method: str  # the target runs action_<method>(*args)
     description: str
     args: tuple[object, ...] = ()
     show: bool = True  # listed in the footer (where it applies); every action is in help and palette
     priority: bool = False  # checked before the focused widget's own keys
     mode: Mode = "any"
-    views: tuple[str, ...] = ()  # tabs it applies to; empty: every tab
+    target: type[DashView] | None = None  # None: the app's action; else the view on screen's, where it is one
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        """The tabs it applies to; empty: every tab."""
+        if self.target is None or self.target is DashView:
+            return ()
+        return tuple(v.id for v in VIEWS if issubclass(v.widget, self.target))
+
+    @property
+    def parsed(self) -> tuple[str, tuple[object, ...]]:
+        """The app action and its arguments, as Textual hands them to check_action: a view's action goes
+        through the app's `view` action, which runs it on the view on screen."""
+        return (self.method, self.args) if self.target is None else ("view", (self.method, *self.args))
 
     @property
     def call(self) -> str:
         """The action string Textual binds: method(arg, ...) with the args written as literals."""
-        return f"{self.method}({', '.join(repr(a) for a in self.args)})" if self.args else self.method
+        name, args = self.parsed
+        return f"{name}({', '.join(repr(a) for a in args)})" if args else name
 
     def available(self, replay: bool, view: str) -> bool:
         """Whether the key works in this app mode on this tab."""
@@ -73,31 +92,29 @@ class Action:
         return Binding(self.key, self.call, self.description, show=False, priority=self.priority, id=self.id)
 
 
-_SERVER_VIEWS = ("servers", "split")
-
 ACTIONS: tuple[Action, ...] = (
     *(Action(f"view_{v.id}", str(i + 1), "show_view", v.title, (v.id,), show=False) for i, v in enumerate(VIEWS)),
-    Action("select_next", "down", "select", "Select next", (1,), show=False),
-    Action("select_previous", "up", "select", "Select previous", (-1,), show=False),
-    Action("select_gpu", "g", "select_gpu", "Next GPU", views=("overview",)),
-    Action("select_server", "s", "select_server", "Next server", views=_SERVER_VIEWS),
-    Action("server_start", "S", "server", "Start", ("start",), mode="live", views=("servers",)),
-    Action("server_stop", "x", "server", "Stop", ("stop",), mode="live", views=("servers",)),
-    Action("server_restart", "R", "server", "Restart", ("restart",), mode="live", views=("servers",)),
-    Action("server_sleep", "z", "server", "Sleep (vLLM)", ("sleep",), mode="live", views=("servers",)),
-    Action("server_wake", "w", "server", "Wake (vLLM)", ("wake",), mode="live", views=("servers",)),
-    Action("edit_split", "t", "edit_split", "Split ratios", mode="live", views=_SERVER_VIEWS),
-    Action("apply_plan", "p", "apply_plan", "Planned split", mode="live", views=_SERVER_VIEWS),
-    Action("edit_share", "m", "edit_share", "Memory share", mode="live", views=_SERVER_VIEWS),
-    Action("edit_shard", "m", "edit_shard", "Shard size", mode="live", views=("pools",)),
+    Action("select_next", "down", "select", "Select next", (1,), show=False, target=DashView),
+    Action("select_previous", "up", "select", "Select previous", (-1,), show=False, target=DashView),
+    Action("select_gpu", "g", "select_gpu", "Next GPU", target=OverviewView),
+    Action("select_server", "s", "select_server", "Next server", target=ServerPicker),
+    Action("server_start", "S", "server", "Start", ("start",), mode="live", target=ServersView),
+    Action("server_stop", "x", "server", "Stop", ("stop",), mode="live", target=ServersView),
+    Action("server_restart", "R", "server", "Restart", ("restart",), mode="live", target=ServersView),
+    Action("server_sleep", "z", "server", "Sleep (vLLM)", ("sleep",), mode="live", target=ServersView),
+    Action("server_wake", "w", "server", "Wake (vLLM)", ("wake",), mode="live", target=ServersView),
+    Action("edit_split", "t", "edit_split", "Split ratios", mode="live", target=ServerPicker),
+    Action("apply_plan", "p", "apply_plan", "Planned split", mode="live", target=ServerPicker),
+    Action("edit_share", "m", "edit_share", "Memory share", mode="live", target=ServerPicker),
+    Action("edit_shard", "m", "edit_shard", "Shard size", mode="live", target=PoolsView),
     Action("edit_knobs", "k", "edit_knobs", "Engine knobs", mode="live"),
-    Action("save_knobs", "w", "save_knobs", "Save knobs to config", mode="live", views=("engine",)),
+    Action("save_knobs", "w", "save_knobs", "Save knobs to config", mode="live", target=EngineView),
     Action("apply", "a", "apply", "Apply pending", mode="live", show=False),
     Action("discard", "escape", "discard", "Discard pending", mode="live", show=False),
     Action("toggle_recording", "r", "toggle_recording", "Recording", mode="live"),
-    Action("export", "e", "export", "Export session", views=("history",)),
-    Action("sort_processes", "o", "sort_processes", "Sort order", views=("processes",)),
-    Action("filter_processes", "slash", "filter_processes", "Filter", views=("processes",)),
+    Action("export", "e", "export", "Export session", target=HistoryView),
+    Action("sort_processes", "o", "sort_processes", "Sort order", target=ProcessesView),
+    Action("filter_processes", "slash", "filter_processes", "Filter", target=ProcessesView),
     Action("replay_pause", "space", "replay_pause", "Pause/play", mode="replay"),
     Action("replay_step", "full_stop", "replay_step", "Step one tick", mode="replay"),
     Action("replay_back", "left_square_bracket", "replay_seek", "Seek back", (-1,), mode="replay"),
@@ -113,7 +130,7 @@ BY_ID: dict[str, Action] = {a.id: a for a in ACTIONS}
 # What Textual hands check_action: the method name and the parsed arguments.
 BY_CALL: dict[tuple[str, tuple[object, ...]], list[Action]] = {}
 for _a in ACTIONS:
-    BY_CALL.setdefault((_a.method, _a.args), []).append(_a)
+    BY_CALL.setdefault(_a.parsed, []).append(_a)
 
 PINNED = (BY_ID["help"], BY_ID["quit"])
 

@@ -25,28 +25,22 @@ from textual.screen import Screen
 from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from gpudash.control import Command, ServerAction, SetRecording, SetShare, SetSplit, describe
+from gpudash.control import SetRecording, describe
 from gpudash.records import GPU_FAULT_KINDS, Event, Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.actions import ACTIONS, BY_CALL, BY_ID, PINNED, VIEWS, Action, bindings
 from gpudash.tui.changes import ChangeFlow
-from gpudash.tui.history import HistoryControls
 from gpudash.tui.feeds import Feed, FeedInfo, Player
-from gpudash.tui.replay_controls import ReplayControls
-from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_servers, ts_ratios
+from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.header import SourceHeader
 from gpudash.tui.widgets.keybar import KeyBar
-from gpudash.tui.widgets.latency import LatencyView
-from gpudash.tui.widgets.overview import OverviewView
-from gpudash.tui.widgets.processes import SORTS, ProcessesView
-from gpudash.tui.widgets.tables import (EngineView, EventsView, HistoryView, PoolsView, ServersView,
-                                        SplitView)
+from gpudash.tui.widgets.view import DashView
 
 MAX_PENDING = 256  # snapshots waiting for the UI; older ones are folded into newer ones beyond this
-LOG_POLL_S = 1.0
+SEEK_TICKS = 10  # how far one replay seek key moves
 
 
-class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
+class GpudashApp(App[None]):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "gpudash"
     ENABLE_COMMAND_PALETTE = True
@@ -60,27 +54,17 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
         self.feed = feed
         self.replay = replay
         self._views: TabbedContent | None = None  # the tabs of the views, once mounted
+        self._view_widgets: dict[str, DashView] = {}  # by tab id, held (a DOM query walks the whole tree)
+        self._shown: DashView | None = None  # the view on screen when the tab last changed
         self.keys = dict(keys or {})
-        self.export_dir = export_dir or Path.cwd()
-        self.config_path = config_path  # where `w` saves knob changes (None: the app was given no file)
-        self.saved_knobs: dict[str, Any] = {}  # the knobs as the config file has them
-        self.state = ViewState()
+        self.state = ViewState(config_path=config_path, export_dir=export_dir)
         self.info: FeedInfo | None = None
         self.player: Player | None = None
         self._speed = speed
         self._pending: deque[Snapshot] = deque()
         self._pending_lock = threading.Lock()
-        self.pending_command: Command | None = None
-        self.selected_gpu = 0
-        self.selected_server: str | None = None
-        self.sessions: list[Any] = []
-        self.session_cursor = 0
-        self.shard_cursor = 0
-        self.process_sort = 0  # index into processes.SORTS
-        self.process_filter = ""
+        self.changes = ChangeFlow(self)  # the one pending change and its dialogs
         self.first_frame_at: float | None = None
-        self._log_chain = False
-        self._history_chain = False
         self._feed_closed = False
         self._feed_close_lock = threading.Lock()
 
@@ -96,6 +80,7 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
 
     def on_mount(self) -> None:
         self._views = self.query_one("#views", TabbedContent)
+        self._view_widgets = {v.id: self.query_one(f"#{v.id}-view", DashView) for v in VIEWS}
         if self.keys:
             self.set_keymap(self.keys)
         self.header.source = "replay: loading…" if self.replay else f"{self.feed.source} (starting…)"
@@ -108,7 +93,7 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
     def _after_first_frame(self) -> None:
         """Sampling (or loading the recording) starts only once the first frame is on screen."""
         self.first_frame_at = time.perf_counter()
-        self.run_worker(self._start_feed, name="feed.start", thread=True, exit_on_error=False)
+        self.in_thread(self._start_feed, "feed.start", "feed")
 
     @property
     def header(self) -> SourceHeader:
@@ -117,6 +102,11 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
     @property
     def active_view(self) -> str:
         return (self._views.active if self._alive() else "") or "overview"
+
+    @property
+    def view(self) -> DashView:
+        """The view on screen."""
+        return self._view_widgets[self.active_view]
 
     def _alive(self) -> bool:
         """False before the views are mounted and once the app is shutting down: timers and queued
@@ -154,17 +144,13 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
     def on_feed_started(self, message: msg.FeedStarted) -> None:
         info: FeedInfo = message.info
         self.info = info
-        self.state.specs = dict(info.specs)
-        self.state.knobs = dict(info.knobs)
-        self.saved_knobs = dict(info.knobs)
+        self.state.begin(info, live=not self.replay)
         self.state.update_warnings()
         self._read_model_sizes()
         if not self._alive():
             return
         h = self.header
         h.source, h.rig, h.db_path, h.recording = info.source, info.rig, info.db_path or "—", info.recording
-        if self.selected_server is None and info.specs:
-            self.selected_server = next(iter(info.specs))
         for note in info.notes:
             self.notify(note, severity="warning", timeout=10)
         if self.replay:
@@ -182,8 +168,6 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
         self.state.ingest_all(snaps)
         for fault in (e for s in snaps for e in s.events if e.kind in GPU_FAULT_KINDS):
             self.notify(f"{fault.target}: {fault.reason}", title="GPU fault", severity="error", timeout=30)
-        if self.selected_server is None and snaps[-1].servers:
-            self.selected_server = snaps[-1].servers[0].server
         self.refresh_views()
 
     def on_specs_changed(self, message: msg.SpecsChanged) -> None:
@@ -205,7 +189,7 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
                     sizes[spec.name] = p.stat().st_size
             self.post_message(msg.ModelSizes(sizes))
 
-        self._worker(read, "split.model_sizes", "models")
+        self.in_thread(read, "split.model_sizes", "models")
 
     def on_model_sizes(self, message: msg.ModelSizes) -> None:
         self.state.model_bytes = dict(message.sizes)
@@ -222,23 +206,7 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
         if not self._alive():
             return
         self.header.warnings = len(self.state.warnings)
-        view = self.active_view
-        if view == "overview":
-            self.query_one(OverviewView).update_view(self.state, self.selected_gpu)
-        elif view == "split":
-            self.query_one(SplitView).update_view(self.state, self.selected_server)
-        elif view == "servers":
-            self.query_one(ServersView).update_view(self.state, self.selected_server)
-        elif view == "latency":
-            self.query_one(LatencyView).update_view(self.state)
-        elif view == "engine":
-            self.query_one(EngineView).update_view(self.state, self.unsaved_knobs(), self.config_path)
-        elif view == "pools":
-            self.query_one(PoolsView).update_view(self.state, self.shard_cursor)
-        elif view == "events":
-            self.query_one(EventsView).update_view(self.state)
-        elif view == "processes":
-            self.query_one(ProcessesView).update_view(self.state.latest, self.process_sort, self.process_filter)
+        self.view.show(self.state)
         if self.player is not None:
             p = self.player
             self.header.position = (f"tick {p.index + 1}/{len(p.snaps)}  {p.speed:g}x"
@@ -246,15 +214,10 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
             self.refresh_keys()  # the pause key reads Play while paused
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        view = self.active_view
         self.refresh_keys()
-        if view == "history" and not self._history_chain:
-            self._history_chain = True
-            self._load_sessions()
-        if view == "servers" and not self._log_chain:
-            self._log_chain = True
-            self._poll_log()
         self.refresh_views()
+        previous, self._shown = self._shown, self.view
+        self.view.shown(previous)
 
     # ---- worker plumbing -----------------------------------------------------------------------------
 
@@ -265,207 +228,55 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
         self.refresh_views()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The app's own failed workers (a view reports its own as WorkerFailed)."""
+        if event.state == WorkerState.ERROR:
+            self.on_worker_failed(msg.WorkerFailed(event.worker.name, event.worker.error))
+
+    def on_worker_failed(self, message: msg.WorkerFailed) -> None:
         """The one handler for failed workers: say what failed and log it as an event."""
-        if event.state != WorkerState.ERROR:
-            return
-        name, err = event.worker.name, event.worker.error
+        name, err = message.name, message.error
         if name == "feed.start":
             self.header.source = f"{self.feed.source}: failed to start"
-        if name == "servers.log_tail":
-            self._log_chain = False
-        if name == "history.load":
-            self._history_chain = False
         self.notify(f"{name} failed: {err}", severity="error", timeout=8)
         self.state.events.append(Event(time.time(), "gpudash", "worker.error", name, ok=False, reason=str(err)))
         self.refresh_views()
 
-    def _worker(self, fn: Any, name: str, group: str = "default") -> None:
+    def in_thread(self, fn: Any, name: str, group: str = "default") -> None:
+        """Blocking work on a named thread worker; it posts its result as a message."""
         self.run_worker(fn, name=name, group=group, thread=True, exit_on_error=False)
 
-    # ---- view switching and selection ----------------------------------------------------------------
+    # ---- views: switching, and the actions a view owns -----------------------------------------------
 
     def action_show_view(self, view: str) -> None:
         self.query_one(TabbedContent).active = view
 
-    def action_select(self, step: int) -> None:
-        view = self.active_view
-        if view == "history":
-            if self.sessions:
-                self.session_cursor = (self.session_cursor + step) % len(self.sessions)
-                self.query_one(HistoryView).show_sessions(self.sessions, self.session_cursor)
-        elif view in ("servers", "split"):
-            self._cycle_server(step)
-        elif view == "pools":
-            shards = self.state.latest.pool_shards if self.state.latest else ()
-            if shards:
-                self.shard_cursor = (self.shard_cursor + step) % len(shards)
-                self.refresh_views()
-        else:
-            self._cycle_gpu(step)
+    def action_view(self, method: str, *args: object) -> None:
+        """A view's own action (an Action with a target): check_action let it through only where the view
+        on screen is one of the target's."""
+        getattr(self.view, f"action_{method}")(*args)
 
-    def action_sort_processes(self) -> None:
-        self.process_sort = (self.process_sort + 1) % len(SORTS)
-        self.refresh_views()
-
-    def action_filter_processes(self) -> None:
-        from gpudash.tui.screens.filter import FilterForm
-
-        def done(text: str | None) -> None:
-            if text is not None:
-                self.process_filter = text.strip()
-                self.refresh_views()
-
-        self.push_screen(FilterForm("processes whose pid, name or server", self.process_filter), done)
-
-    def action_select_gpu(self) -> None:
-        self._cycle_gpu(1)
-
-    def action_select_server(self) -> None:
-        self._cycle_server(1)
-
-    def _cycle_gpu(self, step: int) -> None:
-        n = len(self.state.latest.gpus) if self.state.latest else 0
-        if n:
-            self.selected_gpu = (self.selected_gpu + step) % n
-            self.refresh_views()
-
-    def _server_names(self) -> list[str]:
-        snap = self.state.latest
-        return [s.server for s in snap.servers] if snap and snap.servers else list(self.state.specs)
-
-    def _cycle_server(self, step: int) -> None:
-        names = self._server_names()
-        if not names:
-            self.notify("no servers to select")
-            return
-        i = names.index(self.selected_server) if self.selected_server in names else -step
-        self.selected_server = names[(i + step) % len(names)]
-        self.refresh_views()
-        if self.active_view == "servers":
-            self._poll_log(rechain=False)
-
-    # ---- changes: forms -> pending command -> (confirm) -> Controller.apply in a worker --------------
+    # ---- changes: views and forms propose -> (confirm) -> Controller.apply in a worker -----------------
 
     @property
     def controller(self) -> Any:
         return self.info.controller if self.info is not None else None
 
-    def _selected_spec(self) -> Any:
-        if self.selected_server is None or self.selected_server not in self.state.specs:
-            self.notify("select a server first (s); none is known yet", severity="warning")
-            return None
-        return self.state.specs[self.selected_server]
+    def on_propose(self, message: msg.Propose) -> None:
+        self.changes.propose(message.command)
 
-    def action_edit_split(self) -> None:
-        from gpudash.tui.screens.forms import SplitForm
+    def action_apply(self) -> None:
+        self.changes.apply_pending()
 
-        spec = self._selected_spec()
-        if spec is None:
-            return
-        gpus = self.server_gpus(spec)
-        if gpus is None:
-            self.notify("waiting for the first sample: the rig's GPUs are not known yet", severity="warning")
-            return
-        self.push_screen(SplitForm(spec, gpus), self._propose)
-
-    def action_apply_plan(self) -> None:
-        """Propose the split planner's -ts for the selected split server (or the only one), to confirm."""
-        snap = self.state.latest
-        servers = split_servers(self.state.specs.values(), len(snap.gpus)) if snap is not None else []
-        if not servers:
-            self.notify("no model is split across GPUs: nothing to plan", severity="warning")
-            return
-        spec = next((s for s in servers if s.name == self.selected_server), servers[0])
-        plan = recommend_split(spec, snap, self.state.model_bytes.get(spec.name))
-        if isinstance(plan, str):
-            self.notify(f"{spec.name}: {plan}", severity="warning", timeout=8)
-            return
-        if runs_plan(spec, plan):
-            self.notify(f"{spec.name} already runs the planned split -ts {plan.ts}")
-            return
-        self._propose(SetSplit(spec.name, ts_ratios(plan.ts)))
-
-    def action_edit_shard(self) -> None:
-        """The selected pool shard's size (Pools view)."""
-        from gpudash.tui.screens.forms import ShardForm
-
-        shards = self.state.latest.pool_shards if self.state.latest else ()
-        if not shards:
-            self.notify("no memory pools yet", severity="warning")
-            return
-        s = shards[min(self.shard_cursor, len(shards) - 1)]
-        slab = next((p for p in self.state.latest.pools if p.pool == s.pool), None)
-        self.push_screen(ShardForm(s.pool, s.shard, s.capacity, slab.unassigned if slab else None), self._propose)
-
-    def action_edit_share(self) -> None:
-        """The selected server's memory share of each of its GPUs."""
-        from gpudash.tui.screens.forms import ShareForm
-
-        spec = self._selected_spec()
-        if spec is not None:
-            self.push_screen(ShareForm(spec), self._propose)
-
-    def unsaved_knobs(self) -> dict[str, Any]:
-        """Knobs changed in this run that the config file does not have yet (none in a replay: its knob
-        changes are the recording's, and there is no live config to save them into)."""
-        if self.replay:
-            return {}
-        return {k: v for k, v in self.state.knobs.items() if k in self.saved_knobs and v != self.saved_knobs[k]}
-
-    def action_save_knobs(self) -> None:
-        """`w`: write the changed knobs into the config's [engine] section, so the next start has them."""
-        changed = self.unsaved_knobs()
-        if not changed:
-            self.notify("the engine knobs match the config file: nothing to save")
-            return
-        if self.config_path is None:
-            self.notify("no config file to save into (this run was started without one)", severity="warning")
-            return
-        path = self.config_path
-
-        def save() -> None:
-            from gpudash.config import ConfigError, save_engine_knobs
-
-            try:
-                save_engine_knobs(path, changed)
-            except (ConfigError, OSError, ValueError) as err:
-                self.post_message(msg.KnobsSaved(False, f"cannot save the knobs into {path}: {err}", changed))
-                return
-            self.post_message(msg.KnobsSaved(True, f"saved {', '.join(changed)} into [engine] of {path}", changed))
-
-        self._worker(save, "config.save_knobs", "config")
-
-    def on_knobs_saved(self, message: msg.KnobsSaved) -> None:
-        if message.ok:
-            self.saved_knobs.update(message.knobs)
-        self.notify(message.text, severity="information" if message.ok else "error", timeout=8)
-        self.refresh_views()
+    def action_discard(self) -> None:
+        self.changes.discard_pending()
 
     def action_edit_knobs(self) -> None:
         from gpudash.tui.screens.forms import KnobForm
 
-        self.push_screen(KnobForm(dict(self.state.knobs)), self._propose)
-
-    def action_server(self, action: str) -> None:
-        if self.selected_server is None:
-            self.notify("no server selected (s selects one)", severity="warning")
-            return
-        self._propose(ServerAction(self.selected_server, action))  # type: ignore[arg-type]
+        self.push_screen(KnobForm(dict(self.state.knobs)), self.changes.propose)
 
     def action_toggle_recording(self) -> None:
-        self._propose(SetRecording(not self.header.recording))
-
-    def _gpus_of(self, command: Command) -> list[int] | None:
-        """The GPUs a server change concerns, for the dialog's title."""
-        if isinstance(command, (SetSplit, SetShare)) and command.server in self.state.specs:
-            return self.server_gpus(self.state.specs[command.server])
-        return None
-
-    def server_gpus(self, spec: Any) -> list[int] | None:
-        """The GPUs a server runs on: its `gpus`, else every GPU of the rig (None before the first tick)."""
-        if spec.gpus:
-            return list(spec.gpus)
-        return list(range(len(self.state.latest.gpus))) if self.state.latest is not None else None
+        self.changes.propose(SetRecording(not self.header.recording))
 
     def on_applied(self, message: msg.Applied) -> None:
         if message.ok:
@@ -475,22 +286,54 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
         if self.controller is not None and self.controller.recorder is not None:
             self.header.recording = self.controller.recorder.on
 
-    # ---- servers: log tail as a chain ----------------------------------------------------------------
+    # ---- replay: the playback chain (show a tick, schedule the next) and its keys ---------------------
 
-    def _poll_log(self, rechain: bool = True) -> None:
-        if not self._alive() or self.active_view != "servers" or self.controller is None or self.controller.supervisor is None \
-                or self.selected_server is None:
-            self._log_chain = False
+    def _replay_tick(self) -> None:
+        p = self.player
+        if p is None or p.paused:
             return
-        name, sup = self.selected_server, self.controller.supervisor
-        self._worker(lambda: self.post_message(msg.LogTail(name, sup.log_tail(name, 200), rechain)),
-                     "servers.log_tail", "logs")
+        snap = p.step()
+        if snap is not None:
+            self.state.ingest(snap)
+        self.refresh_views()
+        if not p.done:
+            self.set_timer(p.delay_to_next(), self._replay_tick)
 
-    def on_log_tail(self, message: msg.LogTail) -> None:
-        if message.server == self.selected_server:
-            self.query_one(ServersView).show_log(message.server, message.lines)
-        if message.rechain:
-            self.set_timer(LOG_POLL_S, self._poll_log)
+    def action_replay_pause(self) -> None:
+        if self.player is None:
+            return
+        self.player.paused = not self.player.paused
+        if not self.player.paused:
+            self._replay_tick()
+        self.refresh_views()
+
+    def action_replay_step(self) -> None:
+        if self.player is None:
+            return
+        self.player.paused = True
+        snap = self.player.step()
+        if snap is not None:
+            self.state.ingest(snap)
+        self.refresh_views()
+
+    def action_replay_seek(self, direction: int) -> None:
+        if self.player is not None and self.player.snaps:
+            self.seek_to(self.player.index + direction * SEEK_TICKS)
+
+    def seek_to(self, index: int) -> None:
+        """Show tick `index` as it was: plots from the ticks before it, events up to that moment."""
+        p = self.player
+        if p is None or not p.snaps:
+            return
+        i = p.seek(index)
+        self.state = self.state.rewound()  # the recorded settings, moved on by the events up to tick i
+        self.state.ingest_all(p.snaps[: i + 1])
+        self.refresh_views()
+
+    def action_replay_speed(self, up: bool) -> None:
+        if self.player is not None:
+            self.player.faster(up)
+            self.refresh_views()
 
     # ---- keys: availability, footer, help, command palette (all from the actions table) --------------
 
@@ -514,7 +357,7 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
         if not self._alive():
             return
         view = self.active_view
-        pending = self.pending_command
+        pending = self.changes.pending
         if pending is None:
             items = [(self.key_of(a), self._label(a)) for a in ACTIONS if a.show and a.available(self.replay, view)]
             note = None
@@ -554,11 +397,11 @@ class GpudashApp(ChangeFlow, HistoryControls, ReplayControls, App[None]):
     async def action_quit(self) -> None:
         """Stop what gpudash started (servers, sampler, recorder, engine) off the UI thread, then exit;
         with a change pending, ask first."""
-        self.confirm_quit(self._quit_now)
+        self.changes.confirm_quit(self._quit_now)
 
     def _quit_now(self) -> None:
         self.header.source = f"{self.header.source} (stopping…)"
-        self._worker(self.close_feed, "feed.close", "close")
+        self.in_thread(self.close_feed, "feed.close", "close")
 
     def close_feed(self) -> None:
         """Close the feed once; a second caller (on_unmount while the quit worker is still closing) waits

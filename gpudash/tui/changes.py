@@ -1,4 +1,4 @@
-"""Changes from the keyboard, mixed into GpudashApp: forms build a command, a change that re-launches a
+"""Changes from the keyboard, one ChangeFlow per app: forms build a command, a change that re-launches a
 server is confirmed in a dialog that says what it will do, and at most one such change waits as
 *pending* (shown in the header and footer, applied with `a`, discarded with Esc). A new one replaces it
 only after asking, quitting with one asks too, and every discard is recorded as an event.
@@ -18,6 +18,9 @@ from gpudash.records import Event
 from gpudash.tui import messages as msg
 from gpudash.tui.actions import BY_ID
 from gpudash.tui.screens.dialogs import Choice, ChoiceScreen
+
+if TYPE_CHECKING:
+    from gpudash.tui.app import GpudashApp
 
 LATER = Choice("l", "later (stays pending)", "later")
 
@@ -45,55 +48,41 @@ def consequence(command: Command, gpus: list[int] | None = None) -> tuple[str, s
 
 
 class ChangeFlow:
-    """Uses the app's `controller`, `state`, `notify`, `push_screen`, `_worker` and `refresh_keys`."""
+    """The pending change of one app, and the dialogs around it; the app's footer and header show it."""
 
-    pending_command: Command | None
-
-    if TYPE_CHECKING:  # provided by the app
-        controller: Any
-        state: Any
-        keys: dict[str, str]
-
-        def key_of(self, a: Any) -> str: ...
-
-        def notify(self, message: str, **kwargs: Any) -> None: ...
-
-        def push_screen(self, screen: Any, callback: Any = None) -> Any: ...
-
-        def _worker(self, fn: Any, name: str, group: str = "default") -> None: ...
-
-        def refresh_keys(self) -> None: ...
-
-        def refresh_views(self) -> None: ...
-
-        def exit(self, *args: Any) -> None: ...
-
-        def _gpus_of(self, command: Command) -> list[int] | None: ...
-
-        def post_message(self, message: Any) -> bool: ...
+    def __init__(self, app: GpudashApp) -> None:
+        self.app = app
+        self.pending: Command | None = None
 
     def _choice(self, action_id: str, label: str, value: str) -> Choice:
         """A dialog answer on the key of one of the app's actions (after [keys] remaps), named the way
         the footer names it, so that `a` in the footer is `a` in the dialog."""
         a = BY_ID[action_id]
-        return Choice(self.keys.get(a.id, a.key), label, value, self.key_of(a))
+        return Choice(self.app.keys.get(a.id, a.key), label, value, self.app.key_of(a))
 
-    def _propose(self, command: Command | None) -> None:
+    def propose(self, command: Command | None) -> None:
         """A form's or a key's command: apply it, or (for a re-launch) confirm it first."""
         if command is None:
             return
         if not relaunches(command):
             self._run_apply(command)
             return
-        old = self.pending_command
+        old = self.pending
         if old is None or old == command:
             self._confirm(command)
             return
         text = f"Pending: {describe(old)}\nNew:     {describe(command)}\nOnly one change waits at a time."
-        self.push_screen(ChoiceScreen("Replace the pending change?", text, [
+        self.app.push_screen(ChoiceScreen("Replace the pending change?", text, [
             self._choice("apply", "replace it with the new one", "replace"),
             self._choice("discard", "keep the pending one, drop the new one", "keep"),
         ]), partial(self._replace_answered, old, command))
+
+    def _gpus_of(self, command: Command) -> list[int] | None:
+        """The GPUs a server change concerns, for the dialog's title."""
+        specs = self.app.state.specs
+        if isinstance(command, (SetSplit, SetShare)) and command.server in specs:
+            return self.app.state.server_gpus(specs[command.server])
+        return None
 
     def _replace_answered(self, old: Command, new: Command, answer: str | None) -> None:
         if answer == "replace":
@@ -107,69 +96,68 @@ class ChangeFlow:
         title, text = consequence(command, self._gpus_of(command))
         self._set_pending(command)
         choices = [self._choice("apply", "apply now", "apply"), LATER, self._choice("discard", "discard", "discard")]
-        self.push_screen(ChoiceScreen(title, text, choices), partial(self._confirmed, command))
+        self.app.push_screen(ChoiceScreen(title, text, choices), partial(self._confirmed, command))
 
     def _confirmed(self, command: Command, answer: str | None) -> None:
-        if self.pending_command != command:
+        if self.pending != command:
             return  # a concurrent change of the slot (it cannot happen from the keyboard)
         if answer == "apply":
             self._run_apply(command)
         elif answer == "later":
-            self.notify(f"pending: {describe(command)} ({self.key_of(BY_ID['apply'])}: apply, "
-                        f"{self.key_of(BY_ID['discard'])}: discard)")
+            self.app.notify(f"pending: {describe(command)} ({self.app.key_of(BY_ID['apply'])}: apply, "
+                            f"{self.app.key_of(BY_ID['discard'])}: discard)")
         else:
             self._set_pending(None)
             self._discard(command, "cancelled in the confirmation dialog")
 
-    def action_apply(self) -> None:
-        command = self.pending_command
+    def apply_pending(self) -> None:
+        command = self.pending
         if command is None:
-            self.notify("nothing pending: changes that re-launch a server wait here when you choose 'later'")
+            self.app.notify("nothing pending: changes that re-launch a server wait here when you choose 'later'")
             return
         self._run_apply(command)
 
-    def action_discard(self) -> None:
-        command = self.pending_command
+    def discard_pending(self) -> None:
+        command = self.pending
         if command is None:
             return
         self._set_pending(None)
         self._discard(command, "discarded with Esc")
 
     def _set_pending(self, command: Command | None) -> None:
-        self.pending_command = command
-        self.refresh_keys()
+        self.pending = command
+        self.app.refresh_keys()
 
     def _discard(self, command: Command, reason: str) -> None:
         """Every dropped change is said and is an event (through the controller, so it reaches the store)."""
-        self.notify(f"discarded: {describe(command)}")
-        controller = self.controller
+        self.app.notify(f"discarded: {describe(command)}")
+        controller = self.app.controller
         if controller is not None:
             controller.discard(command, reason)
             return
-        self.state.events.append(Event(time.time(), "keyboard", "change.discarded", describe(command),
-                                       new=describe(command), reason=reason))
-        self.refresh_views()
+        self.app.state.events.append(Event(time.time(), "keyboard", "change.discarded", describe(command),
+                                           new=describe(command), reason=reason))
+        self.app.refresh_views()
 
     def _run_apply(self, command: Command) -> None:
-        if self.pending_command == command:
+        if self.pending == command:
             self._set_pending(None)
-        self.notify(f"applying: {describe(command)}…")
-        self._worker(partial(self._apply_blocking, command), f"control.apply.{type(command).__name__}", "control")
+        self.app.notify(f"applying: {describe(command)}…")
+        self.app.in_thread(partial(self._apply_blocking, command), f"control.apply.{type(command).__name__}", "control")
 
     def _apply_blocking(self, command: Command) -> None:
-        controller = self.controller
+        post, controller = self.app.post_message, self.app.controller
         if controller is None:
-            self.post_message(msg.Applied(False, "no live rig to change (replay, or still starting)",
-                                          describe(command)))
+            post(msg.Applied(False, "no live rig to change (replay, or still starting)", describe(command)))
             return
         res = controller.apply(command)
-        self.post_message(msg.Applied(res.ok, res.reason, describe(command)))
-        self.post_message(msg.SpecsChanged(controller.specs()))
-        self.post_message(msg.KnobsChanged(controller.knobs()))
+        post(msg.Applied(res.ok, res.reason, describe(command)))
+        post(msg.SpecsChanged(controller.specs()))
+        post(msg.KnobsChanged(controller.knobs()))
 
     def confirm_quit(self, quit_now: Any) -> None:
         """`q`: quit, but with a change pending ask first (quitting discards it, as an event)."""
-        command = self.pending_command
+        command = self.pending
         if command is None:
             quit_now()
             return
@@ -180,7 +168,7 @@ class ChangeFlow:
                 self._discard(command, "discarded on quit")
                 quit_now()
 
-        self.push_screen(ChoiceScreen("Quit with a change pending?",
+        self.app.push_screen(ChoiceScreen("Quit with a change pending?",
                                       f"Pending: {describe(command)}\nQuitting discards it; nothing was applied.",
                                       [self._choice("quit", "quit and discard it", "quit"),
                                        self._choice("discard", "stay", "stay")]), answered)

@@ -101,3 +101,18 @@ class KnobsSaved(Message):
     ok: bool
     text: str
     knobs: dict[str, Any]
+
+
+@dataclass
+class Propose(Message):
+    """A view's change for the app to apply, or to confirm first when it re-launches a server."""
+
+    command: Any  # gpudash.control.Command
+
+
+@dataclass
+class WorkerFailed(Message):
+    """A view's worker failed; it bubbles to the app, the one place that reports worker errors."""
+
+    name: str
+    error: BaseException | None

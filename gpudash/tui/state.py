@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable
+from pathlib import Path
+from typing import Any, Iterable
 
 from gpudash.engine.profiles import pcie_payload_gbps
 from gpudash.advisor.planner import PlanError, SplitPlan, plan_split
@@ -154,7 +155,13 @@ def runs_plan(spec: ServerSpec, plan: SplitPlan) -> bool:
 class ViewState:
     """Everything the views need, built by ingesting snapshots in order (live or replayed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, feed: Any = None, config_path: Path | None = None, export_dir: Path | None = None) -> None:
+        self.feed = feed  # the started feed's FeedInfo (source, DB path, controller), None before it starts
+        self.config_path = config_path  # where the Engine view's `w` saves knob changes (None: no file)
+        self.export_dir = export_dir or Path.cwd()  # where History's export proposes its folder
+        # The knobs as the config file has them; None where there is nothing to save into (a replay: its
+        # knob changes are the recording's, and there is no live config to save them into).
+        self.saved_knobs: dict[str, object] | None = None
         self.latest: Snapshot | None = None
         # per GPU: (TX, RX) history as a fraction of what the link could carry at that tick
         self.link_history: dict[int, tuple[deque[float], deque[float]]] = {}
@@ -171,6 +178,36 @@ class ViewState:
         self.warnings: tuple[ShareWarning, ...] = ()
         self._start_warnings: dict[str, tuple[ShareWarning, ...]] = {}
         self._rates: dict[str, deque[tuple[float, float]]] = {}  # per server: (ts, tok/s) while ready
+
+    def begin(self, feed: Any, live: bool) -> None:
+        """The feed started: its servers and knobs (a live run also remembers the knobs it started with)."""
+        self.feed = feed
+        self.specs, self.knobs = dict(feed.specs), dict(feed.knobs)
+        self.saved_knobs = dict(feed.knobs) if live else None
+
+    def rewound(self) -> ViewState:
+        """A state as the feed began (replay's seek re-ingests the ticks before the seek point into it)."""
+        fresh = ViewState(self.feed, self.config_path, self.export_dir)
+        if self.feed is not None:
+            fresh.begin(self.feed, live=self.saved_knobs is not None)
+        fresh.model_bytes = dict(self.model_bytes)
+        return fresh
+
+    def unsaved_knobs(self) -> dict[str, object]:
+        """Knobs changed in this run that the config file does not have yet."""
+        saved = self.saved_knobs or {}
+        return {k: v for k, v in self.knobs.items() if k in saved and v != saved[k]}
+
+    def server_gpus(self, spec: ServerSpec) -> list[int] | None:
+        """The GPUs a server runs on: its `gpus`, else every GPU of the rig (None before the first tick)."""
+        if spec.gpus:
+            return list(spec.gpus)
+        return list(range(len(self.latest.gpus))) if self.latest is not None else None
+
+    def server_names(self) -> list[str]:
+        """The servers of the latest tick, else the configured ones (before the first tick with servers)."""
+        snap = self.latest
+        return [s.server for s in snap.servers] if snap and snap.servers else list(self.specs)
 
     def _track_rate(self, server: str, state: str, ts: float, value: float | None) -> None:
         window = self._rates.setdefault(server, deque())

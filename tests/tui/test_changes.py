@@ -63,7 +63,7 @@ async def test_stop_dialog_says_stop_and_cancel_discards_with_an_event() -> None
         assert "Stop big?" in text and "stays stopped" in text and "re-launch" not in text
         assert " a  apply now" in text  # the same key the footer names for apply
         await pilot.press("escape")
-        assert not isinstance(app.screen, ChoiceScreen) and app.pending_command is None
+        assert not isinstance(app.screen, ChoiceScreen) and app.changes.pending is None
         assert "pending" not in footer(app)
         await wait_for(pilot, lambda: (found := discarded(inbox)) and found[0][:2] == ("server.stop.request.discarded",
                                                                                          "big"),
@@ -75,10 +75,10 @@ async def test_later_keeps_one_pending_change_that_esc_discards() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
         await pilot.press("3", "R", "l")
-        assert app.pending_command == ServerAction("big", "restart")
+        assert app.changes.pending == ServerAction("big", "restart")
         assert "pending: restart big" in footer(app) and " a  apply" in footer(app) and "discard" in footer(app)
         await pilot.press("escape")
-        assert app.pending_command is None
+        assert app.changes.pending is None
         assert discarded(inbox) == [("server.restart.request.discarded", "big", "discarded with Esc")]
 
 
@@ -90,7 +90,7 @@ async def test_a_knob_change_leaves_the_pending_restart_alone() -> None:
         assert isinstance(app.screen, KnobForm)
         await pilot.press("ctrl+a", "ctrl+k", *"4MiB", "enter")  # applies at once (refused here: no engine)
         await wait_for(pilot, lambda: not isinstance(app.screen, KnobForm), what="the knob form closing")
-        assert app.pending_command == ServerAction("big", "restart")
+        assert app.changes.pending == ServerAction("big", "restart")
         assert "pending: restart big" in footer(app)
         assert discarded(inbox) == []
 
@@ -102,17 +102,17 @@ async def test_a_second_relaunch_replaces_the_pending_one_only_after_asking() ->
         await pilot.press("3", "t")
         assert isinstance(app.screen, SplitForm)
         await pilot.press("ctrl+a", "ctrl+k", *"1,1", "enter", "l")
-        assert app.pending_command == SetSplit("big", (1.0, 1.0))
+        assert app.changes.pending == SetSplit("big", (1.0, 1.0))
         await pilot.press("m")
         assert isinstance(app.screen, ShareForm)
         await pilot.press("ctrl+a", "ctrl+k", *"0.5", "enter")
         assert isinstance(app.screen, ChoiceScreen) and "Replace the pending change?" in dialog_text(app)
         await pilot.press("escape")  # keep the split; the share is dropped, and that is recorded
-        assert app.pending_command == SetSplit("big", (1.0, 1.0))
+        assert app.changes.pending == SetSplit("big", (1.0, 1.0))
         assert [d[0] for d in discarded(inbox)] == ["server.share.discarded"]
         await pilot.press("m", "ctrl+a", "ctrl+k", *"0.5", "enter", "a")  # now replace it
         assert isinstance(app.screen, ChoiceScreen) and "memory share 0.5" in dialog_text(app)
-        assert app.pending_command == SetShare("big", 0.5)
+        assert app.changes.pending == SetShare("big", 0.5)
         assert [d[0] for d in discarded(inbox)] == ["server.split.discarded"]
 
 
@@ -123,7 +123,7 @@ async def test_quit_with_a_pending_change_asks_first() -> None:
         await pilot.press("3", "x", "l", "q")
         assert isinstance(app.screen, ChoiceScreen) and "Quit with a change pending?" in dialog_text(app)
         await pilot.press("escape")
-        assert app.pending_command == ServerAction("big", "stop") and not app.feed.closed
+        assert app.changes.pending == ServerAction("big", "stop") and not app.feed.closed
         await pilot.press("q", "q")
         await wait_for(pilot, lambda: app.feed.closed, what="the feed closing")
     assert discarded(inbox) == [("server.stop.request.discarded", "big", "discarded on quit")]
@@ -142,7 +142,7 @@ async def test_split_length_follows_the_gpus_the_server_runs_on() -> None:
         assert isinstance(app.screen, SplitForm)  # nothing was proposed
         errors = str(app.screen.query_one("#form-errors", Static).content)
         assert errors == "solo runs on 2 GPUs (0,1): give 2 ratios, not 3"
-        assert app.screen.query_one(Input).value == "1,1,1" and app.pending_command is None
+        assert app.screen.query_one(Input).value == "1,1,1" and app.changes.pending is None
         await pilot.press("ctrl+a", "ctrl+k", *"1,2", "enter")
         assert isinstance(app.screen, ChoiceScreen) and "on GPUs 0,1" in dialog_text(app)
 

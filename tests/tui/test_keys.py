@@ -12,6 +12,8 @@ from gpudash.tui.actions import ACTIONS, BY_ID
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.screens.dialogs import ChoiceScreen, HelpScreen
 from gpudash.tui.widgets.keybar import KeyBar, keys_text
+from gpudash.tui.widgets.overview import OverviewView
+from gpudash.tui.widgets.servers import ServersView
 
 pytestmark = pytest.mark.anyio
 
@@ -107,8 +109,24 @@ async def test_g_and_s_move_a_selection_you_can_see() -> None:
         await pilot.press("g")
         await pilot.pause(0.05)
         card = app.query_one("#gpu-1")
-        assert app.selected_gpu == 1 and card.has_class("selected") and not app.query_one("#gpu-0").has_class("selected")
+        assert app.query_one(OverviewView).selected_gpu == 1 and card.has_class("selected") and not app.query_one("#gpu-0").has_class("selected")
         assert any("reverse" in str(span.style) for span in card.lines[0].spans)  # the name shows in reverse
         await pilot.press("3", "s")
         title = str(app.query_one("#servers-title").content)
-        assert app.selected_server == "small" and "selected:  small " in title
+        assert app.query_one(ServersView).selected_server == "small" and "selected:  small " in title
+
+
+def test_every_view_action_is_a_method_of_the_views_it_shows_on() -> None:
+    """A key with a target runs action_<method> on the view on screen: every view it applies to has it,
+    and the up/down keys apply to every view."""
+    from gpudash.tui.actions import VIEWS
+
+    for a in ACTIONS:
+        if a.target is None:
+            assert hasattr(GpudashApp, f"action_{a.method}"), a.id
+            continue
+        views = [v for v in VIEWS if issubclass(v.widget, a.target)]
+        assert views, a.id
+        assert all(callable(getattr(v.widget, f"action_{a.method}", None)) for v in views), a.id
+    assert BY_ID["select_next"].views == () and BY_ID["server_stop"].views == ("servers",)
+    assert BY_ID["edit_split"].views == ("split", "servers")

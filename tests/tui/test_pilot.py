@@ -16,6 +16,8 @@ from gpudash.tui.app import GpudashApp
 from gpudash.tui.screens.dialogs import ChoiceScreen
 from gpudash.tui.screens.export import ExportForm
 from gpudash.tui.screens.forms import KnobForm, SplitForm
+from gpudash.tui.widgets.history import HistoryView
+from gpudash.tui.widgets.servers import ServersView
 
 SIZE = (120, 40)
 
@@ -206,12 +208,13 @@ async def test_history_lists_sessions_and_exports_the_selected_one(live_feed, tm
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await pilot.press("7")
-        await wait_for(pilot, lambda: app.sessions, what="the sessions list")
+        history = app.query_one(HistoryView)
+        await wait_for(pilot, lambda: history.sessions, what="the sessions list")
         assert "sim:8xh20" in table_text(app, "#history-view")
         await pilot.press("e")
         assert isinstance(app.screen, ExportForm)  # format and folder are asked for
         await pilot.press("enter")
-        sid = app.sessions[0].id
+        sid = history.sessions[0].id
         out = tmp_path / "exports" / f"gpudash-session-{sid}"
         await wait_for(pilot, lambda: (out / "gpu_samples.csv").exists(), what="the export files")
         assert len((out / "gpu_samples.csv").read_text().splitlines()) > 8  # header + 8 GPUs per tick
@@ -229,8 +232,8 @@ async def test_history_lists_sessions_and_exports_the_selected_one(live_feed, tm
             other = store.begin_session("sim:h200", Config())
         finally:
             store.close()
-        await wait_for(pilot, lambda: other in [x.id for x in app.sessions], what="History refreshing by itself")
-        assert app.active_view == "history" and app.sessions[app.session_cursor].id == sid  # selection kept
+        await wait_for(pilot, lambda: other in [x.id for x in history.sessions], what="History refreshing by itself")
+        assert app.active_view == "history" and history.selected.id == sid  # selection kept
 
 
 async def test_server_stop_asks_then_start(live_feed) -> None:
@@ -238,7 +241,7 @@ async def test_server_stop_asks_then_start(live_feed) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await pilot.press("3", "s")
-        assert app.selected_server == "side"
+        assert app.query_one(ServersView).selected_server == "side"
         await pilot.press("x")
         assert isinstance(app.screen, ChoiceScreen)
         await pilot.press("a")
@@ -323,6 +326,7 @@ async def test_timers_and_messages_firing_after_shutdown_leave_the_gone_dom_alon
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("3")
         assert app.active_view == "servers"
+        servers = app.query_one(ServersView)
     assert not app._alive()
     app.refresh_views()
-    app._poll_log()
+    servers._poll_log()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudash.records import Event
-from gpudash.tui.widgets.tables import _sleep_times
+from gpudash.tui.widgets.servers import _sleep_times
 
 
 def test_latest_timing_per_server_and_kind() -> None:

@@ -4,12 +4,13 @@ over time, and TTFT vs hit as a scatter with the correlation."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from gpudash.launcher import cache_kinds
 from gpudash.tui.state import ViewState
+from gpudash.tui.widgets.view import DashView
 
 SHOWN = 300  # most recent probe requests plotted
 
@@ -36,7 +37,7 @@ def summary_text(requests: list) -> str:
             f"TTFT vs prefix-cache hit: Pearson {r(c.pearson)}  Spearman {r(c.spearman)}  n={c.n}")
 
 
-class LatencyView(Vertical):
+class LatencyView(DashView):
     def compose(self) -> ComposeResult:
         yield Static("no probe requests yet", id="corr")
         yield Static("prompt cache: no probe requests yet", id="cache-kinds")
@@ -45,7 +46,7 @@ class LatencyView(Vertical):
             yield PlotextPlot(id="hit-plot")
         yield PlotextPlot(id="scatter-plot")
 
-    def update_view(self, state: ViewState) -> None:
+    def draw(self, state: ViewState) -> None:
         recent = list(state.requests)[-SHOWN:]
         reqs = [r for r in recent if r.ok and r.ttft_s is not None]
         self.query_one("#corr", Static).update(summary_text(recent) if recent else "no probe requests yet")

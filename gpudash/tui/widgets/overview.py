@@ -7,12 +7,13 @@ import time
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Container, Vertical
+from textual.containers import Container
 from textual.widgets import Static
 
 from gpudash.records import Event, GpuSample
 from gpudash.tui.state import ViewState, link_status
 from gpudash.tui.widgets.lines import TextLines
+from gpudash.tui.widgets.view import DashView
 from gpudash import fmt
 
 
@@ -154,8 +155,10 @@ class GpuCard(TextLines):
         self.set_class(link_status(g).warn, "downgraded")
 
 
-class OverviewView(Vertical):
-    """GPU cards in a grid of up to four columns, plus host CPU and memory."""
+class OverviewView(DashView):
+    """GPU cards in a grid of up to four columns, plus host CPU and memory; `g` and up/down select a card."""
+
+    selected_gpu = 0
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -167,8 +170,18 @@ class OverviewView(Vertical):
         yield self._host
         yield self._grid
 
-    def update_view(self, state: ViewState, selected_gpu: int) -> None:
+    def action_select(self, step: int) -> None:
+        n = len(self.state.latest.gpus) if self.state.latest else 0
+        if n:
+            self.selected_gpu = (self.selected_gpu + step) % n
+            self.show(self.state)
+
+    def action_select_gpu(self) -> None:
+        self.action_select(1)
+
+    def draw(self, state: ViewState) -> None:
         snap = state.latest
+        selected_gpu = self.selected_gpu
         if snap is None:
             return
         if [g.index for g in snap.gpus] != list(self._cards):

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
+from textual.widgets import Static
 
 from gpudash import fmt
 from gpudash.records import Snapshot
+from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.tables import TableView
 
 
@@ -63,13 +65,31 @@ class ProcessesView(TableView):
     EMPTY = "no processes on the GPUs"
     COLUMNS = ("GPU", "PID", "name", "server", "VRAM", "SM%", "CPU%", "RSS")
 
-    def update_view(self, snap: Snapshot | None, sort: int, text: str) -> None:
+    sort = 0  # index into SORTS
+    filter_text = ""
+
+    def action_sort_processes(self) -> None:
+        self.sort = (self.sort + 1) % len(SORTS)
+        self.show(self.state)
+
+    def action_filter_processes(self) -> None:
+        from gpudash.tui.screens.filter import FilterForm
+
+        def done(text: str | None) -> None:
+            if text is not None:
+                self.filter_text = text.strip()
+                self.show(self.state)
+
+        self.app.push_screen(FilterForm("processes whose pid, name or server", self.filter_text), done)
+
+    def draw(self, state: ViewState) -> None:
+        snap, sort, text = state.latest, self.sort, self.filter_text
         rows = process_rows(snap) if snap is not None else []
         shown = shown_rows(rows, sort, text)
         title = Text(f"Processes: {len(shown)} of {len(rows)}, sorted by {SORTS[sort][0]} (o: next order)")
         title.append(f"  filter: {text!r} (/: change)" if text else "  (/: filter)",
                      style="bold magenta" if text else "")
-        self.query_one(".view-title").update(title)
+        self.query_one(".view-title", Static).update(title)
         self.fill([(fmt.NA if r.gpu is None else r.gpu, r.pid, r.name or fmt.NA,
                     Text(r.server, style="bold") if r.server else fmt.NA, fmt.size(r.vram),
                     fmt.num(r.sm_pct, ".0f", "%"), fmt.num(r.cpu_pct, ".1f", "%"), fmt.size(r.rss))

@@ -1,0 +1,262 @@
+"""The two views that act on one selected server: Split balance, and Servers with the selected server's
+log tail. Both are a `ServerPicker`: `s` moves the selection, `t`/`p`/`m` change the selected server, and
+switching between the two carries the selection over."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import Log, Static
+
+from gpudash.advisor.planner import SplitPlan
+from gpudash.config import ServerSpec
+from gpudash.control import ServerAction, SetSplit
+from gpudash.tui import messages as msg
+from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers, ts_ratios
+from gpudash.tui.widgets.fitted import FittedTable, NamesHiddenColumns, hidden_columns_line
+from gpudash.tui.widgets.tables import TableView
+from gpudash.tui.widgets.view import DashView, cycle
+from gpudash import fmt
+
+LOG_POLL_S = 1.0
+
+
+class ServerPicker(DashView):
+    """A view with a selected server (the first one seen until `s` picks another) and the keys that change it."""
+
+    selected_server: str | None = None
+
+    def shown(self, previous: DashView | None) -> None:
+        if isinstance(previous, ServerPicker) and previous.selected_server not in (None, self.selected_server):
+            self.selected_server = previous.selected_server
+            self.show(self.state)
+
+    def show(self, state: ViewState) -> None:
+        if self.selected_server is None:
+            names = state.server_names()
+            self.selected_server = names[0] if names else None
+        super().show(state)
+
+    def action_select(self, step: int) -> None:
+        names = self.state.server_names()
+        if not names:
+            self.notify("no servers to select")
+            return
+        self.selected_server = cycle(names, self.selected_server, step)
+        self.show(self.state)
+        self.selection_moved()
+
+    def action_select_server(self) -> None:
+        self.action_select(1)
+
+    def selection_moved(self) -> None:
+        """The selected server changed (the Servers view fetches its log at once)."""
+
+    def _selected_spec(self) -> ServerSpec | None:
+        if self.selected_server is None or self.selected_server not in self.state.specs:
+            self.notify("select a server first (s); none is known yet", severity="warning")
+            return None
+        return self.state.specs[self.selected_server]
+
+    def action_edit_split(self) -> None:
+        from gpudash.tui.screens.forms import SplitForm
+
+        spec = self._selected_spec()
+        if spec is None:
+            return
+        gpus = self.state.server_gpus(spec)
+        if gpus is None:
+            self.notify("waiting for the first sample: the rig's GPUs are not known yet", severity="warning")
+            return
+        self.app.push_screen(SplitForm(spec, gpus), self.propose)
+
+    def action_apply_plan(self) -> None:
+        """Propose the split planner's -ts for the selected split server (or the only one), to confirm."""
+        state, snap = self.state, self.state.latest
+        servers = split_servers(state.specs.values(), len(snap.gpus)) if snap is not None else []
+        if not servers:
+            self.notify("no model is split across GPUs: nothing to plan", severity="warning")
+            return
+        spec = next((s for s in servers if s.name == self.selected_server), servers[0])
+        plan = recommend_split(spec, snap, state.model_bytes.get(spec.name))
+        if isinstance(plan, str):
+            self.notify(f"{spec.name}: {plan}", severity="warning", timeout=8)
+            return
+        if runs_plan(spec, plan):
+            self.notify(f"{spec.name} already runs the planned split -ts {plan.ts}")
+            return
+        self.propose(SetSplit(spec.name, ts_ratios(plan.ts)))
+
+    def action_edit_share(self) -> None:
+        """The selected server's memory share of each of its GPUs."""
+        from gpudash.tui.screens.forms import ShareForm
+
+        spec = self._selected_spec()
+        if spec is not None:
+            self.app.push_screen(ShareForm(spec), self.propose)
+
+
+class SplitView(ServerPicker, TableView):
+    TITLE = "Split balance: target ratio beside the memory each GPU holds, and the planner's split (p: apply)"
+    EMPTY = "no model is split across GPUs (set gpus / tensor_split in a [[servers]] entry)"
+    COLUMNS = ("server", "GPU", "target", "held", "actual", "imbalance", "planned")
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        yield Static("", id="split-advice")
+        yield Static("", id="share-warnings")
+
+    def draw(self, state: ViewState) -> None:
+        snap = state.latest
+        rows: list[tuple[Any, ...]] = []
+        advice = Text()
+        if snap is not None:
+            for spec in split_servers(state.specs.values(), len(snap.gpus)):
+                plan = recommend_split(spec, snap, state.model_bytes.get(spec.name))
+                planned = {s.index: s.ratio for s in plan.shares} if not isinstance(plan, str) else {}
+                for r in split_balance(spec, snap):
+                    imb = Text("—") if r.imbalance is None else Text(
+                        f"{r.imbalance * 100:+.1f} pts", style="bold red" if abs(r.imbalance) > 0.05 else "green")
+                    name = Text(r.server, style="bold reverse" if r.server == self.selected_server else "")
+                    rows.append((name, r.gpu, fmt.pct(r.target, 1), fmt.size(r.held_bytes),
+                                 fmt.pct(r.actual, 1), imb, fmt.pct(planned.get(r.gpu), 1)))
+                advice.append_text(_advice_line(spec, plan))
+        self.fill(rows)
+        self.query_one("#split-advice", Static).update(advice, layout=False)
+        self.query_one("#share-warnings", Static).update(warnings_text(state.warnings))
+
+
+def _advice_line(spec: ServerSpec, plan: SplitPlan | str) -> Text:
+    """'big: -ts 1,1 now, planner -ts 2,3 (p: apply): why' - one line per split server."""
+    now = ",".join(f"{r:g}" for r in ratios) if (ratios := spec.split_ratios()) else "equal"
+    t = Text(f"{spec.name}: -ts {now} now, ", style="bold")
+    if isinstance(plan, str):
+        t.append(plan, style="yellow")
+    else:
+        same = runs_plan(spec, plan)
+        t.append(f"planner -ts {plan.ts}", style="bold green" if same else "bold magenta")
+        t.append(" (already applied)" if same else " (p: apply)")
+        t.append(f": {plan.reason}")
+    t.append("\n")
+    return t
+
+
+def warnings_text(warnings: Sequence[Any]) -> Text:
+    """The share warnings, one per line, in a warning colour (or a quiet line when there are none)."""
+    if not warnings:
+        return Text("share warnings: none", style="dim")
+    t = Text(f"share warnings ({len(warnings)}):\n", style="bold yellow")
+    t.append("\n".join(f"  ! {w.message}" for w in warnings), style="yellow")
+    return t
+
+
+class ServersView(NamesHiddenColumns, ServerPicker):
+    """The launcher's servers, and the log tail of the selected one (fetched every LOG_POLL_S while on screen)."""
+
+    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s 10s", "prefill tok/s", "crashes",
+               "relaunches", "running",
+               "KV use")
+    # At 80 columns: server, state, uptime, rates, crashes and KV use stay.
+    DROP = ("kind", "port", "running", "relaunches", "prefill tok/s", "uptime")
+
+    _log_chain = False  # a log fetch is scheduled or under way
+
+    def compose(self) -> ComposeResult:
+        yield Static("Servers", classes="view-title", id="servers-title")
+        yield Static("no servers yet (the launcher starts them one after another)", classes="empty")
+        yield FittedTable(self.COLUMNS, self.DROP, id="servers-table")
+        yield hidden_columns_line()
+        yield Static("", id="sleep-times")
+        yield Static("log: no server selected", id="log-title", classes="view-title")
+        log = Log(id="server-log", max_lines=200)
+        log.can_focus = False
+        yield log
+
+    def draw(self, state: ViewState) -> None:
+        snap = state.latest
+        servers = snap.servers if snap is not None else ()
+        names = [s.server for s in servers] or list(state.specs)
+        table = self.query_one(FittedTable)
+        by_name = {s.server: s for s in servers}
+        rows: list[tuple[Any, ...]] = []
+        for name in names:
+            s = by_name.get(name)
+            if s is None:
+                spec = state.specs[name]
+                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", "—", 0, 0, "—", "—"))
+                continue
+            style = {"ready": "green", "crashed": "bold red", "backoff": "yellow", "sleeping": "cyan",
+                     "relaunching": "bold magenta"}.get(s.state, "")
+            ready = s.state == "ready"  # only a serving server has rates; anything else would be stale
+            kv = "not reported" if ready and s.kv_cache_usage is None else fmt.pct(s.kv_cache_usage if ready else None)
+            rows.append((name, s.kind, Text(s.state, style=style), s.port or "—",
+                         fmt.duration(s.uptime_s if ready else None), fmt.num(state.tokens_per_s(name), ".1f"),
+                         fmt.num(s.prompt_tokens_per_s if ready else None, ".1f"), s.restarts, s.relaunches,
+                         fmt.num(s.requests_running if ready else None, ".0f"), kv))
+        table.set_rows(rows)
+        self.query_one(".empty", Static).display = not names
+        self.query_one("#sleep-times", Static).update(_sleep_times(state.events))
+        selected = self.selected_server
+        title = Text("Servers")
+        if selected in names:
+            title.append("  selected: ")
+            title.append(f" {selected} ", style="bold reverse")
+            title.append("  (s: next; S/x/R start/stop/restart it)")
+        self.query_one("#servers-title", Static).update(title)
+        if selected in names:
+            table.move_cursor(row=names.index(selected), animate=False)
+
+    def action_server(self, action: str) -> None:
+        if self.selected_server is None:
+            self.notify("no server selected (s selects one)", severity="warning")
+            return
+        self.propose(ServerAction(self.selected_server, action))  # type: ignore[arg-type]
+
+    # ---- the log tail: a chain (fetch in a worker -> show -> set_timer) while the view is on screen ----
+
+    def shown(self, previous: DashView | None) -> None:
+        super().shown(previous)
+        if not self._log_chain:
+            self._log_chain = True
+            self._poll_log()
+
+    def selection_moved(self) -> None:
+        self._poll_log(rechain=False)
+
+    def _poll_log(self, rechain: bool = True) -> None:
+        feed = self.state.feed
+        supervisor = feed.controller.supervisor if feed is not None and feed.controller is not None else None
+        if not self.on_screen or supervisor is None or self.selected_server is None:
+            if rechain:
+                self._log_chain = False
+            return
+        name = self.selected_server
+        self.run_in_thread(lambda: self.post_message(msg.LogTail(name, supervisor.log_tail(name, 200), rechain)),
+                           "servers.log_tail", "logs")
+
+    def worker_failed(self, name: str) -> None:
+        if name == "servers.log_tail":
+            self._log_chain = False
+
+    def on_log_tail(self, message: msg.LogTail) -> None:
+        message.stop()
+        if message.server == self.selected_server:
+            self.query_one("#log-title", Static).update(f"log: {message.server} (last {len(message.lines)} lines)")
+            log = self.query_one(Log)
+            log.clear()
+            log.write_lines(message.lines)
+        if message.rechain:
+            self.set_timer(LOG_POLL_S, self._poll_log)
+
+
+def _sleep_times(events: Any) -> str:
+    """The latest timed sleep and wake of each server (from server.sleep / server.wake events)."""
+    last: dict[tuple[str, str], Any] = {}
+    for e in events:
+        if e.kind in ("server.sleep", "server.wake") and e.ok and isinstance(e.new, dict):
+            last[(e.target, e.kind)] = e
+    verb = {"server.sleep": "slept in", "server.wake": "woke in"}
+    parts = [f"{server} {verb[kind]} {e.new.get('seconds', 0):.2f} s" for (server, kind), e in sorted(last.items())]
+    return ("sleep/wake: " + ", ".join(parts)) if parts else ""

@@ -32,7 +32,22 @@ COMMANDS: dict[str, str] = {
 }
 
 
-class LazyGroup(click.Group):
+class Group(click.Group):
+    """A click group whose --help lists each command with its whole first sentence, wrapped; click's
+    own cuts it to fit one line and ends it with "..."."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=sys.maxsize)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+class LazyGroup(Group):
     """A click group whose subcommands are imported on first use from a name -> "module:attr" table."""
 
     def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs):
@@ -51,17 +66,6 @@ class LazyGroup(click.Group):
             module, attr = self.lazy[name].split(":")
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """Each command with its whole first sentence, wrapped; click would cut it to fit one line."""
-        rows = []
-        for name in self.list_commands(ctx):
-            cmd = self.get_command(ctx, name)
-            if cmd is not None and not cmd.hidden:
-                rows.append((name, cmd.get_short_help_str(limit=sys.maxsize)))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

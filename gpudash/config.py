@@ -445,7 +445,8 @@ class Config(BaseModel):
     """The CUDA llama-server gpudash builds on GPU boxes."""
 
     pools: PoolsConfig = Field(default_factory=PoolsConfig)
-    """Memory pools the dashboard creates on the transfer engine (off unless sizes are set)."""
+    """Memory pools `gpudash launch` creates on the transfer engine: on by default (64 MiB of pinned host
+    memory and 64 MiB per GPU); a size of 0 turns that pool off."""
 
     keys: dict[str, str] = Field(default_factory=dict)
     """Key remaps: action id -> key (e.g. quit = "ctrl+q")."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 NA = "—"
 _BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
@@ -41,6 +43,16 @@ def knob(value: object) -> str:
     return str(value)
 
 
+def knob_text(value: object) -> str:
+    """An engine knob's value to read (a table, an event): sizes (4096 bytes and up) in binary units to
+    two decimals, like every other size on screen (2.68 MiB, 16 MiB); counts and flags as they are.
+    A form or config file takes `knob`'s exact spelling instead."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 4096:
+        unit, scale = next((u, sc) for u, sc in _BINARY if value >= sc)
+        return f"{value / scale:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+    return str(value)
+
+
 def rate(bps: float | None) -> str:
     """Bytes/s as GB/s (10**9, like PCIe figures)."""
     return NA if bps is None else f"{bps / 1e9:.2f} GB/s"
@@ -62,3 +74,14 @@ def duration(s: float | None) -> str:
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
+
+
+def clock(ts: float | None) -> str:
+    """A Unix time as the local date and time: 2026-12-01 22:47:58."""
+    return NA if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def session_end(ended: float | None, state: str) -> str:
+    """When a recorded session ended, or, without an end, why: live (its writer runs), interrupted (its
+    writer is gone) or open (written on another host)."""
+    return clock(ended) if ended is not None else state

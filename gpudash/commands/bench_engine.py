@@ -23,9 +23,10 @@ from gpudash.tuned import save_tuned
 
 
 def knobs_lines(knobs: dict[str, Any]) -> list[str]:
-    """The engine's knobs as a two-column table, sizes as the config writes them (4MiB, 2.81MB)."""
+    """The engine's knobs as a two-column table, sizes in binary units like every size gpudash shows
+    (2.68 MiB beside 16 MiB, never 2.81MB beside 16MiB)."""
     width = max((len(k) for k in knobs), default=0)
-    return ["knobs:"] + [f"  {k:<{width}}  {fmt.knob(v)}" for k, v in knobs.items()]
+    return ["knobs:"] + [f"  {k:<{width}}  {fmt.knob_text(v)}" for k, v in knobs.items()]
 
 
 class _Bar:
@@ -50,7 +51,7 @@ def _record(cfg: Config, db: str | None, source: str, rows: list[Any], tuned: di
 
     path = db_path(cfg, db)
     with Store.open(path) as store:
-        sid = store.begin_session(source, cfg, note="bench engine")
+        sid = store.begin_session(source, cfg, note="gpudash bench engine")  # `history` shows it as a bench
         now = time.time()
         if tuned:
             store.record_event(sid, Event(now, "autotune", "engine.autotune", "engine", None, tuned))

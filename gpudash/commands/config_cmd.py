@@ -11,6 +11,7 @@ import click
 import tomli_w
 from pydantic import BaseModel
 
+from gpudash.cli import Group
 from gpudash.commands.common import pass_config
 from gpudash.config import Config, EngineSettings, default_config_path
 
@@ -53,7 +54,7 @@ def _origin(model: BaseModel, name: str) -> str | None:
     return model.origin(name) if isinstance(model, EngineSettings) else None
 
 
-@click.group()
+@click.group(cls=Group)
 def config() -> None:
     """Inspect gpudash's settings."""
 

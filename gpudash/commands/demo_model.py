@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gpudash import fmt
 from gpudash.commands.common import usage_error
 
 
@@ -30,5 +31,5 @@ def demo_model(out: str, layers: int, embedding: int, heads: int, context: int) 
     except OSError as err:
         usage_error(f"cannot write {out} ({err.strerror}); pick a writable path")
     size = path.stat().st_size
-    click.echo(f"wrote {path} ({size / 1e6:.1f} MB, {layers} layers, embedding {embedding}); "
+    click.echo(f"wrote {path} ({fmt.size(size)}, {layers} layers, embedding {embedding}); "
                f"try: llama-server -m {path}")

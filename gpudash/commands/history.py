@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import click
 
@@ -23,19 +22,16 @@ def _label(table: str) -> str:
     return _SHORT.get(base, base) + ("/1m" if base != table else "")
 
 
-def _when(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
 @click.command()
 @db_option
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the sessions as a JSON array.")
 @pass_config
 def history(cfg: Config, db: str | None, as_json: bool) -> None:
-    """List recorded sessions: start, end, duration, source and row counts per table.
+    """List recorded sessions: start, end, duration, source, what recorded them and row counts per table.
 
     A session without an end shows as live (its writer runs), interrupted (its writer is gone) or open
-    (written on another host)."""
+    (written on another host); `what` names the command that recorded it (gpudash record, gpudash bench
+    engine...)."""
     from gpudash.store import Store, StoreError
 
     path = db_path(cfg, db)
@@ -52,9 +48,10 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     if not sessions:
         click.echo(f"no sessions in {path}")
         return
-    click.echo(f"{'id':>4}  {'started':19}  {'ended':19}  {'duration':>9}  {'source':18}  rows")
+    what = max(len("what"), *(len(s.note or fmt.NA) for s in sessions))
+    click.echo(f"{'id':>4}  {'started':19}  {'ended':19}  {'duration':>9}  {'source':18}  {'what':{what}}  rows")
     for s in sessions:
         rows = ", ".join(f"{_label(t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
-        ended = _when(s.ended) if s.ended else s.state
-        click.echo(f"{s.id:>4}  {_when(s.started):19}  {ended:19}  {fmt.duration(s.duration_s):>9}  {s.source:18}  "
+        click.echo(f"{s.id:>4}  {fmt.clock(s.started):19}  {fmt.session_end(s.ended, s.state):19}  "
+                   f"{fmt.duration(s.duration_s):>9}  {s.source:18}  {s.note or fmt.NA:{what}}  "
                    f"ticks {s.rows.get('ticks', 0)}{', ' + rows if rows else ''}")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from gpudash.cli import Group
 from gpudash import fmt
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config
@@ -24,7 +25,7 @@ def _parse_archs(text: str) -> set[int]:
     return out
 
 
-@click.group()
+@click.group(cls=Group)
 def llama() -> None:
     """Build a CUDA llama-server for this box's GPUs, and list gpudash's builds."""
 

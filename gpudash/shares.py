@@ -5,9 +5,9 @@ A server's share is a fraction of each of its GPUs' memory. vLLM enforces it its
 flags it has: `llama_budget()` reads the model's shape from its GGUF file and picks `-ngl` (layers on
 the GPU) and `-c` (context, hence KV cache) so that weights + KV cache + a fixed overhead fit in
 share * VRAM: all layers with the wanted context if that fits, else all layers with a shorter
-context (not below `min_ctx`), else fewer layers at `min_ctx`. `budget_spec()` is the launcher's hook:
-it returns the spec with those two fields set. What a server really holds is watched from NVML's
-per-process memory; `share_warnings()` flags a server above its share.
+context (not below `min_ctx`), else fewer layers at `min_ctx`, placed as llama.cpp places them
+(`gpu_part`); the llama.cpp kind's `budget_spec()` sets those two fields. What a server really holds is
+watched from NVML's per-process memory; `share_warnings()` flags a server above its share.
 
 Everything here is a pure function over a Snapshot (or numbers) and the server specs, returning
 records the TUI and `gpudash doctor` show.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gpudash.config import ServerSpec
+from gpudash.launcher.kinds.spec import ServerSpec
 from gpudash.records import Snapshot
 
 MiB = 1 << 20
@@ -34,8 +34,6 @@ MIN_CTX = 4096
 KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
                  "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
 WarningKind = Literal["oversubscribed", "low_free_at_start", "over_share"]
-# vLLM's own default for --gpu-memory-utilization when neither it nor `share` is set.
-VLLM_DEFAULT_UTIL = 0.9
 
 
 # ---- accounting -------------------------------------------------------------------------------
@@ -53,15 +51,9 @@ def parse_share(text: str | float, what: str = "memory share") -> float:
 
 
 def share_and_origin(spec: ServerSpec) -> tuple[float | None, str]:
-    """The fraction of each GPU the server may hold and where it comes from: gpu_memory_utilization,
-    else share, else vLLM's default (vLLM always reserves it); (None, "") for llama.cpp without a share."""
-    if spec.gpu_memory_utilization is not None:
-        return spec.gpu_memory_utilization, "gpu_memory_utilization"
-    if spec.share is not None:
-        return spec.share, "share"
-    if spec.kind == "vllm":
-        return VLLM_DEFAULT_UTIL, "vLLM default"
-    return None, ""
+    """The fraction of each GPU the server may hold and where it comes from, as its kind's spec says (vLLM:
+    gpu_memory_utilization, else share, else vLLM's default); (None, "") when none is set."""
+    return spec.memory_share()
 
 
 def effective_share(spec: ServerSpec) -> float | None:
@@ -205,8 +197,8 @@ def share_warnings(snapshot: Snapshot, specs: Sequence[ServerSpec], tolerance: f
 @dataclass(frozen=True, slots=True)
 class ModelShape:
     """What the budget needs from a GGUF model: weight bytes per repeating layer, the output tensors
-    llama.cpp offloads with the last layer (ngl > layers), and the KV cache geometry (KV heads per
-    layer: models such as OpenELM or Gemma 3n vary them by layer)."""
+    (llama.cpp offloads them first: gpu_part), and the KV cache geometry (KV heads per layer: models such
+    as OpenELM or Gemma 3n vary them by layer). The input embeddings are not here: they stay on the CPU."""
 
     layers: int
     layer_bytes: tuple[int, ...]
@@ -276,7 +268,7 @@ def model_shape(path: str | Path) -> ModelShape:
     heads = _per_layer(heads_raw, layers, f"{a}.attention.head_count", path)
     kv_raw = raw(f"{a}.attention.head_count_kv")
     heads_kv = heads if kv_raw is None else _per_layer(kv_raw, layers, f"{a}.attention.head_count_kv", path)
-    head_dim = field(f"{a}.embedding_length") // max(max(heads), 1)
+    head_dim = field(f"{a}.embedding_length") // max(heads[0] or max(heads), 1)  # llama.cpp: layer 0's heads
     per_layer = [0] * layers
     output = 0
     names = {t.name for t in reader.tensors}
@@ -306,12 +298,30 @@ class LlamaBudget:
         return ["-ngl", str(self.n_gpu_layers), "-c", str(self.ctx_size)]
 
 
+def gpu_part(shape: ModelShape, ngl: int) -> tuple[int, bool]:
+    """(repeating blocks on the GPU, whether the output layer is) for llama.cpp's -ngl `ngl`, as
+    src/llama-model.cpp places them: layers i_gpu_start = max(n_layer + 1 - ngl, 0) up to n_layer go to
+    the GPU, where "layer" n_layer is the output layer. So the output layer goes first (any ngl >= 1),
+    then the last ngl - 1 blocks; ngl = n_layer leaves block 0 on the CPU, only n_layer + 1 offloads all."""
+    n = shape.layers
+    ngl = max(0, min(ngl, n + 1))
+    return (max(0, ngl - 1), ngl >= 1)
+
+
+def gpu_bytes(shape: ModelShape, ngl: int, tokens: int, cache_type_k: str = "f16", cache_type_v: str = "f16") -> int:
+    """Weights and KV cache llama.cpp puts on the GPU(s) at -ngl `ngl` and `tokens` of context (the input
+    embeddings stay on the CPU; each block's KV cache goes with the block)."""
+    blocks, output = gpu_part(shape, ngl)
+    weights = sum(shape.layer_bytes[shape.layers - blocks:]) if blocks else 0
+    return weights + (shape.output_bytes if output else 0) + shape.kv_bytes(tokens, blocks, cache_type_k, cache_type_v)
+
+
 def llama_budget(shape: ModelShape, budget_bytes: int, *, ctx_wanted: int | None = None, ngl_max: int | None = None,
                  cache_type_k: str = "f16", cache_type_v: str = "f16", overhead_bytes: int = DEFAULT_OVERHEAD,
                  min_ctx: int = MIN_CTX) -> LlamaBudget:
-    """Largest offload that fits `budget_bytes`: all layers + wanted context, else all layers + the
-    longest context >= min_ctx that fits (multiple of 256), else the most layers at min_ctx.
-    llama.cpp offloads the last layers first and the output tensors only with every layer."""
+    """Largest offload that fits `budget_bytes`: every layer + wanted context, else every layer + the
+    longest context >= min_ctx that fits (multiple of 256), else the largest -ngl at min_ctx, placed as
+    llama.cpp places it (gpu_part: the output layer first, then the last blocks)."""
     for t in (cache_type_k, cache_type_v):
         if t not in KV_TYPE_BYTES:
             raise ValueError(f"KV cache type {t!r} is unknown; use one of {', '.join(KV_TYPE_BYTES)}")
@@ -320,50 +330,29 @@ def llama_budget(shape: ModelShape, budget_bytes: int, *, ctx_wanted: int | None
     ctx = ctx_wanted or shape.context_train
     min_ctx = min(min_ctx, ctx)
     n = shape.layers
-    cap = n if ngl_max is None or ngl_max < 0 else min(n, ngl_max)
+    cap = n + 1 if ngl_max is None or ngl_max < 0 else min(n + 1, ngl_max)
     avail = budget_bytes - overhead_bytes
 
-    def need(layers: int, tokens: int) -> int:
-        weights = sum(shape.layer_bytes[n - layers:]) if layers else 0
-        out = shape.output_bytes if layers == n and (ngl_max is None or ngl_max < 0 or ngl_max > n) else 0
-        return weights + out + shape.kv_bytes(tokens, layers, cache_type_k, cache_type_v)
+    def need(ngl: int, tokens: int) -> int:
+        return gpu_bytes(shape, ngl, tokens, cache_type_k, cache_type_v)
 
-    def result(layers: int, tokens: int, note: str) -> LlamaBudget:
-        full = layers == n and (ngl_max is None or ngl_max < 0 or ngl_max > n)
-        return LlamaBudget(n + 1 if full else layers, tokens, budget_bytes,
-                           overhead_bytes + need(layers, tokens) if layers else overhead_bytes, note)
+    def result(ngl: int, tokens: int, note: str) -> LlamaBudget:
+        return LlamaBudget(ngl, tokens, budget_bytes, overhead_bytes + need(ngl, tokens), note)
 
     if avail <= 0:
         return result(0, ctx, f"the budget ({budget_bytes / MiB:.0f} MiB) is below the overhead "
                               f"({overhead_bytes / MiB:.0f} MiB): every layer stays on the CPU")
     if need(cap, ctx) <= avail:
-        return result(cap, ctx, "fits" if cap == n else f"fits with the configured {cap} layers")
+        return result(cap, ctx, "fits" if cap == n + 1 else f"fits with the configured -ngl {cap}")
     if need(cap, min_ctx) <= avail:
-        per_tok = shape.kv_bytes(1 << 20, cap, cache_type_k, cache_type_v) / (1 << 20)
+        blocks = gpu_part(shape, cap)[0]
+        per_tok = shape.kv_bytes(1 << 20, blocks, cache_type_k, cache_type_v) / (1 << 20)
         fit = int((avail - need(cap, 0)) / per_tok) if per_tok else ctx
         tokens = max(min_ctx, min(ctx, fit // 256 * 256))
         return result(cap, tokens, f"context cut from {ctx} to {tokens} tokens to fit the share")
-    layers = max((k for k in range(cap + 1) if need(k, min_ctx) <= avail), default=0)
-    return result(layers, min_ctx, f"{layers} of {n} layers on the GPU at {min_ctx} tokens of context; "
-                                   f"the rest run on the CPU")
+    ngl = max((k for k in range(cap + 1) if need(k, min_ctx) <= avail), default=0)
+    blocks, output = gpu_part(shape, ngl)
+    return result(ngl, min_ctx, f"-ngl {ngl}: {blocks} of {n} blocks{' and the output layer' if output else ''} "
+                                f"on the GPU at {min_ctx} tokens of context; the rest run on the CPU")
 
 
-def budget_spec(spec: ServerSpec, gpu_totals: dict[int, int], shape: ModelShape,
-                overhead_bytes: int = DEFAULT_OVERHEAD) -> tuple[ServerSpec, LlamaBudget | None]:
-    """The launcher's hook for llama.cpp: the spec with -ngl and -c chosen so the server stays inside
-    share * memory of its GPUs (summed over them), plus the budget (None when nothing changes: not
-    llama.cpp, or no share)."""
-    if spec.kind != "llama.cpp" or spec.share is None:
-        return spec, None
-    gpus = server_gpus(spec, gpu_totals)
-    missing = [g for g in gpus if g not in gpu_totals]
-    if missing:
-        raise ValueError(f"server {spec.name!r} uses GPU {missing[0]}, which this box does not have; "
-                         f"fix its `gpus` list")
-    budget = int(sum(spec.share * gpu_totals[g] for g in gpus))
-    # "all", "auto" and llama.cpp's negative codes put no cap on the layers; the budget picks them.
-    ngl_max = spec.n_gpu_layers if isinstance(spec.n_gpu_layers, int) and spec.n_gpu_layers >= 0 else None
-    b = llama_budget(shape, budget, ctx_wanted=spec.ctx_size or None, ngl_max=ngl_max,
-                     cache_type_k=spec.cache_type_k or "f16", cache_type_v=spec.cache_type_v or "f16",
-                     overhead_bytes=overhead_bytes)
-    return spec.model_copy(update={"n_gpu_layers": b.n_gpu_layers, "ctx_size": b.ctx_size}), b

@@ -12,9 +12,10 @@ import numpy as np
 
 from gpudash.config import ServerSpec
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.kinds.llama_cpp import budget_spec
 from gpudash.records import Event, GpuProcessSample, GpuSample, Snapshot
 from gpudash.shares import (
-    MiB, ModelShape, budget_spec, effective_share, llama_budget, model_shape, over_share_warnings,
+    MiB, ModelShape, effective_share, gpu_bytes, gpu_part, llama_budget, model_shape, over_share_warnings,
     oversubscription_warnings, share_usage, share_warnings, start_warnings,
 )
 
@@ -124,14 +125,40 @@ def test_budget_cuts_context_first() -> None:
 def test_budget_moves_layers_to_cpu_last() -> None:
     b = llama_budget(SHAPE, 4 * GiB, ctx_wanted=8192, overhead_bytes=512 * MiB)
     per_layer = 200 * MiB + 4096 * KV_TOKEN // 32
-    assert b.ctx_size == 4096 and b.n_gpu_layers == (4 * GiB - 512 * MiB) // per_layer
-    assert b.estimate_bytes <= 4 * GiB and "layers on the GPU" in b.note
+    # llama.cpp offloads the output layer first, then the last blocks: -ngl k holds output + k - 1 blocks
+    assert b.ctx_size == 4096 and b.n_gpu_layers == 1 + (4 * GiB - 512 * MiB - 500 * MiB) // per_layer
+    assert b.estimate_bytes <= 4 * GiB and "14 of 32 blocks and the output layer on the GPU" in b.note
     assert llama_budget(SHAPE, 256 * MiB).n_gpu_layers == 0
+
+
+def llama_cpp_places(shape: ModelShape, ngl: int, tokens: int) -> int:
+    """Bytes on the GPU at -ngl `ngl` by src/llama-model.cpp's rule, written out independently: layer il
+    (0..n_layer, where n_layer is the output layer) is on the GPU when il >= max(n_layer + 1 - ngl, 0)."""
+    n = shape.layers
+    start = max(n + 1 - ngl, 0)
+    on_gpu = [il for il in range(n + 1) if il >= start and il - start < min(ngl, n + 1)]
+    per_token = shape.key_length * 2 + shape.value_length * 2  # f16 K and V per KV head
+    return sum(shape.output_bytes if il == n else shape.layer_bytes[il] + per_token * shape.heads_kv[il] * tokens
+               for il in on_gpu)
+
+
+def test_budget_places_layers_as_llama_cpp_does() -> None:
+    """Every -ngl, and every budget: what the budget expects is what llama.cpp places, never over the share."""
+    shape = ModelShape(layers=32, layer_bytes=(130 * MiB,) * 32, output_bytes=410 * MiB, heads_kv=(8,) * 32,
+                       key_length=128, value_length=128, context_train=8192)  # an 8B Q4_K_M-like shape
+    for ngl in range(0, 34):
+        assert gpu_bytes(shape, ngl, 4096) == llama_cpp_places(shape, ngl, 4096), ngl
+    assert gpu_part(shape, 32) == (31, True)  # -ngl n_layer leaves block 0 on the CPU
+    for budget in range(600 * MiB, 6 * GiB, 97 * MiB):
+        b = llama_budget(shape, budget, ctx_wanted=4096, overhead_bytes=512 * MiB)
+        assert b.estimate_bytes == 512 * MiB + llama_cpp_places(shape, b.n_gpu_layers, b.ctx_size)
+        assert b.estimate_bytes <= budget or b.n_gpu_layers == 0
 
 
 def test_budget_respects_configured_layers_and_cache_types() -> None:
     b = llama_budget(SHAPE, 16 * GiB, ctx_wanted=4096, ngl_max=10, overhead_bytes=0)
-    assert b.n_gpu_layers == 10 and b.estimate_bytes == 10 * 200 * MiB + 4096 * KV_TOKEN * 10 // 32
+    # -ngl 10: the output layer and the last 9 blocks, with their KV cache
+    assert b.n_gpu_layers == 10 and b.estimate_bytes == 500 * MiB + 9 * 200 * MiB + 4096 * KV_TOKEN * 9 // 32
     q = llama_budget(SHAPE, 16 * GiB, ctx_wanted=4096, cache_type_k="q8_0", cache_type_v="q4_0", overhead_bytes=0)
     assert q.estimate_bytes < 32 * 200 * MiB + 500 * MiB + 4096 * KV_TOKEN
     with pytest.raises(ValueError, match="KV cache type 'q3' is unknown"):

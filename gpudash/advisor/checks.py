@@ -16,6 +16,7 @@ from gpudash.advisor.facts import DoctorFacts
 from gpudash.advisor.llama_build import LlamaBuild
 from gpudash.config import ServerSpec
 from gpudash.launcher import cache_kinds
+from gpudash.launcher.kinds.vllm import EAGER_SHARE_THRESHOLD, VllmSpec
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts
 from gpudash.shares import server_gpus, share_and_origin, shares_per_gpu
 
@@ -25,8 +26,6 @@ Status = Literal["pass", "warn", "fail", "skip"]
 REBAR_MIN_FRACTION = 0.5
 # GPUs copying across NUMA nodes beyond which the inter-socket link (UPI) capped the MMA paper's bandwidth.
 UPI_GPU_CEILING = 6
-# vLLM servers on one GPU from which each needs --enforce-eager (CUDA graphs reserve memory per server).
-EAGER_SERVERS = 3
 # Recorded requests of each kind (restore, miss) a server needs before their TTFTs are compared.
 MIN_PER_KIND = 2
 
@@ -234,13 +233,13 @@ def check_shares(f: DoctorFacts) -> CheckResult:
 
 def check_enforce_eager(f: DoctorFacts) -> CheckResult:
     """Three or more vLLM servers on one GPU while one of them keeps CUDA graphs (no --enforce-eager)."""
-    title = f"--enforce-eager when {EAGER_SERVERS}+ vLLM servers share a GPU"
-    per_gpu: dict[int, list[ServerSpec]] = {}
+    title = f"--enforce-eager when {EAGER_SHARE_THRESHOLD}+ vLLM servers share a GPU"
+    per_gpu: dict[int, list[VllmSpec]] = {}
     for s in f.servers:
-        if s.kind == "vllm":
+        if isinstance(s, VllmSpec):
             for i in _server_gpus(s, f.topology):
                 per_gpu.setdefault(i, []).append(s)
-    crowded = {i: ss for i, ss in per_gpu.items() if len(ss) >= EAGER_SERVERS}
+    crowded = {i: ss for i, ss in per_gpu.items() if len(ss) >= EAGER_SHARE_THRESHOLD}
     if not crowded:
         most = max((len(ss) for ss in per_gpu.values()), default=0)
         return _result("enforce_eager", title, "pass", f"at most {most} vLLM server(s) on any GPU")
@@ -352,7 +351,7 @@ def check_nccl_mixed(f: DoctorFacts) -> CheckResult:
         users.append(f"llama-server {f.llama.binary} links NCCL")
     idx = {i for a, b in pairs for i in (a.index, b.index)}
     for s in f.servers:
-        if s.kind == "vllm" and (s.tensor_parallel_size or 1) > 1 and len(idx & set(_server_gpus(s, topo))) > 1:
+        if isinstance(s, VllmSpec) and (s.tensor_parallel_size or 1) > 1 and len(idx & set(_server_gpus(s, topo))) > 1:
             users.append(f"vLLM server {s.name} runs tensor parallel {s.tensor_parallel_size} over NCCL")
     if users:
         return _result("nccl_mixed", title, "warn", [pair_text, *users],

@@ -11,7 +11,7 @@ from gpudash.advisor.facts import (CpuPlacement, DoctorFacts, LinkLoad, ServerLl
 from gpudash.advisor.linkload import links_under_load
 from gpudash.advisor.llama_build import read_llama_build
 from gpudash.advisor.recorded import recorded_probe
-from gpudash.config import Config, ServerSpec
+from gpudash.config import Config
 from gpudash.rig import Rig, rig_of
 from gpudash.telemetry.topology import TopologyFacts
 
@@ -22,8 +22,10 @@ def llama_builds_for(config: Config) -> tuple[ServerLlama, ...]:
     from gpudash.launcher.demo import DEMO_NAME
     from gpudash.launcher.errors import LaunchError
 
-    specs = [s for s in config.servers if s.kind == "llama.cpp"] if config.servers else \
-        [ServerSpec(name=DEMO_NAME, kind="llama.cpp", model="-")]
+    from gpudash.launcher.kinds.llama_cpp import LlamaCppSpec
+
+    specs = [s for s in config.servers if isinstance(s, LlamaCppSpec) and not s.attached] if config.servers else \
+        [LlamaCppSpec(name=DEMO_NAME, model="-")]
     out = []
     for spec in specs:
         try:

@@ -4,7 +4,7 @@ operator can check on their own box whether a smaller share costs throughput (th
 a 0.5B model at 30% kept 12,766 of 12,838 tok/s).
 
 vLLM gets the share as --gpu-memory-utilization; llama.cpp gets -ngl / -c chosen by
-`gpudash.shares.budget_spec` so weights + KV cache fit share * VRAM. Without a GPU the command says
+the llama.cpp kind's `budget_spec` so weights + KV cache fit share * VRAM. Without a GPU the command says
 so and exits 2, unless --cpu: then the same loop runs on the CPU (labelled CPU; shares change nothing
 there, it only proves the re-launch and probe path).
 """
@@ -47,18 +47,12 @@ def parse_shares(text: str) -> list[float]:
 
 def spec_at(spec: ServerSpec, share: float, gpu_totals: dict[int, int]) -> tuple[ServerSpec, str, int | None]:
     """The spec re-launched at `share`, the flags that carry it, and the budget in bytes (None on CPU)."""
-    from gpudash.shares import budget_spec, model_shape, server_gpus
+    from gpudash.launcher.kinds import kind_of
+    from gpudash.shares import server_gpus
 
     budget = int(sum(share * gpu_totals[g] for g in server_gpus(spec, gpu_totals))) if gpu_totals else None
-    if spec.kind == "vllm":
-        return spec.model_copy(update={"share": share, "gpu_memory_utilization": share}), \
-            f"--gpu-memory-utilization {share:g}", budget
-    new = spec.model_copy(update={"share": share})
-    if not gpu_totals:  # CPU run: keep the server off any GPU the box may still have
-        cpu = new.model_copy(update={"n_gpu_layers": 0, "env": {**spec.env, "CUDA_VISIBLE_DEVICES": ""}})
-        return cpu, "-ngl 0 (CPU: no budget)", None
-    new, b = budget_spec(new, gpu_totals, model_shape(spec.model))
-    return new, " ".join(b.argv()) if b else "", budget
+    new, flags = kind_of(spec).at_share(spec, share, gpu_totals)
+    return new, flags, budget
 
 
 def measure(sup: Any, name: str, requests: int, concurrency: int, prompt_words: int,

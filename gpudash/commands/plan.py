@@ -35,7 +35,8 @@ def render(source: str, model: str, plan: SplitPlan) -> str:
 
 def _model(cfg: Config, model_gb: float | None) -> tuple[int, str]:
     """The weights' size in bytes and what they are: --model-gb, else the model file of the first
-    llama.cpp server, else (no servers configured) the embedded demo model that `gpudash launch` serves."""
+    llama.cpp server, else (no servers configured) the embedded demo model that `gpudash launch` serves;
+    of a model file, what llama.cpp puts on the GPUs (the input embeddings stay on the CPU)."""
     if model_gb is not None:
         return int(model_gb * GB), f"--model-gb {model_gb:g}"
     from pathlib import Path
@@ -44,16 +45,31 @@ def _model(cfg: Config, model_gb: float | None) -> tuple[int, str]:
         from gpudash.launcher.demo import demo_model_path
 
         path = demo_model_path()
-        return path.stat().st_size, f"the demo model {path}"
-    spec = next((s for s in cfg.servers if s.kind == "llama.cpp"), None)
-    if spec is None:
-        usage_error("no model size: no llama.cpp server is configured (vLLM models are not one GGUF file); "
-                    "pass --model-gb G")
-    path = Path(spec.model).expanduser()
+        return _gpu_weights(path), f"the demo model {path}"
+    from gpudash.launcher.kinds import kind_of
+
+    found = next(((s, p) for s in cfg.servers if not s.attached and (p := kind_of(s).model_file(s)) is not None),
+                 None)
+    if found is None:
+        usage_error("no model size: no configured server serves one model file (a llama.cpp GGUF; vLLM models "
+                    "are not one file); pass --model-gb G")
+    spec, path = found
     if not path.is_file():
         usage_error(f"no model size: server {spec.name}'s model {path} is not a file; fix its `model` or "
                     "pass --model-gb G")
-    return path.stat().st_size, f"server {spec.name}'s model {path}"
+    return _gpu_weights(path), f"server {spec.name}'s model {path}"
+
+
+def _gpu_weights(path: Path) -> int:
+    """The weights llama.cpp puts on the GPUs with every layer offloaded: the file's tensors less the input
+    embeddings, which it keeps on the CPU (a file that is not GGUF counts whole)."""
+    from gpudash.shares import gpu_bytes, model_shape
+
+    try:
+        shape = model_shape(path)
+    except ValueError:
+        return path.stat().st_size
+    return gpu_bytes(shape, shape.layers + 1, 0)
 
 
 @click.command()

@@ -23,7 +23,7 @@ def server() -> None:
 
 def _run(cfg: Config, name: str, action: str, level: int, url: str | None, db: str | None) -> None:
     from gpudash.launcher.health import url_host
-    from gpudash.launcher.sleep import SleepError, sleep_or_wake
+    from gpudash.launcher.sleep import SleepError
     from gpudash.records import Event
     from gpudash.store import Store, StoreError
 
@@ -31,9 +31,15 @@ def _run(cfg: Config, name: str, action: str, level: int, url: str | None, db: s
     if name not in specs:
         usage_error(f"no server named {name!r} in the config; configured: {', '.join(specs) or 'none'}")
     spec = specs[name]
-    if spec.kind != "vllm" or not spec.enable_sleep_mode:
-        usage_error(f"server {name!r} is not a vLLM server with enable_sleep_mode = true; set it in its "
-                    "[[servers]] entry (and restart the server)")
+    from gpudash.launcher.kinds import kind_of
+
+    if spec.kind is None:
+        usage_error(f"server {name!r} is attached with no `kind`; sleep and wake need its kind: set kind in its "
+                    "[[servers]] entry")
+    kind = kind_of(spec)
+    problem = kind.sleep_problem(spec, level if action == "sleep" else None)
+    if problem:
+        usage_error(f"server {name!r}: {problem}")
     if url is None:
         if spec.port is None:
             usage_error(f"server {name!r} has no fixed `port`, so its address is unknown here; pass "
@@ -48,7 +54,7 @@ def _run(cfg: Config, name: str, action: str, level: int, url: str | None, db: s
     sid = store.begin_session("cli", cfg, note=f"gpudash server {action} {name}")
     try:
         try:
-            res = sleep_or_wake(url.rstrip("/"), "sleep" if action == "sleep" else "wake", level)
+            res = kind.sleep(url.rstrip("/"), level) if action == "sleep" else kind.wake(url.rstrip("/"))
         except SleepError as err:
             store.record_event(sid, Event(ts=time.time(), actor="cli", kind=f"server.{action}", target=name,
                                           ok=False, reason=str(err)))
@@ -66,8 +72,9 @@ def _run(cfg: Config, name: str, action: str, level: int, url: str | None, db: s
 
 @server.command()
 @click.argument("name")
-@click.option("--level", type=click.IntRange(1, 2), default=1, show_default=True,
-              help="1: weights to host memory, KV cache dropped; 2: weights and KV cache dropped.")
+@click.option("--level", type=click.IntRange(0, 2), default=1, show_default=True,
+              help="0: scheduling paused (vLLM 0.33+); 1: weights to host memory, KV cache dropped; 2: weights "
+                   "and KV cache dropped.")
 @click.option("--url", default=None, help="The server's http://HOST:PORT (default: from its [[servers]] entry).")
 @db_option
 @pass_config

@@ -137,14 +137,21 @@ def status(cfg: Config, sim: str | None, no_sim: bool, as_json: bool, window: fl
         snap = sampler.poll_once()
     finally:
         sampler.stop()
+    from gpudash.launcher.discovery import find_servers, found_lines
+
+    # inference servers on the GPUs that gpudash did not start (a simulated rig's processes are modelled)
+    found = [] if snap.is_sim else find_servers((p.gpu_index, p.pid) for p in snap.gpu_processes)
     if as_json:
         doc = {"source": snap.source, "sim": snap.is_sim, "ts": snap.ts,
                "gpus": [dataclasses.asdict(g) for g in snap.gpus],
                "gpu_processes": [dataclasses.asdict(p) for p in snap.gpu_processes],
-               "host": None if snap.host is None else dataclasses.asdict(snap.host), "errors": list(snap.errors)}
+               "host": None if snap.host is None else dataclasses.asdict(snap.host), "errors": list(snap.errors),
+               "found_servers": [dataclasses.asdict(f) for f in found]}
         click.echo(json.dumps(doc, indent=1))
         return
     # In a terminal (or with COLUMNS set), its width; piped into a script or a file, wide enough for one table.
     wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
     console = Console(highlight=False, width=None if wide else 240)
     render(snap, console)
+    for line in found_lines(found):
+        console.print(escape(line))

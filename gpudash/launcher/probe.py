@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpudash.launcher.probe_http import (MAX_BODY_BYTES, Cutoff, ProbeFailure, parse_json, read_capped, read_prefix,
                                          sse_data)
-from gpudash.records import RequestSample
+from gpudash.records import Event, RequestSample
 
 if TYPE_CHECKING:
     from gpudash.config import ProbeConfig
@@ -38,6 +38,8 @@ PREFIX_SHARE = 0.9
 DEFAULT_DEADLINE_S = 60.0
 # How long ProbeRunner.stop waits for a round in flight before the caller goes on to stop the servers.
 STOP_WAIT_S = 5.0
+# Distinct errors per server that each get an event (a server answering with ever-new texts stays bounded).
+MAX_DISTINCT_ERRORS = 50
 
 # How often the thread waiting for probe results wakes (so a signal delivered to another thread is handled).
 _WAKE_S = 0.1
@@ -159,7 +161,7 @@ def _shaped(shape: type[_S], value: Any, what: str) -> _S:
 
 
 def model_id(client: httpx.Client, base_url: str, deadline_s: float = DEFAULT_DEADLINE_S,
-             cutoff: Cutoff | None = None) -> str:
+             cutoff: Cutoff | None = None, auth: dict[str, str] | None = None) -> str:
     """The first model id /v1/models lists (vLLM requires it in requests; llama-server accepts any).
 
     Raises httpx.HTTPError or ProbeFailure (a ValueError) in one sentence when there is none to be had.
@@ -170,7 +172,7 @@ def model_id(client: httpx.Client, base_url: str, deadline_s: float = DEFAULT_DE
     late = ProbeFailure(f"{what} did not answer within {deadline_s:g} s")
     fired = None
     try:
-        with client.stream("GET", what, headers=_RAW, timeout=cutoff.timeout(deadline)) as r, \
+        with client.stream("GET", what, headers={**_RAW, **(auth or {})}, timeout=cutoff.timeout(deadline)) as r, \
                 cutoff.watch(r, deadline) as fired:
             if r.status_code != 200:
                 raise ProbeFailure(f"{what} answered HTTP {r.status_code}: {read_prefix(r)[:200]}")
@@ -193,7 +195,8 @@ def model_id(client: httpx.Client, base_url: str, deadline_s: float = DEFAULT_DE
 
 
 def probe_request(client: httpx.Client, base_url: str, model: str, prompt: str, max_tokens: int,
-                  server: str, deadline_s: float = DEFAULT_DEADLINE_S, cutoff: Cutoff | None = None) -> RequestSample:
+                  server: str, deadline_s: float = DEFAULT_DEADLINE_S, cutoff: Cutoff | None = None,
+                  auth: dict[str, str] | None = None) -> RequestSample:
     """One streaming chat completion, timed from send to first output chunk and to the end of the stream.
 
     Never raises for what the server does: a failure (no answer within `deadline_s` for the whole request,
@@ -215,7 +218,7 @@ def probe_request(client: httpx.Client, base_url: str, model: str, prompt: str, 
 
     fired = None
     try:
-        with client.stream("POST", f"{base_url}/v1/chat/completions", json=body, headers=_RAW,
+        with client.stream("POST", f"{base_url}/v1/chat/completions", json=body, headers={**_RAW, **(auth or {})},
                            timeout=cutoff.timeout(deadline)) as r, cutoff.watch(r, deadline) as fired:
             if r.status_code != 200:
                 return failed(f"HTTP {r.status_code}: {read_prefix(r)[:200]}")
@@ -339,6 +342,7 @@ class ProbeRunner:
         self._thread: threading.Thread | None = None
         self._makers: dict[str, PromptMaker] = {}
         self._models: dict[tuple[str, int | None], str] = {}
+        self._errors: dict[str, set[str]] = {}  # distinct errors each server's requests failed with
 
     def start(self) -> None:
         if self._thread is None:
@@ -359,13 +363,24 @@ class ProbeRunner:
         with httpx.Client(limits=limits, trust_env=False) as client:
             while not self._stop.is_set():
                 for st in self._sup.states():
-                    if st.state == "ready" and not self._stop.is_set():
+                    if st.state == "ready" and self._sup.probed(st.server) and not self._stop.is_set():
                         try:
                             self._round(client, st.server, st.pid)
                         except Exception as err:  # noqa: BLE001 - one bad round never ends the probing
                             log.exception("probe round for %s failed", st.server)
-                            self._inbox.push(self._failure(st.server, f"{type(err).__name__}: {err}"))
+                            self._push(self._failure(st.server, f"{type(err).__name__}: {err}"))
                 self._stop.wait(c.interval_s)
+
+    def _push(self, sample: RequestSample) -> None:
+        """A request row, and for a failure with an error not seen before from that server, one probe.error
+        event (45 requests failing with the same HTTP 400 are one event, not 45)."""
+        self._inbox.push(sample)
+        if not sample.ok and sample.error is not None:
+            seen = self._errors.setdefault(sample.server, set())
+            if sample.error not in seen and len(seen) < MAX_DISTINCT_ERRORS:
+                seen.add(sample.error)
+                self._inbox.push(Event(ts=sample.ts, actor="probe", kind="probe.error", target=sample.server,
+                                       ok=False, reason=sample.error))
 
     def _failure(self, server: str, error: str) -> RequestSample:
         return RequestSample(ts=time.time(), server=server, ttft_s=None, total_s=None, prompt_tokens=None,
@@ -379,16 +394,18 @@ class ProbeRunner:
         maker = self._makers.setdefault(server, PromptMaker(c.prompt_tokens, c.shared_prefix,
                                                             seed=zlib.crc32(server.encode())))
         try:
-            model = self._models.get((server, pid)) or model_id(client, base, c.timeout_s, self._cutoff)
+            auth = self._sup.auth(server)
+            model = self._models.get((server, pid)) or model_id(client, base, c.timeout_s, self._cutoff, auth)
         except (httpx.HTTPError, ProbeFailure) as err:
             if not self._stop.is_set():  # requests cut off by stop() measure nothing
-                self._inbox.push(self._failure(server, f"/v1/models: {err}"))
+                self._push(self._failure(server, f"/v1/models: {err}"))
             return
         self._models[(server, pid)] = model
         jobs = [functools.partial(_guarded, functools.partial(probe_request, client, base, model, maker.next()[0],
-                                                              c.max_tokens, server, c.timeout_s, self._cutoff), server)
+                                                              c.max_tokens, server, c.timeout_s, self._cutoff, auth),
+                                    server)
                 for _ in range(c.concurrency)]
         samples = _in_daemons(jobs, c.concurrency)
         if not self._stop.is_set():
             for sample in samples:
-                self._inbox.push(sample)
+                self._push(sample)

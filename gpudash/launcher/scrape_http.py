@@ -29,21 +29,23 @@ class Scraper:
     def __init__(self, timeout_s: float, deadline_s: float) -> None:
         self._timeout_s = timeout_s
         self._deadline_s = deadline_s
-        self._idle: dict[tuple[str, int], http.client.HTTPConnection] = {}
+        self._idle: dict[tuple[str, str, int], http.client.HTTPConnection] = {}
         self._lock = threading.Lock()
 
-    def get(self, base_url: str, path: str) -> tuple[int, bytes]:
-        """(HTTP status, body) of GET base_url + path; ScrapeError when no answer came."""
+    def get(self, base_url: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """(HTTP status, body) of GET base_url + path (http or https); ScrapeError when no answer came."""
         url = urlsplit(base_url)
         if url.hostname is None:
             raise ScrapeError(f"{base_url} names no host")
-        key = (url.hostname, url.port or 80)
+        tls = url.scheme == "https"
+        key = (url.scheme, url.hostname, url.port or (443 if tls else 80))
         with self._lock:
             conn = self._idle.pop(key, None)
         if conn is None:
-            conn = http.client.HTTPConnection(key[0], key[1], timeout=self._timeout_s)
+            cls = http.client.HTTPSConnection if tls else http.client.HTTPConnection
+            conn = cls(key[1], key[2], timeout=self._timeout_s)
         try:
-            answer = self._exchange(conn, path)
+            answer = self._exchange(conn, path, headers or {})
         except (OSError, http.client.HTTPException, ScrapeError) as err:
             conn.close()
             if isinstance(err, ScrapeError):
@@ -55,9 +57,9 @@ class Scraper:
             conn.close()
         return answer
 
-    def _exchange(self, conn: http.client.HTTPConnection, path: str) -> tuple[int, bytes]:
+    def _exchange(self, conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
         deadline = time.monotonic() + self._deadline_s
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers)
         response = conn.getresponse()
         body = bytearray()
         while chunk := response.read1(READ_BYTES):  # what has arrived: the deadline is checked between reads

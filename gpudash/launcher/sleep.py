@@ -2,7 +2,8 @@
 
 vLLM serves POST /sleep?level=N, POST /wake_up and GET /is_sleeping only when it runs with
 `--enable-sleep-mode` and `VLLM_SERVER_DEV_MODE=1` (the launcher sets both from `enable_sleep_mode`).
-Level 1 moves the weights to host memory and drops the KV cache; level 2 drops both. The time a call
+Level 0 (vLLM 0.33) only pauses scheduling, level 1 moves the weights to host memory and drops the KV
+cache, level 2 drops both. The time a call
 takes is the model-switching cost the transfer engine is meant to cut, so every call is timed.
 """
 
@@ -43,8 +44,9 @@ def is_sleeping(base_url: str, timeout_s: float = 5.0) -> bool | None:
 
 def sleep_or_wake(base_url: str, action: Action, level: int = 1, timeout_s: float = SLEEP_TIMEOUT_S) -> SleepResult:
     """POST /sleep?level=LEVEL or /wake_up and time it; SleepError when the server refuses or is unreachable."""
-    if action == "sleep" and level not in (1, 2):
-        raise SleepError(f"sleep level {level} is not 1 (weights to host memory) or 2 (weights dropped)")
+    if action == "sleep" and level not in (0, 1, 2):
+        raise SleepError(f"sleep level {level} is not 0 (scheduling paused), 1 (weights to host memory) or 2 "
+                         "(weights dropped)")
     path, params = ("/sleep", {"level": str(level)}) if action == "sleep" else ("/wake_up", {})
     t0 = time.perf_counter()
     try:

@@ -1,23 +1,27 @@
 """Everything `gpudash launch` / `gpudash serve` run on the launcher side, wired together once.
 
-The configured servers (or the embedded demo when none are configured), their supervisor, the one
-/metrics scraper and the probe workload. The caller adds `sources` to its Sampler.
+The configured servers (with none configured: the inference servers found on the GPUs, attached, and
+only on an idle box the embedded demo), their supervisor, the one /metrics scraper and the probe
+workload. The caller adds `sources` to its Sampler.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Callable
 
 import platformdirs
 
-from gpudash.config import APP_NAME, Config
+from gpudash.config import APP_NAME, Config, ServerSpec
 from gpudash.launcher.demo import default_servers
+from gpudash.launcher.discovery import find_servers
 from gpudash.launcher.llama_autobuild import CudaAutoBuild
 from gpudash.launcher.metrics import ServerSource
 from gpudash.launcher.probe import ProbeRunner
 from gpudash.launcher.supervisor import Pushable, Supervisor
 from gpudash.preload import file_knobs
+from gpudash.records import Event
 
 
 RUNNING = ("loading", "relaunching", "ready", "backoff")  # states of a server that is meant to be up
@@ -32,9 +36,23 @@ class LaunchStack:
     """Supervisor + ServerSource + ProbeRunner for one config; `start()` launches, `close()` stops all."""
 
     def __init__(self, config: Config, inbox: Pushable, log_dir: Path | None = None,
-                 gpu_memory: Callable[[], dict[int, int]] | None = None):
-        self.demo = not config.servers
-        self.specs = list(config.servers) if config.servers else default_servers(config)
+                 gpu_memory: Callable[[], dict[int, int]] | None = None,
+                 gpu_pids: Callable[[], list[tuple[int, int]]] | None = None):
+        """`gpu_pids` lists the real GPUs' processes ((GPU, pid) pairs, NVML's): with no [[servers]]
+        configured, inference servers found among them are attached instead of starting the demo."""
+        self.found = find_servers(gpu_pids()) if gpu_pids is not None and not config.servers else []
+        self.found = [f for f in self.found if f.answers]
+        self.demo = not config.servers and not self.found
+        if config.servers:
+            self.specs = list(config.servers)
+        elif self.found:  # a box that serves already: watch what runs, start nothing on its GPUs
+            self.specs = [ServerSpec(name=f.name, kind=f.kind, url=f.url) for f in self.found]
+            for f in self.found:
+                inbox.push(Event(ts=time.time(), actor="launcher", kind="server.found", target=f.name,
+                                 new={"pid": f.pid, "url": f.url, "gpus": list(f.gpus)},
+                                 reason="attached instead of starting the demo: this box already serves"))
+        else:
+            self.specs = default_servers(config)
         self.supervisor = Supervisor(self.specs, inbox, log_dir or default_log_dir(), gpu_memory=gpu_memory,
                                      preload_knobs=file_knobs(config.engine))
         self.source = ServerSource(self.supervisor)

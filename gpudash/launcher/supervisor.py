@@ -27,17 +27,18 @@ from gpudash.engine.preload_shm import preload_env
 from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary
+from gpudash.launcher.attach import AttachedServers, headers as attach_headers
 from gpudash.launcher.cache_kinds import RESTORE_EVENT
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.guard import guarded
-from gpudash.launcher.health import NotHealthy, build_info, free_port, port_free, url_host, wait_healthy
+from gpudash.launcher.health import NotHealthy, free_port, port_free, url_host, wait_healthy
+from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.logparse import LogFacts, parse_line
-from gpudash.launcher.sleep import Action, SleepError, SleepResult, sleep_or_wake
+from gpudash.launcher.sleep import Action, SleepError, SleepResult
 from gpudash.private_fs import private_dir, private_file
 from gpudash.proctree import descendants
 from gpudash.records import Event, ServerSample
 from gpudash.redact import mask_values, redact_args, redact_spec, secret_values
-from gpudash.shares import budget_spec, model_shape
 
 TAIL_LINES = 2000
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
@@ -90,6 +91,7 @@ class Supervisor:
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"server names must be unique, got {names}")
+        self.attached = AttachedServers(specs)  # only read, never run: launcher/attach.py
         self._inbox = inbox
         self._log_dir = Path(log_dir)
         self._stop_timeout_s = stop_timeout_s
@@ -101,7 +103,7 @@ class Supervisor:
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudash-spawn")
         self._pids_seen: tuple[float, tuple[tuple[str, int], ...], dict[int, str]] = (0.0, (), {})
         self._servers: dict[str, _Server] = {
-            s.name: _Server(s, self._log_dir / f"{s.name}.log") for s in specs
+            s.name: _Server(s, self._log_dir / f"{s.name}.log") for s in specs if not s.attached
         }
 
     # ---- queries -------------------------------------------------------------------------------------
@@ -109,11 +111,17 @@ class Supervisor:
     def specs(self) -> dict[str, ServerSpec]:
         """Each server's current spec, with the port it runs (or last ran) on filled in."""
         with self._lock:
-            return {n: (s.spec if s.port is None else s.spec.model_copy(update={"port": s.port}))
-                    for n, s in self._servers.items()}
+            specs = {n: (s.spec if s.port is None else s.spec.model_copy(update={"port": s.port}))
+                     for n, s in self._servers.items()}
+        for n in self.attached.names():  # with the kind it turned out to be
+            spec, kind = self.attached.spec(n), self.attached.kind(n)
+            specs[n] = spec if spec.kind or kind is None else spec.model_copy(update={"kind": kind})
+        return specs
 
     def base_url(self, name: str) -> str | None:
         """http://host:port of a server once it has a port, else None."""
+        if name in self.attached:
+            return self.attached.base_url(name)
         with self._lock:
             s = self._get(name)
             return None if s.port is None else f"http://{url_host(s.spec.host)}:{s.port}"
@@ -134,36 +142,71 @@ class Supervisor:
                 for child in descendants(pid):
                     found[child] = name
             self._pids_seen = (now, running, found)
-        return dict(found)
+        return {**self.attached.pids(), **found}
+
+    def attach(self, spec: ServerSpec) -> None:
+        """Read one more server for the rest of this run (a `url` spec: a found server attached with one
+        key); LaunchError when its name is taken."""
+        if not spec.attached:
+            raise LaunchError(spec.name, "only a server with a `url` can be attached")
+        if spec.name in self._servers or spec.name in self.attached:
+            raise LaunchError(spec.name, "a server of that name is configured already; pick another name")
+        self.attached.add(spec)
+
+    def refusal(self, name: str, action: str) -> str | None:
+        """The sentence refusing `action` ("split", "share", "stop", a spec field, ...) on an attached
+        server; None for a server gpudash runs."""
+        return self.attached.refusal(name, action) if name in self.attached else None
+
+    def probed(self, name: str) -> bool:
+        """Whether the probe workload goes to this server (its `probe`; unset: launched yes, attached no)."""
+        spec = self.attached.spec(name) if name in self.attached else self._get(name).spec
+        return spec.probe if spec.probe is not None else not spec.attached
+
+    def auth(self, name: str) -> dict[str, str]:
+        """Headers a request to the server needs (an attached server's API key)."""
+        return attach_headers(self.attached.spec(name)) if name in self.attached else {}
 
     def log_tail(self, name: str, n: int = 200) -> list[str]:
+        if name in self.attached:  # its log is wherever its own supervisor keeps it
+            return []
         with self._lock:
             tail = list(self._get(name).tail)
         return tail[-n:] if n > 0 else []
 
-    def log_path(self, name: str) -> Path:
-        return self._get(name).log_path
+    def log_path(self, name: str) -> Path | None:
+        """The server's log file; None for an attached server (whoever runs it keeps its log)."""
+        return None if name in self.attached else self._get(name).log_path
 
     def states(self) -> tuple[ServerSample, ...]:
-        """Process state of every server (no /metrics; ServerSource adds those)."""
+        """Process state of every launched server (no /metrics; ServerSource adds those), then each
+        attached server's last read."""
         now = time.time()
         with self._lock:
-            return tuple(
-                ServerSample(ts=now, server=n, kind=s.spec.kind, state=s.state,
-                             pid=s.proc.pid if s.proc is not None and s.state in ("loading", "relaunching", "ready",
-                                                                                  "sleeping")
-                             else None,
-                             port=s.port, uptime_s=(now - s.started) if s.started and s.state == "ready" else None,
-                             restarts=s.restarts, relaunches=s.relaunches,
-                             tokens_per_s=s.facts.tokens_per_s if s.state == "ready" else None,
-                             draft_acceptance=s.facts.draft_acceptance)
-                for n, s in self._servers.items())
+            return self._managed_states(now) + self.attached.states()
 
-    def _get(self, name: str) -> _Server:
+    def _managed_states(self, now: float) -> tuple[ServerSample, ...]:
+        return tuple(
+            ServerSample(ts=now, server=n, kind=str(s.spec.kind), state=s.state,
+                         pid=s.proc.pid if s.proc is not None and s.state in ("loading", "relaunching", "ready",
+                                                                              "sleeping")
+                         else None,
+                         port=s.port, uptime_s=(now - s.started) if s.started and s.state == "ready" else None,
+                         restarts=s.restarts, relaunches=s.relaunches,
+                         tokens_per_s=s.facts.tokens_per_s if s.state == "ready" else None,
+                         draft_acceptance=s.facts.draft_acceptance)
+            for n, s in self._servers.items())
+
+    def _get(self, name: str, action: str | None = None) -> _Server:
+        """The launched server `name`; LaunchError for an attached one (refusing `action` in one sentence)
+        or an unknown name."""
+        if name in self.attached:
+            raise LaunchError(name, self.attached.refusal(name, action or "restart"))
         try:
             return self._servers[name]
         except KeyError:
-            raise LaunchError(name, f"no such server; configured: {', '.join(self._servers) or 'none'}") from None
+            known = [*self._servers, *self.attached.names()]
+            raise LaunchError(name, f"no such server; configured: {', '.join(known) or 'none'}") from None
 
     # ---- actions -------------------------------------------------------------------------------------
 
@@ -174,7 +217,7 @@ class Supervisor:
 
     def start(self, name: str) -> None:
         """Start one server (no-op if it runs) and wait until it is healthy; LaunchError if it cannot."""
-        srv = self._get(name)
+        srv = self._get(name, "start")
         with srv.lock:
             if srv.proc is not None and srv.proc.poll() is None:
                 return
@@ -183,7 +226,7 @@ class Supervisor:
 
     def stop(self, name: str) -> None:
         """Stop one server: SIGTERM to its process group, SIGKILL after the timeout; records server.stop."""
-        srv = self._get(name)
+        srv = self._get(name, "stop")
         srv.cancel.set()
         with srv.lock:
             was = srv.state
@@ -204,7 +247,7 @@ class Supervisor:
 
         If the new spec fails to come up, the previous spec is started again and LaunchError says both.
         """
-        srv = self._get(name)
+        srv = self._get(name, _relaunch_action(self.attached.spec(name), new_spec) if name in self.attached else None)
         if new_spec is not None and new_spec.name != name:
             raise LaunchError(name, f"the new spec is named '{new_spec.name}'; a restart keeps the name")
         with srv.lock:
@@ -230,27 +273,29 @@ class Supervisor:
                 raise LaunchError(name, f"{err.cause}; it runs again with its previous settings") from None
 
     def sleep(self, name: str, level: int = 1) -> SleepResult:
-        """Put a vLLM server's engine to sleep (level 1: weights to host memory; 2: dropped), timed."""
+        """Put a server's engine to sleep at a level its kind serves (vLLM 1: weights to host memory;
+        2: dropped), timed."""
         return self._sleep_or_wake(name, "sleep", level)
 
     def wake(self, name: str) -> SleepResult:
-        """Wake a sleeping vLLM server, timed (the model-switching cost)."""
+        """Wake a sleeping server, timed (the model-switching cost)."""
         return self._sleep_or_wake(name, "wake", 1)
 
     # ---- internals -----------------------------------------------------------------------------------
 
     def _sleep_or_wake(self, name: str, action: Action, level: int) -> SleepResult:
         """POST /sleep or /wake_up; a server.sleep / server.wake event carries the seconds it took."""
-        srv = self._get(name)
+        srv = self._get(name, action)
         with srv.lock:  # read what the call needs; the HTTP call itself runs unlocked so a stop never waits on it
-            if srv.spec.kind != "vllm" or not srv.spec.enable_sleep_mode:
-                raise LaunchError(name, f"{action} needs a vLLM server started with enable_sleep_mode = true; "
-                                        "set it in its [[servers]] entry and restart it")
+            problem = kind_of(srv.spec).sleep_problem(srv.spec, level if action == "sleep" else None)
+            if problem:
+                raise LaunchError(name, problem)
             if srv.state not in ("ready", "sleeping"):
                 raise LaunchError(name, f"it is {srv.state}, not running; start it first")
             was, proc, url = srv.state, srv.proc, f"http://{url_host(srv.spec.host)}:{srv.port}"
         try:
-            res = sleep_or_wake(url, action, level)
+            kind = kind_of(srv.spec)
+            res = kind.sleep(url, level) if action == "sleep" else kind.wake(url)
         except SleepError as err:
             self._event(f"server.{action}", name, old=was, ok=False, reason=str(err))
             raise LaunchError(name, str(err)) from None
@@ -271,12 +316,9 @@ class Supervisor:
         """Everything checkable before a process exists: GPUs, binary, model files, port, flags."""
         self._check_gpus(spec)
         binary = resolve_binary(spec)
-        for label, model in (("model", spec.model), ("draft_model", spec.draft_model)):
-            if model is None:
-                continue
-            p = Path(model).expanduser()
-            looks_like_path = spec.kind == "llama.cpp" or model.startswith(("/", ".", "~")) or p.exists()
-            if looks_like_path and not p.exists():
+        kind = kind_of(spec)
+        for label, model in kind.model_files(spec):
+            if not Path(model).expanduser().exists():
                 raise LaunchError(spec.name, f"{label} file '{model}' does not exist; fix `{label}` in its "
                                              "[[servers]] entry or run `gpudash demo-model` to make a test model")
         if spec.port is not None:
@@ -289,7 +331,7 @@ class Supervisor:
         else:
             port = free_port(spec.host)
         try:
-            supported = binary_flags(spec.kind, binary).supported()
+            supported = binary_flags(kind, binary).supported()
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as err:
             raise LaunchError(spec.name, f"could not read the flags of '{binary}' from its --help ({err}); "
                                          "check that it is a working llama-server or vllm") from None
@@ -317,22 +359,20 @@ class Supervisor:
         if missing:
             raise LaunchError(spec.name, f"`gpus` names GPU {', '.join(map(str, missing))} but this box has GPU "
                                          f"{', '.join(map(str, known))}; fix `gpus` in its [[servers]] entry")
-        used = len(spec.gpus) or len(known)
-        if spec.tensor_split is not None and len(spec.tensor_split) > used:
-            raise LaunchError(spec.name, f"tensor_split has {len(spec.tensor_split)} ratios but the server runs on "
-                                         f"{used} GPU(s); give one ratio per GPU")
+        ratios = spec.split_ratios()
+        problem = spec.split_problem(ratios, spec.gpus or known) if ratios is not None else None
+        if problem:
+            raise LaunchError(spec.name, problem)
 
     def _within_share(self, spec: ServerSpec) -> ServerSpec:
-        """The spec to run: for llama.cpp with a share on real GPUs, -ngl/-c chosen to fit the share."""
+        """The spec to run: its kind's flags for its share of the real GPUs (llama.cpp: -ngl/-c)."""
         totals = self._gpu_memory() if self._gpu_memory is not None else {}
-        if not totals or spec.kind != "llama.cpp" or spec.share is None:
-            return spec
         try:
-            fitted, budget = budget_spec(spec, totals, model_shape(spec.model))
+            fitted, budget = kind_of(spec).fitted(spec, totals)
         except ValueError as err:
             raise LaunchError(spec.name, str(err)) from None
         if budget is not None:
-            self._event("server.budget", spec.name, new=budget.argv(), reason=budget.note)
+            self._event("server.budget", spec.name, new=list(budget.argv), reason=budget.note)
         return fitted
 
     def _launch(self, srv: _Server, spec: ServerSpec, actor_kind: str, old: Any = None,
@@ -392,7 +432,7 @@ class Supervisor:
             srv.relaunches += relaunch
             srv.restarts += actor_kind == "server.restart" and not relaunch
         address = f"{url_host(spec.host)}:{port}"
-        build = build_info(f"http://{address}") if spec.kind == "llama.cpp" else None
+        build = kind_of(spec).ready_note(f"http://{address}")
         self._event("server.ready", name, new=address if build is None else f"{address} ({build})", ts=ready_ts)
         threading.Thread(target=self._wait_exit, args=(srv, proc), daemon=True, name=f"gpudash-wait-{name}").start()
 
@@ -484,6 +524,20 @@ class Supervisor:
                reason: str | None = None, ts: float | None = None) -> None:
         self._inbox.push(Event(ts=time.time() if ts is None else ts, actor="supervisor", kind=kind, target=target, old=old, new=new,
                                ok=ok, reason=reason))
+
+
+def _relaunch_action(old: ServerSpec, new: ServerSpec | None) -> str:
+    """What a restart of an attached server was asked for: the setting that changed ("restart" if none)."""
+    if new is None:
+        return "restart"
+    if new.engine != old.engine:
+        return "preload"
+    if new.split_ratios() != old.split_ratios():
+        return "split"
+    if new.share != old.share:
+        return "share"
+    changed = [f for f in type(new).model_fields if getattr(new, f, None) != getattr(old, f, None)]
+    return changed[0] if changed else "restart"
 
 
 def _killpg(pgid: int, sig: int) -> None:

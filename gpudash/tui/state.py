@@ -85,7 +85,7 @@ def split_gpus(spec: ServerSpec, gpu_count: int) -> list[int]:
     """The GPUs a server's model is split over: its `gpus`, else as many as its -ts has entries."""
     if spec.gpus:
         return list(spec.gpus)
-    return list(range(min(gpu_count, len(spec.tensor_split or ()))))
+    return list(range(min(gpu_count, len(spec.split_ratios() or ()))))
 
 
 def split_servers(specs: Iterable[ServerSpec], gpu_count: int) -> list[ServerSpec]:
@@ -96,7 +96,7 @@ def split_servers(specs: Iterable[ServerSpec], gpu_count: int) -> list[ServerSpe
 def split_balance(spec: ServerSpec, snapshot: Snapshot) -> list[SplitRow]:
     """Target ratio per GPU (``-ts``, equal when unset) beside the memory its processes hold there."""
     gpus = split_gpus(spec, len(snapshot.gpus))
-    ratios = list(spec.tensor_split or [1.0] * len(gpus))
+    ratios = list(spec.split_ratios() or [1.0] * len(gpus))
     ratios = (ratios + [0.0] * len(gpus))[: len(gpus)]
     total_ratio = sum(ratios) or 1.0
     held = {g: 0 for g in gpus}
@@ -146,7 +146,7 @@ def ts_ratios(ts: str) -> tuple[float, ...]:
 
 def runs_plan(spec: ServerSpec, plan: SplitPlan) -> bool:
     """Whether the server's -ts already is the plan's, as proportions (0.4,0.6 is 2,3)."""
-    current, planned = list(spec.tensor_split or ()), ts_ratios(plan.ts)
+    current, planned = list(spec.split_ratios() or ()), ts_ratios(plan.ts)
     if len(current) != len(planned) or sum(current) <= 0:
         return False
     return all(abs(c / sum(current) - p / sum(planned)) < 1e-6 for c, p in zip(current, planned))
@@ -267,8 +267,9 @@ class ViewState:
         if e.kind == "engine.knobs" and isinstance(e.new, dict):
             self.knobs = {**self.knobs, **e.new}
         elif e.kind in ("server.split", "server.share") and e.target in self.specs:
-            field = "tensor_split" if e.kind == "server.split" else "share"
-            self.specs = {**self.specs, e.target: self.specs[e.target].model_copy(update={field: e.new})}
+            spec = self.specs[e.target]
+            update = spec.with_split(e.new) if e.kind == "server.split" else {"share": e.new}
+            self.specs = {**self.specs, e.target: spec.model_copy(update=update)}
 
     def ingest_all(self, snaps: Iterable[Snapshot]) -> None:
         for s in snaps:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpudash.config import ServerSpec
-from gpudash.launcher.argv import MissingFlag, build_command, gpus_shared_count
+from gpudash.launcher.argv import MissingFlag, build_command
+from gpudash.launcher.kinds.vllm import gpus_shared_count
 
 
 def llama(**kw) -> ServerSpec:

@@ -30,7 +30,7 @@ def test_a_split_longer_than_the_boxs_gpus_is_refused(tmp_path: Path) -> None:
     """With `gpus` unset the server runs on every GPU, which only the box knows (the config refuses a
     split longer than a `gpus` list itself)."""
     spec = ServerSpec(name="big", kind="llama.cpp", model=str(tmp_path / "m.gguf"), tensor_split=[1, 1, 1])
-    with pytest.raises(LaunchError, match="tensor_split has 3 ratios but the server runs on 2 GPU"):
+    with pytest.raises(LaunchError, match=r"big runs on 2 GPUs \(0,1\): give 2 ratios, not 3"):
         _sup(tmp_path, spec, {0: 16 * GIB, 1: 24 * GIB}).start("big")
 
 

@@ -11,7 +11,9 @@ import pytest
 from gpudash.config import ServerSpec
 from gpudash.launcher.argv import MissingFlag, build_command
 from gpudash.launcher.binary import parse_help
-from gpudash.launcher.metrics import _Prev, llama_fields, llama_kv_usage, parse_metrics, vllm_fields
+from gpudash.launcher.counters import Prev, parse_metrics
+from gpudash.launcher.kinds.llama_cpp import decoding, kv_usage, llama_fields
+from gpudash.launcher.kinds.vllm import vllm_fields
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -92,15 +94,24 @@ def test_llama_metrics_sample() -> None:
     assert (f["prefix_cache_queries"], f["prefix_cache_hits"]) == (1000, 499)
     assert "llamacpp:kv_cache_usage_ratio" not in m  # removed upstream: KV use comes from /slots
     later = dict(m, **{"llamacpp:prompt_tokens_total": m["llamacpp:prompt_tokens_total"] + 300})
-    assert llama_fields(later, _Prev(1, 0.0, m), 1, 2.0)["prompt_tokens_per_s"] == pytest.approx(150)
+    assert llama_fields(later, Prev(1, 0.0, m), 1, 2.0)["prompt_tokens_per_s"] == pytest.approx(150)
 
 
 def test_llama_kv_usage_from_real_slots() -> None:
     slots = json.loads(text("llama-server-slots.json"))
     assert [s["n_ctx"] for s in slots] == [512, 512] and slots[0]["n_prompt_tokens"] == 507
-    assert llama_kv_usage(slots, unified=False) == pytest.approx(507 / 1024)  # -c 1024 -np 2: 512 cells each
-    assert llama_kv_usage(slots, unified=True) == pytest.approx(507 / 512)
-    assert llama_kv_usage([], unified=False) is None
+    assert kv_usage(slots, unified=False) == pytest.approx(507 / 1024)  # -c 1024 -np 2: 512 cells each
+    assert kv_usage(slots, unified=True) == pytest.approx(507 / 512)
+    assert kv_usage([], unified=False) is None
+
+
+def test_tokens_in_flight_from_real_slots() -> None:
+    """A busy slot's `next_token[].n_decoded` counts what a running request generated so far (the counter
+    llamacpp:tokens_predicted_total adds it only when the request ends); idle slots add nothing."""
+    slots = json.loads(text("llama-server-slots.json"))
+    assert decoding(slots) == 0  # the sample was taken after both requests finished
+    busy = [dict(slots[0], is_processing=True, next_token=[dict(slots[0]["next_token"][0], n_decoded=37)]), slots[1]]
+    assert decoding(busy) == 37
 
 
 # ---- vLLM metrics -------------------------------------------------------------------------------------
@@ -120,21 +131,21 @@ def test_vllm_data_parallel_gauges_averaged_counters_summed() -> None:
 
 def test_vllm_computed_prompt_rate_leaves_out_cache_hits() -> None:
     a, b = _dp2()
-    f = vllm_fields(b, _Prev(1, 100.0, a), 1, 110.0)
+    f = vllm_fields(b, Prev(1, 100.0, a), 1, 110.0)
     whole = (b["vllm:prompt_tokens_total"] - a["vllm:prompt_tokens_total"]) / 10
     assert f["prompt_tokens_per_s"] == pytest.approx(whole / 4)  # 75 % came from the prefix cache
     # without the by-source counter: all prompt tokens minus the cached ones
     drop = [k for k in b if k.startswith("vllm:prompt_tokens_by_source")]
     a2, b2 = ({k: v for k, v in m.items() if k not in drop} for m in (a, b))
-    assert vllm_fields(b2, _Prev(1, 100.0, a2), 1, 110.0)["prompt_tokens_per_s"] == pytest.approx(whole / 4)
+    assert vllm_fields(b2, Prev(1, 100.0, a2), 1, 110.0)["prompt_tokens_per_s"] == pytest.approx(whole / 4)
 
 
 def test_vllm_draft_acceptance_is_per_interval() -> None:
     a, b = _dp2()
     assert vllm_fields(a, None, 1, 0.0)["draft_acceptance"] is None
-    f = vllm_fields(b, _Prev(1, 100.0, a), 1, 110.0)
+    f = vllm_fields(b, Prev(1, 100.0, a), 1, 110.0)
     assert f["draft_acceptance"] == pytest.approx(0.2)  # the lifetime ratio would say 420 / 1200 = 0.35
-    assert vllm_fields(a, _Prev(1, 100.0, a), 1, 110.0)["draft_acceptance"] is None  # nothing drafted
+    assert vllm_fields(a, Prev(1, 100.0, a), 1, 110.0)["draft_acceptance"] is None  # nothing drafted
 
 
 def test_vllm_sleep_state_from_the_gauge() -> None:
@@ -148,4 +159,4 @@ def test_vllm_085_names_are_read() -> None:
     assert (f["kv_cache_usage"], f["prefix_cache_queries"], f["prefix_cache_hits"]) == (0.42, 200, 150)
     later = dict(m, **{"vllm:prompt_tokens_total": 4200.0})
     # 0.8.5 cannot tell computed from cached prompt tokens: no rate rather than an inflated one
-    assert vllm_fields(later, _Prev(1, 0.0, m), 1, 1.0)["prompt_tokens_per_s"] is None
+    assert vllm_fields(later, Prev(1, 0.0, m), 1, 1.0)["prompt_tokens_per_s"] is None

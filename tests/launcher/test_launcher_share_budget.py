@@ -1,5 +1,5 @@
 """llama.cpp has no memory-share flag: on real GPUs the supervisor runs a server with a `share` at the
--ngl/-c that fit it (gpudash.shares.budget_spec), and says so in a server.budget event."""
+-ngl/-c that fit it (gpudash.launcher.kinds.llama_cpp.budget_spec), and says so in a server.budget event."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 from launcher_helpers import Events
 
 from gpudash.config import ServerSpec
-from gpudash.shares import budget_spec, model_shape
+from gpudash.launcher.kinds.llama_cpp import budget_spec
+from gpudash.shares import model_shape
 
 pytestmark = pytest.mark.llama
 GiB = 1 << 30

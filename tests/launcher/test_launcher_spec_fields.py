@@ -22,7 +22,7 @@ def test_n_gpu_layers_takes_all_auto_and_numbers(ngl: object) -> None:
     ({"flash_attn": "yes"}, "flash_attn"),
     ({"cache_ram_mib": -2}, "cache_ram_mib"),
     ({"kind": "vllm", "kv_offloading_backend": "native"}, "kv_offloading_backend needs kv_offloading_size"),
-    ({"enable_sleep_mode": True}, "enable_sleep_mode is a vLLM setting"),
+    ({"enable_sleep_mode": True}, "enable_sleep_mode not valid for kind 'llama.cpp'; remove it or set kind = 'vllm'"),
     ({"max_num_seqs": 8}, "max_num_seqs not valid for kind 'llama.cpp'"),
     ({"kind": "vllm", "fit": "on"}, "fit not valid for kind 'vllm'"),
 ])

@@ -10,7 +10,10 @@ from gpudash.launcher.binary import parse_help
 from gpudash.launcher.correlation import _ranks, ttft_hit_correlation, windowed
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.logparse import LogFacts, parse_line
-from gpudash.launcher.metrics import _Prev, llama_fields, parse_metrics, vllm_fields
+from gpudash.launcher.counters import Prev, parse_metrics
+from gpudash.launcher.kinds import KINDS
+from gpudash.launcher.kinds.llama_cpp import TOKENS_GENERATED, llama_fields
+from gpudash.launcher.kinds.vllm import vllm_fields
 from gpudash.launcher.probe import PromptMaker
 from gpudash.records import RequestSample
 
@@ -93,7 +96,7 @@ def test_vllm_fields_rates_over_the_interval() -> None:
     assert first["tokens_per_s"] is None and first["ttft_mean_s"] is None  # no interval yet
     assert (first["requests_running"], first["requests_waiting"], first["kv_cache_usage"]) == (2, 1, 0.25)
     assert (first["prefix_cache_queries"], first["prefix_cache_hits"]) == (1000, 600)
-    prev = _Prev(7, 100.0, dict(m))
+    prev = Prev(7, 100.0, dict(m))
     m2 = dict(m, **{"vllm:generation_tokens_total": 700.0, "vllm:time_to_first_token_seconds_count": 6.0,
                     "vllm:time_to_first_token_seconds_sum": 1.0})
     f = vllm_fields(m2, prev, 7, 102.0)
@@ -105,10 +108,13 @@ def test_llama_fields() -> None:
     m = {"llamacpp:prompt_tokens_total": 300.0, "llamacpp:prompt_tokens_cached_total": 700.0,
          "llamacpp:predicted_tokens_seconds": 42.0, "llamacpp:requests_processing": 1.0,
          "llamacpp:requests_deferred": 0.0, "llamacpp:spec_decode_num_draft_tokens_total": 0.0,
-         "llamacpp:spec_decode_num_accepted_tokens_total": 0.0}
+         "llamacpp:spec_decode_num_accepted_tokens_total": 0.0, TOKENS_GENERATED: 100.0}
     f = llama_fields(m)
-    assert (f["prefix_cache_queries"], f["prefix_cache_hits"], f["tokens_per_s"]) == (1000, 700, 42)
-    assert f["draft_acceptance"] is None  # no drafting: unknown, not zero
+    assert (f["prefix_cache_queries"], f["prefix_cache_hits"]) == (1000, 700)
+    # the gauge (finished requests only, reset on every read) is not a rate of what the server does now
+    assert f["tokens_per_s"] is None and f["draft_acceptance"] is None  # no interval, no drafting: unknown
+    later = dict(m, **{TOKENS_GENERATED: 160.0})
+    assert llama_fields(later, Prev(3, 10.0, m), 3, 12.0)["tokens_per_s"] == pytest.approx(30.0)
 
 
 def _req(hit: float, ttft: float, ts: float = 0.0) -> RequestSample:
@@ -202,12 +208,12 @@ def test_help_is_cached_per_path_and_mtime(tmp_path) -> None:
 
     calls = tmp_path / "calls"
     exe = _script(tmp_path / "srv", f"open({str(calls)!r}, 'a').write('x')\nprint('-m, --model F  m\\n--port P  p')\n")
-    assert binary_flags("llama.cpp", str(exe)).supported() == {"-m", "--model", "--port"}
-    binary_flags("llama.cpp", str(exe))
+    assert binary_flags(KINDS["llama.cpp"], str(exe)).supported() == {"-m", "--model", "--port"}
+    binary_flags(KINDS["llama.cpp"], str(exe))
     assert calls.read_text() == "x"
     st = exe.stat()
     os.utime(exe, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # a rebuilt binary is asked again
-    binary_flags("llama.cpp", str(exe))
+    binary_flags(KINDS["llama.cpp"], str(exe))
     assert calls.read_text() == "xx"
 
 
@@ -218,7 +224,7 @@ def test_old_vllm_help_fallback(tmp_path) -> None:
     exe = _script(tmp_path / "vllm", "if '--help=all' in sys.argv:\n"
                                      "    print('usage: vllm serve [-h] [--host HOST]', file=sys.stderr); sys.exit(2)\n"
                                      "print('options:\\n  --host HOST\\n  --enforce-eager  Always use eager mode')\n")
-    assert binary_flags("vllm", str(exe)).supported() == {"--host", "--enforce-eager"}
+    assert binary_flags(KINDS["vllm"], str(exe)).supported() == {"--host", "--enforce-eager"}
 
 
 def test_help_without_flags_is_an_error(tmp_path) -> None:
@@ -226,4 +232,4 @@ def test_help_without_flags_is_an_error(tmp_path) -> None:
 
     exe = _script(tmp_path / "nothing", "sys.exit(1)\n")
     with pytest.raises(RuntimeError, match=r"--help' \(exit 1\) listed no flags"):
-        binary_flags("llama.cpp", str(exe))
+        binary_flags(KINDS["llama.cpp"], str(exe))

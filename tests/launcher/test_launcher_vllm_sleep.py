@@ -13,6 +13,7 @@ import pytest
 from gpudash.config import ServerSpec
 from gpudash.control import Controller, ServerAction
 from gpudash.launcher.binary import binary_flags, parse_help
+from gpudash.launcher.kinds import KINDS
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.metrics import ServerSource
 from gpudash.launcher.sleep import is_sleeping
@@ -27,7 +28,7 @@ def vspec(**kw) -> ServerSpec:
 
 
 def test_the_double_prints_the_flags_vllm_033_prints(fake_vllm) -> None:
-    double = binary_flags("vllm", str(fake_vllm)).supported()
+    double = binary_flags(KINDS["vllm"], str(fake_vllm)).supported()
     real = parse_help(SAMPLE_HELP.read_text()).supported()
     launcher_uses = {"--host", "--port", "--gpu-memory-utilization", "--tensor-parallel-size", "-tp",
                      "--pipeline-parallel-size", "-pp", "--max-model-len", "--max-num-seqs", "--kv-offloading-size",

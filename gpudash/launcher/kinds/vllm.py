@@ -1,0 +1,251 @@
+"""vLLM's `vllm serve`: its [[servers]] fields, command line, metrics, sleep mode and share.
+
+Names of vLLM 0.8 (`vllm:gpu_cache_usage_perc`, `vllm:gpu_prefix_cache_queries/hits`) are read when the
+current ones are absent. `vllm:prompt_tokens_total` counts the whole prompt, so computed prompt tokens
+are its local-compute source (0.11+), else the whole prompt less `vllm:prompt_tokens_cached_total`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from gpudash.launcher.kinds.spec import ServerSpec
+from gpudash.launcher import sleep as sleep_http
+from gpudash.launcher.counters import Prev, acceptance, delta, first, quantiles, rate
+from gpudash.launcher.errors import LaunchError
+from gpudash.launcher.kinds.base import Option, ServerKind, program_name
+
+# Enforce-eager is switched on for vLLM when at least this many servers share one GPU (CUDA graphs
+# reserve memory per server; several models on one card run out of it).
+EAGER_SHARE_THRESHOLD = 3
+# vLLM's own default for --gpu-memory-utilization when neither it nor `share` is set.
+DEFAULT_UTIL = 0.9
+_LOCAL_COMPUTE = 'vllm:prompt_tokens_by_source_total{source="local_compute"}'
+
+
+class VllmSpec(ServerSpec):
+    """A `vllm serve` entry: ServerSpec plus vLLM's own flags."""
+
+    kind: Literal["vllm"] = Field(  # type: ignore[assignment]
+        "vllm", description=ServerSpec.model_fields["kind"].description)
+
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """vLLM --gpu-memory-utilization (defaults to `share` when unset)."""
+
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    """vLLM --tensor-parallel-size."""
+
+    pipeline_parallel_size: int | None = Field(None, ge=1)
+    """vLLM --pipeline-parallel-size."""
+
+    max_model_len: int | None = Field(None, ge=1)
+    """vLLM --max-model-len: context length in tokens (prompt and output)."""
+
+    max_num_seqs: int | None = Field(None, ge=1)
+    """vLLM --max-num-seqs: sequences scheduled in one step."""
+
+    kv_offloading_size: float | None = Field(None, gt=0)
+    """vLLM --kv-offloading-size: host-memory KV cache offload buffer in GiB (summed over TP ranks);
+    the host<->GPU copies it causes are the traffic the transfer engine speeds up."""
+
+    kv_offloading_backend: Literal["native", "lmcache"] | None = None
+    """vLLM --kv-offloading-backend (vLLM's default: native); used only with kv_offloading_size."""
+
+    enforce_eager: bool | None = None
+    """vLLM --enforce-eager; unset: on when three or more servers share a GPU."""
+
+    enable_prefix_caching: bool | None = None
+    """vLLM --enable-prefix-caching / --disable-prefix-caching (older: --no-enable-prefix-caching); unset
+    keeps vLLM's default."""
+
+    enable_sleep_mode: bool = False
+    """vLLM --enable-sleep-mode; gpudash then also sets VLLM_SERVER_DEV_MODE=1, which vLLM needs to
+    serve /sleep and /wake_up (`gpudash server sleep|wake NAME`, the Servers view's sleep/wake keys)."""
+
+    def memory_share(self) -> tuple[float | None, str]:
+        """gpu_memory_utilization, else share, else vLLM's default (vLLM always reserves it)."""
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization, "gpu_memory_utilization"
+        if self.share is not None:
+            return self.share, "share"
+        return DEFAULT_UTIL, "vLLM default"
+
+    @model_validator(mode="after")
+    def _vllm_fields(self) -> VllmSpec:
+        if self.kv_offloading_backend is not None and self.kv_offloading_size is None:
+            raise ValueError("kv_offloading_backend needs kv_offloading_size (GiB of host memory for the "
+                             "offloaded KV cache); set it or remove kv_offloading_backend")
+        return self
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def gpus_shared_count(spec: ServerSpec, peers: Sequence[ServerSpec]) -> int:
+    """How many servers (this one included) share the busiest GPU of `spec`; empty `gpus` means all GPUs."""
+    if not spec.gpus:
+        return max(1, len(peers))
+    return max(sum(1 for p in peers if not p.gpus or g in p.gpus) for g in spec.gpus)
+
+
+def computed_prompt_rate(m: dict[str, float], prev: Prev | None, pid: int | None, now: float) -> float | None:
+    """Prompt tokens vLLM computed per second: its local-compute source (0.11+), else all prompt tokens
+    minus the cached ones, else (0.9-0.10, the V1 engine before either) minus the prefix-cache hits,
+    which V1 counts in tokens; None on 0.8, whose V0 hit counters are in blocks."""
+    if _LOCAL_COMPUTE in m:
+        return rate(m, prev, pid, now, _LOCAL_COMPUTE)
+    whole = rate(m, prev, pid, now, "vllm:prompt_tokens_total")
+    cached = rate(m, prev, pid, now, first_name(m, "vllm:prompt_tokens_cached_total", "vllm:prefix_cache_hits_total"))
+    return max(0.0, whole - cached) if whole is not None and cached is not None else None
+
+
+def first_name(m: dict[str, float], *names: str) -> str:
+    """The first of `names` present in `m` (the last one when none is)."""
+    return next((n for n in names if n in m), names[-1])
+
+
+def vllm_fields(m: dict[str, float], prev: Prev | None, pid: int | None, now: float) -> dict[str, Any]:
+    """ServerSample fields from vLLM's `vllm:` metrics; rates and mean TTFT over the last scrape interval."""
+    fields: dict[str, Any] = {
+        "requests_running": m.get("vllm:num_requests_running"),
+        "requests_waiting": m.get("vllm:num_requests_waiting"),
+        "kv_cache_usage": first(m, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        # vLLM 0.8 counted these in blocks, later releases in tokens; their ratio is the hit rate either way.
+        "prefix_cache_queries": first(m, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        "prefix_cache_hits": first(m, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+        "tokens_per_s": rate(m, prev, pid, now, "vllm:generation_tokens_total"),
+        "prompt_tokens_per_s": computed_prompt_rate(m, prev, pid, now),
+    }
+    n = delta(m, prev, pid, "vllm:time_to_first_token_seconds_count")
+    total = delta(m, prev, pid, "vllm:time_to_first_token_seconds_sum")
+    fields["ttft_mean_s"] = total / n if n and total is not None else None
+    q = quantiles(m, prev, pid, "vllm:time_to_first_token_seconds") or {}
+    fields.update(ttft_p50_s=q.get(0.5), ttft_p90_s=q.get(0.9), ttft_p99_s=q.get(0.99))
+    # The KV offload connector's own lookups (kv_offloading_size): a hit source of its own
+    fields["external_prefix_cache_queries"] = m.get("vllm:external_prefix_cache_queries_total")
+    fields["external_prefix_cache_hits"] = m.get("vllm:external_prefix_cache_hits_total")
+    fields["draft_acceptance"] = acceptance(m, prev, pid, "vllm:spec_decode_num_draft_tokens_total",
+                                            "vllm:spec_decode_num_accepted_tokens_total")
+    awake = m.get('vllm:engine_sleep_state{sleep_state="awake"}')  # mean over engines
+    if awake is not None:  # a sleep or wake by anyone (another gpudash, curl) shows here
+        fields["state"] = "sleeping" if awake < 1 else "ready"
+    return fields
+
+
+class Vllm(ServerKind):
+    name = "vllm"
+    label = "vLLM"
+    spec_class = VllmSpec
+    default_port = 8000
+    metric_prefix = "vllm:"
+    models_owner = "vllm"
+    sleep_levels = (0, 1, 2)
+
+    def find_binary(self, spec: ServerSpec) -> str:
+        found = shutil.which("vllm")
+        if found is None:
+            raise LaunchError(spec.name, "vLLM's `vllm` command is not on PATH; install vLLM "
+                                         "or set `binary` in its [[servers]] entry")
+        return found
+
+    def help_commands(self, binary: str) -> list[list[str]]:
+        """vLLM >= 0.10 lists every flag only with `--help=all`."""
+        return [[binary, "serve", "--help=all"], [binary, "serve", "--help"]]
+
+    def head(self, spec: ServerSpec, binary: str) -> list[str]:
+        return [binary, "serve", str(spec.model)]
+
+    def options(self, spec: ServerSpec, port: int, peers: Sequence[ServerSpec]) -> list[Option]:
+        """`vllm serve MODEL` options; memory utilization falls back to `share`, enforce-eager to the share count."""
+        assert isinstance(spec, VllmSpec)
+        opts = [
+            Option("host", ("--host",), spec.host),
+            Option("port", ("--port",), str(port)),
+            # Cached-token counts in `usage` (what the probe measures); newer vLLMs always have it.
+            Option("probe", ("--enable-prompt-tokens-details",), optional=True),
+        ]
+        util = spec.gpu_memory_utilization if spec.gpu_memory_utilization is not None else spec.share
+        if util is not None:
+            opts.append(Option("gpu_memory_utilization", ("--gpu-memory-utilization",), _num(util)))
+        for field, flags in (("tensor_parallel_size", ("--tensor-parallel-size", "-tp")),
+                             ("pipeline_parallel_size", ("--pipeline-parallel-size", "-pp")),
+                             ("max_model_len", ("--max-model-len",)), ("max_num_seqs", ("--max-num-seqs",))):
+            if getattr(spec, field) is not None:
+                opts.append(Option(field, flags, str(getattr(spec, field))))
+        if spec.kv_offloading_size is not None:
+            opts.append(Option("kv_offloading_size", ("--kv-offloading-size",), _num(spec.kv_offloading_size)))
+        if spec.kv_offloading_backend is not None:
+            opts.append(Option("kv_offloading_backend", ("--kv-offloading-backend",), spec.kv_offloading_backend))
+        eager = spec.enforce_eager
+        if eager is None:
+            eager = gpus_shared_count(spec, peers or [spec]) >= EAGER_SHARE_THRESHOLD
+        if eager:
+            opts.append(Option("enforce_eager", ("--enforce-eager",)))
+        # vLLM >= 0.30 lists boolean pairs as --enable-x / --disable-x and hides the argparse --no-enable-x
+        # form (which still parses); older releases list only --no-enable-x.
+        if spec.enable_prefix_caching is True:
+            opts.append(Option("enable_prefix_caching", ("--enable-prefix-caching",)))
+        elif spec.enable_prefix_caching is False:
+            opts.append(Option("enable_prefix_caching", ("--disable-prefix-caching", "--no-enable-prefix-caching")))
+        if spec.enable_sleep_mode:
+            opts.append(Option("enable_sleep_mode", ("--enable-sleep-mode",)))
+        return opts
+
+    def flag_for(self, setting: str) -> str | None:
+        return {"share": "--gpu-memory-utilization", "tensor_parallel_size": "--tensor-parallel-size",
+                "max_model_len": "--max-model-len"}.get(setting)
+
+    def env(self, spec: ServerSpec) -> dict[str, str]:
+        """vLLM serves /sleep and /wake_up only in dev mode."""
+        return {"VLLM_SERVER_DEV_MODE": "1"} if getattr(spec, "enable_sleep_mode", False) else {}
+
+    def extra_flag(self, word: str) -> str | None:
+        """vLLM's parser also takes `--max_model_len` and JSON paths like `--compilation-config.level` /
+        `--x.key+`, which name `--max-model-len` and `--compilation-config`."""
+        flag = super().extra_flag(word)
+        if flag is not None and flag.startswith("--"):
+            flag = "--" + flag[2:].split(".", 1)[0].rstrip("+").replace("_", "-")
+        return flag
+
+    def model_files(self, spec: ServerSpec) -> list[tuple[str, str]]:
+        """A model that names a local path must exist (a Hugging Face id is fetched by vLLM)."""
+        from pathlib import Path
+
+        model = str(spec.model)
+        return [("model", model)] if model.startswith(("/", ".", "~")) or Path(model).expanduser().exists() else []
+
+    def at_share(self, spec: ServerSpec, share: float, gpu_totals: dict[int, int]) -> tuple[ServerSpec, str]:
+        return (spec.model_copy(update={"share": share, "gpu_memory_utilization": share}),
+                f"--gpu-memory-utilization {share:g}")
+
+    def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float) -> dict[str, Any]:
+        return vllm_fields(m, prev, pid, now)
+
+    def sleep_problem(self, spec: ServerSpec, level: int | None = None) -> str | None:
+        if not getattr(spec, "enable_sleep_mode", False):
+            return ("sleep and wake need a vLLM server started with enable_sleep_mode = true; set it in its "
+                    "[[servers]] entry and restart it")
+        if level is not None and level not in self.sleep_levels:
+            return (f"sleep level {level} is not 0 (scheduling paused), 1 (weights to host memory) or 2 "
+                    "(weights dropped)")
+        return None
+
+    def sleep(self, base_url: str, level: int, headers: dict[str, str] | None = None) -> Any:
+        return sleep_http.sleep_or_wake(base_url, "sleep", level)
+
+    def wake(self, base_url: str, headers: dict[str, str] | None = None) -> Any:
+        return sleep_http.sleep_or_wake(base_url, "wake")
+
+    def matches(self, cmdline: Sequence[str]) -> bool:
+        """`vllm serve ...` (also run as `python .../vllm serve`), or `python -m vllm.entrypoints.openai.api_server`."""
+        words = list(cmdline)
+        if program_name(words).startswith("python") and len(words) > 1:
+            if words[1] == "-m":
+                return len(words) > 2 and words[2] == "vllm.entrypoints.openai.api_server"
+            words = words[1:]
+        return program_name(words) == "vllm" and len(words) > 1 and words[1] == "serve"

@@ -61,8 +61,6 @@ class Supervisor(Protocol):
 
     def refusal(self, name: str, action: str) -> str | None: ...
 
-    def pids(self) -> dict[int, str]: ...
-
 
 class EventSink(Protocol):
     """Where applied and refused changes go (gpudash.telemetry.inbox.Inbox)."""
@@ -341,9 +339,11 @@ class Controller:
             raise Refused(f"unknown engine knob {', '.join(unknown)}; known knobs: {', '.join(ENGINE_KNOBS)}")
         current = dict(self.engine.knobs())
         try:
-            new = parse_knobs(knobs)  # the knob table's rule, values as typed ("4MiB")
-        except ValueError as err:
-            raise Refused(str(err)) from None
+            checked = EngineSettings.model_validate({**{k: v for k, v in current.items() if k in ENGINE_KNOBS},
+                                                     **knobs})
+        except ValidationError as err:
+            raise Refused(_pydantic_reason(err)) from None
+        new = {k: getattr(checked, k) for k in knobs}
         old = {k: current.get(k) for k in knobs}
         try:
             self.engine.set(**new)  # the engine validates again and applies all or nothing
@@ -363,7 +363,17 @@ class Controller:
         specs = self.supervisor.specs()
         if server not in specs:
             raise Refused(f"no server named {server!r}; known: {', '.join(specs) or 'none'}")
+        if action is not None and specs[server].attached:
+            raise Refused(self.supervisor.refusal(server, action) or f"{server} is attached; gpudash only reads it")
         return specs[server]
+
+    def _resplit(self, server: str, ratios: tuple[float, ...]) -> tuple[Any, Any]:
+        """A new split through the spec's own rule (its kind's; one ratio per GPU it runs on)."""
+        spec = self._spec(server, "split")
+        problem = spec.split_problem(ratios, spec.gpus or range(len(ratios)))
+        if problem:
+            raise Refused(problem)
+        return self._respec(server, **spec.with_split(ratios))
 
     def _respec(self, server: str, **change: Any) -> tuple[Any, Any]:
         spec = self._spec(server, next(iter(change)))
@@ -375,18 +385,8 @@ class Controller:
             raise Refused(f"{server}: {_pydantic_reason(err)}") from None
         key = next(iter(change))
         old, new = getattr(spec, key), getattr(new_spec, key)
-        if action is not None and specs[server].attached:
-            raise Refused(self.supervisor.refusal(server, action) or f"{server} is attached; gpudash only reads it")
         try:
             self.supervisor.restart(server, new_spec)  # checks the spec first; on failure restarts the old one
-    def _resplit(self, server: str, ratios: tuple[float, ...]) -> tuple[Any, Any]:
-        """A new split through the spec's own rule (its kind's; one ratio per GPU it runs on)."""
-        spec = self._spec(server, "split")
-        problem = spec.split_problem(ratios, spec.gpus or range(len(ratios)))
-        if problem:
-            raise Refused(problem)
-        return self._respec(server, **spec.with_split(ratios))
-
         except Exception as err:  # noqa: BLE001 - the launcher's reason becomes the refusal
             raise Refused(f"{server} did not come up with {key}={new}: {err}") from None
         return old, new
@@ -422,7 +422,7 @@ class Controller:
         return old, pool.shard_stats(shard).capacity
 
     def _server_action(self, server: str, action: str) -> tuple[Any, Any]:
-        self._spec(server)
+        self._spec(server, action)
         if action not in ("start", "stop", "restart", "sleep", "wake"):
             raise Refused(f"unknown server action {action!r}; use start, stop, restart, sleep or wake")
         before = _state_of(self.supervisor, server)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpudash import fmt
 from gpudash.commands.common import pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
 from gpudash.labels import is_sim_label
@@ -29,7 +30,7 @@ def render(source: str, shape: LayerShape, rows: list[OverlapRow]) -> str:
     head = (f"gpudash bench overlap [{source}]"
             + (" SIM: arithmetic over the profile's rates, not a GPU measurement" if sim else ""))
     layer = (f"layer: hidden {shape.hidden}, ffn {shape.ffn}, tokens {shape.tokens}, tp {shape.tp}, fp16: "
-             f"{shape.weight_bytes / 1e6:.0f} MB weights and {shape.flops / 1e9:.2f} GFLOP per GPU")
+             f"{fmt.size(shape.weight_bytes)} weights and {shape.flops / 1e9:.2f} GFLOP per GPU")
     cols = (f"{'GPU':<4}{'T_compute ms':>13}{'T_comm ms':>11}{'hides':>7}{'depth':>7}{'serial ms':>11}"
             f"{'ideal ms':>10}{'achieved ms':>13}{'ach/ideal':>10}{'BW serial':>11}{'BW ideal':>10}  comm")
     out = [head, layer, "", cols]

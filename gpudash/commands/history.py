@@ -48,10 +48,11 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     if not sessions:
         click.echo(f"no sessions in {path}")
         return
+    source = max(18, *(len(s.source) for s in sessions))  # columns as wide as their longest value
     what = max(len("what"), *(len(s.note or fmt.NA) for s in sessions))
-    click.echo(f"{'id':>4}  {'started':19}  {'ended':19}  {'duration':>9}  {'source':18}  {'what':{what}}  rows")
+    click.echo(f"{'id':>4}  {'started':19}  {'ended':19}  {'duration':>9}  {'source':{source}}  {'what':{what}}  rows")
     for s in sessions:
         rows = ", ".join(f"{_label(t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
         click.echo(f"{s.id:>4}  {fmt.clock(s.started):19}  {fmt.session_end(s.ended, s.state):19}  "
-                   f"{fmt.duration(s.duration_s):>9}  {s.source:18}  {s.note or fmt.NA:{what}}  "
+                   f"{fmt.duration(s.duration_s):>9}  {s.source:{source}}  {s.note or fmt.NA:{what}}  "
                    f"ticks {s.rows.get('ticks', 0)}{', ' + rows if rows else ''}")

@@ -45,6 +45,15 @@ GPU_SERIES = {
 }
 
 
+TAG = "gpudash_q"  # the label that tells the parts of a combined query apart
+
+
+def combined(exprs: dict[str, str]) -> str:
+    """One expression answering all of `exprs` (name -> PromQL): each part's series are tagged with
+    TAG=name and the parts joined with `or`, so a fleet read is one request and one answer to parse."""
+    return " or ".join(f'label_replace({e}, "{TAG}", "{name}", "", "")' for name, e in exprs.items())
+
+
 def fill(expr: str, matchers: str = "") -> str:
     """The expression with `matchers` (PromQL label matchers without braces, "" for none) in every selector."""
     return expr.replace("{sel}", "{" + matchers + "}" if matchers else "")

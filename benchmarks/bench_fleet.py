@@ -1,0 +1,153 @@
+"""Fleet benchmark: `gpudash fleet` over 100 boxes in one real Prometheus, and the Fleet view's refresh cost.
+
+100 boxes are 100 real exporters (gpudash's PrometheusSink, each on its own 127.0.0.1 port, in this
+process) serving snapshots taken from the three simulated rigs (8xh20, rtx5080+rtx3090, h200: 370
+GPUs in all) plus two generated inference servers per box with probe TTFTs. Debian's Prometheus
+(`apt-get install prometheus`) scrapes them every 2 s with the shipped rules loaded. Then:
+  * `gpudash fleet --prometheus URL --json`, the whole command (Python start included), median of 5, its
+    CPU time, and `gpudash fleet --help` beside it: the start-up (interpreter, imports, config) alone;
+  * read_fleet() alone (the queries and the assembly), median of 10;
+  * the Fleet view's refresh at 1 s: a separate process that reads the fleet once a second for
+    --cpu-seconds and builds its rows (what the view's worker does), its CPU share of one core.
+Printed beside the issue's targets (ratio = measured / target, <= 1 is met).
+
+Run: .venv/bin/python benchmarks/bench_fleet.py [--boxes 100] [--cpu-seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "fleet"))  # the tests' way to start a private Prometheus
+sys.path.insert(0, str(REPO / "tests" / "cli"))
+from fleet_helpers import start_prometheus, stop, wait_for  # noqa: E402
+
+from gpudash.config import Config  # noqa: E402
+from gpudash.fleet.boxes import read_fleet  # noqa: E402
+from gpudash.fleet.client import PrometheusClient  # noqa: E402
+from gpudash.records import RequestSample, ServerSample, Snapshot  # noqa: E402
+from gpudash.telemetry.factory import build_sources  # noqa: E402
+from gpudash.telemetry.prometheus import PrometheusSink  # noqa: E402
+from gpudash.telemetry.sampler import Sampler  # noqa: E402
+
+PROFILES = ("8xh20", "rtx5080+rtx3090", "h200")
+REFRESH_LOOP = """
+import sys, time
+from gpudash.commands.fleet import box_cells
+from gpudash.fleet.boxes import read_fleet
+from gpudash.fleet.client import PrometheusClient
+client = PrometheusClient(sys.argv[1])
+read_fleet(client)  # warm: imports and the connection are not the refresh's cost
+c0, w0 = time.process_time(), time.monotonic()
+while time.monotonic() < w0 + float(sys.argv[2]):
+    t0 = time.monotonic()
+    fleet = read_fleet(client)
+    rows = [box_cells(b, fleet.ts) for b in fleet.boxes]
+    time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+print((time.process_time() - c0) / (time.monotonic() - w0))
+"""
+
+
+def rig_snapshots() -> dict[str, Snapshot]:
+    """One real tick of each simulated rig (two polls, so rates are measured)."""
+    out = {}
+    for profile in PROFILES:
+        sampler = Sampler(build_sources(f"sim:{profile}", Config()), 0.2, f"sim:{profile}")
+        try:
+            sampler.poll_once()
+            time.sleep(0.2)
+            out[profile] = sampler.poll_once()
+        finally:
+            sampler.stop()
+    return out
+
+
+def box_snapshot(base: Snapshot, box: int, tick: int) -> Snapshot:
+    servers = tuple(ServerSample(base.ts, f"srv{k}", "vllm" if k else "llama.cpp", "ready", tokens_per_s=40.0 + box,
+                                 kv_cache_usage=0.3, prefix_cache_queries=1000.0 * tick, prefix_cache_hits=600.0 * tick,
+                                 ttft_mean_s=0.2) for k in range(2))
+    now = time.time()
+    requests = tuple(RequestSample(now - 5, f"srv{k}", ttft_s=0.05 * (1 + (box + k) % 7), total_s=0.3, prompt_tokens=100,
+                                   cached_tokens=60) for k in range(2))
+    return dataclasses.replace(base, ts=now, tick=tick, servers=servers, requests=requests)
+
+
+def command_times(args: list[str], cwd: str, runs: int = 5) -> tuple[list[float], list[float]]:
+    """Wall seconds and CPU seconds (user + system) of `gpudash ARGS`, `runs` times."""
+    wall, cpu = [], []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main()", *args], check=True,
+                       capture_output=True, cwd=cwd)
+        wall.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--boxes", type=int, default=100)
+    ap.add_argument("--cpu-seconds", type=float, default=20.0)
+    args = ap.parse_args()
+    snaps = rig_snapshots()
+    sinks = [PrometheusSink("127.0.0.1", 0) for _ in range(args.boxes)]
+    bases = [snaps[PROFILES[i % len(PROFILES)]] for i in range(args.boxes)]
+    gpus = sum(len(b.gpus) for b in bases)
+    with tempfile.TemporaryDirectory(prefix="gpudash-bench-fleet-") as tmp:
+        targets = [f"127.0.0.1:{s._server.server_address[1]}" for s in sinks]
+        prom = start_prometheus(Path(tmp) / "prometheus", {"gpudash": targets}, interval="2s")
+        try:
+            for tick in range(2):  # two values per counter, so rate() has something to say
+                for i, sink in enumerate(sinks):
+                    sink(box_snapshot(bases[i], i, tick))
+                if tick == 0:
+                    wait_for(lambda: len(prom.query("up == 1")) == args.boxes, 60, "every box scraped")
+                    time.sleep(4.5)
+            time.sleep(4.5)
+            client = PrometheusClient(prom.url)
+            fleet = read_fleet(client)
+            assert len(fleet.boxes) == args.boxes and all(b.status == "up" for b in fleet.boxes), \
+                [b.status for b in fleet.boxes]
+            inproc = []
+            for _ in range(10):
+                t0 = time.perf_counter()
+                read_fleet(client)
+                inproc.append(time.perf_counter() - t0)
+            cli, cli_cpu = command_times(["fleet", "--prometheus", prom.url, "--json"], tmp)
+            floor, floor_cpu = command_times(["fleet", "--help"], tmp)
+            loop = subprocess.run([sys.executable, "-c", REFRESH_LOOP, prom.url, str(args.cpu_seconds)], cwd=tmp,
+                                  check=True, capture_output=True, text=True)
+            refresh_cpu = float(loop.stdout.strip())
+        finally:
+            stop(prom.proc)
+            for s in sinks:
+                s.close()
+    print(f"{args.boxes} boxes, {gpus} simulated GPUs, 2 servers each, Prometheus 2.42 scraping every 2 s")
+    print(f"{'figure':<52}{'measured':>12}{'target':>10}{'ratio':>8}")
+    rows = [("gpudash fleet --json, whole command (median of 5)", statistics.median(cli), 2.0),
+            ("  its CPU time, user + system (median of 5)", statistics.median(cli_cpu), 2.0),
+            ("  start-up floor: gpudash fleet --help (median of 5)", statistics.median(floor), None),
+            ("  its CPU time, user + system (median of 5)", statistics.median(floor_cpu), None),
+            ("read_fleet() in process (median of 10)", statistics.median(inproc), 2.0)]
+    for name, got, target in rows:
+        if target is None:
+            print(f"{name:<52}{got:>11.3f}s{'':>10}{'':>8}")
+        else:
+            print(f"{name:<52}{got:>11.3f}s{target:>9.1f}s{got / target:>8.2f}")
+    print(f"{'Fleet refresh at 1 s, CPU of one core':<52}{refresh_cpu * 100:>11.2f}%{2.0:>9.1f}%"
+          f"{refresh_cpu * 100 / 2.0:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()

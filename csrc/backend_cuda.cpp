@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <thread>
 
@@ -210,12 +211,12 @@ class CudaBackend : public Backend {
     CtxScope s(ctx_[p.via]);
     CUstream st = nullptr;
     int rc = cu(api.cuStreamCreate(&st, 0x1 /* NON_BLOCKING */));
-    p.cuda.stream = st;
-    npaths_ = std::max(npaths_, p.id + 1);
+    paths_.emplace_back();  // ids arrive in order: path p.id is paths_[p.id]
+    paths_.back().stream = st;
     return rc;
   }
-  void release_path(Path &p) override {
-    if (p.cuda.stream) api.cuStreamDestroy(p.cuda.stream);
+  void release_path(Path &p) override {  // also a path never prepared (init failed before it)
+    if (size_t(p.id) < paths_.size() && state(p).stream) api.cuStreamDestroy(state(p).stream);
   }
 
   int get_event(int dev, CUevent *ev) {
@@ -233,7 +234,7 @@ class CudaBackend : public Backend {
 
   int issue(Path &p, Chunk &c) override {
     CtxSwitch sw(ctx_[p.via]);  // issue may run in the caller's thread: leave its context as it was
-    CUstream st = p.cuda.stream;
+    CUstream st = state(p).stream;
     Copy &cp = *c.copy;
     int rc = GE_OK;
     if (cp.cuda.start_event && !cp.cuda.path_waited[p.id]) {
@@ -268,7 +269,7 @@ class CudaBackend : public Backend {
   // context) when there is one, else on the path's stream, which has nothing in flight (copy_now).
   // Long copies are waited for like chunks (await: napping through most of the copy), not spun on.
   int copy_now(Path &p, Chunk &c, uint64_t stream) override {
-    CUstream st = p.cuda.stream;
+    CUstream st = state(p).stream;
     CUcontext sc = ctx_[p.via];
     if (stream) {
       st = reinterpret_cast<CUstream>(stream);
@@ -291,7 +292,7 @@ class CudaBackend : public Backend {
   // the end, both cost several percent). Copies of 8 MiB and more teach the path its best rate.
   template <class Query, class Block>
   int await(Path &p, uint64_t len, double issue_t, Query query, Block block) {
-    double best = p.cuda.rate_max.load();
+    double best = state(p).rate_max.load();
     double spin = 400e-6;
     if (best > 0) {
       double predicted = double(len) / best;
@@ -305,7 +306,7 @@ class CudaBackend : public Backend {
     double took = now() - issue_t;  // includes queueing behind earlier work: only ever too low
     if (rc == GE_OK && len >= kSpinBytes && took > 0) {
       double r = double(len) / took;
-      if (r > best) p.cuda.rate_max.store(r);
+      if (r > best) state(p).rate_max.store(r);
     }
     return rc;
   }
@@ -404,7 +405,7 @@ class CudaBackend : public Backend {
     }
     c.cuda.start_event = ev;
     c.cuda.stream_flag = true;
-    c.cuda.path_waited.assign(size_t(npaths_), 0);
+    c.cuda.path_waited.assign(paths_.size(), 0);
     return GE_OK;
   }
 
@@ -424,7 +425,13 @@ class CudaBackend : public Backend {
   std::mutex ev_m_;
   uint32_t *flags_ = nullptr;
   std::atomic<uint32_t> seq_{0};
-  int npaths_ = 0;  // paths prepared (their ids are 0 .. npaths_ - 1)
+  // What the CUDA data plane keeps per path, by path id: sized by prepare_path before any copy, then fixed.
+  struct PathState {
+    CUstream stream = nullptr;          // the path's own stream
+    std::atomic<double> rate_max{0};    // best bytes/s seen on a large chunk (to sleep through most of a copy)
+  };
+  std::deque<PathState> paths_;
+  PathState &state(const Path &p) { return paths_[size_t(p.id)]; }
 };
 
 }  // namespace

@@ -8,11 +8,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <map>
 #include <thread>
 
-#include "engine_core.hpp"
+#include "backend_sim.hpp"
 
 namespace ge {
 namespace {
@@ -34,7 +35,7 @@ struct Alloc {
   bool owned;  // allocated by us (free) vs registered user memory
 };
 
-class SimBackend : public Backend {
+class SimBackend final : public Backend, public SimControls {
  public:
   SimBackend(int n, const double *link, const double *lat, const double *peer, double nvlink, double scale)
       : n_(n), scale_(scale), nvlink_(nvlink) {
@@ -49,11 +50,16 @@ class SimBackend : public Backend {
     t0_ = std::chrono::steady_clock::now();
   }
 
-  bool is_sim() const override { return true; }
   int init(Engine &) override { return GE_OK; }
   int num_gpus() const override { return n_; }
   std::string device_name(int gpu) override { return "sim GPU " + std::to_string(gpu); }
   double peer_gbps(int a, int b) override { return peer_[size_t(a) * n_ + b]; }
+
+  int prepare_path(Path &p) override {
+    (void)p;  // ids arrive in order: path p.id is fail_[p.id]
+    fail_.emplace_back(false);
+    return GE_OK;
+  }
 
   double now() override {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count() / scale_;
@@ -83,7 +89,7 @@ class SimBackend : public Backend {
   }
 
   int complete(Path &p, Chunk &c) override {
-    if (p.sim.inject_fail) return GE_EPATH;  // injected fault: nothing written, the chunk is retried elsewhere
+    if (fail_[size_t(p.id)]) return GE_EPATH;  // injected fault: nothing written, the chunk is retried elsewhere
     void *dev = reinterpret_cast<void *>(c.dev);
     void *host = reinterpret_cast<void *>(c.host);
     void *relay = reinterpret_cast<void *>(c.relay);
@@ -160,6 +166,21 @@ class SimBackend : public Backend {
     return GE_OK;
   }
 
+  int host_unregister(uint64_t ptr) override {
+    std::lock_guard<std::mutex> lk(m_);
+    auto it = allocs_.find(ptr);
+    if (it == allocs_.end() || it->second.owned) return GE_EFREED;
+    allocs_.erase(it);
+    return GE_OK;
+  }
+
+  void link_gbps(int gpu, double *h2d, double *d2h) override {
+    std::lock_guard<std::mutex> lk(m_);
+    *h2d = h2d_[gpu].gbps;
+    *d2h = d2h_[gpu].gbps;
+  }
+
+  // ---- SimControls ----
   int track(uint64_t ptr, uint64_t n, int kind, int gpu) override {
     std::lock_guard<std::mutex> lk(m_);
     auto it = allocs_.upper_bound(ptr + n - 1);
@@ -176,14 +197,6 @@ class SimBackend : public Backend {
     return GE_OK;
   }
 
-  int host_unregister(uint64_t ptr) override {
-    std::lock_guard<std::mutex> lk(m_);
-    auto it = allocs_.find(ptr);
-    if (it == allocs_.end() || it->second.owned) return GE_EFREED;
-    allocs_.erase(it);
-    return GE_OK;
-  }
-
   int set_link(int gpu, double gbps) override {
     std::lock_guard<std::mutex> lk(m_);
     h2d_[gpu].gbps = gbps;
@@ -191,11 +204,7 @@ class SimBackend : public Backend {
     return GE_OK;
   }
 
-  void link_gbps(int gpu, double *h2d, double *d2h) override {
-    std::lock_guard<std::mutex> lk(m_);
-    *h2d = h2d_[gpu].gbps;
-    *d2h = d2h_[gpu].gbps;
-  }
+  void fail_path(int id, bool fail) override { fail_[size_t(id)] = fail; }
 
   ~SimBackend() override {
     for (auto &kv : allocs_)
@@ -208,6 +217,7 @@ class SimBackend : public Backend {
   std::vector<double> lat_, peer_;
   std::vector<Resource> h2d_, d2h_, pair_;
   std::map<uint64_t, Alloc> allocs_;
+  std::deque<std::atomic<bool>> fail_;  // by path id (ge_sim_fail_path); sized before any copy, then fixed
   std::mutex m_;
   std::chrono::steady_clock::time_point t0_;
 };
@@ -218,5 +228,7 @@ Backend *make_sim_backend(int n, const double *link_gbps, const double *latency_
                           double nvlink_gbps, double time_scale) {
   return new SimBackend(n, link_gbps, latency_us, peer_gbps, nvlink_gbps, time_scale);
 }
+
+SimControls *sim_controls(Backend &b) { return dynamic_cast<SimBackend *>(&b); }
 
 }  // namespace ge

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend_sim.hpp"
 #include "scheduler.hpp"
 
 using ge::Engine;
@@ -131,24 +132,35 @@ int ge_stats(ge_engine *e, ge_path_stats *out, int cap, ge_link_stats *links, in
   return GE_OK;
 }
 
+// The sim backend's own controls (backend_sim.hpp); GE_ENOTSUP on another backend.
 int ge_sim_set_link(ge_engine *e, int gpu, double gbps) {
   if (gpu < 0 || gpu >= e->eng.num_gpus()) return GE_ENODEV;
   if (!(gbps > 0)) return GE_EINVAL;
-  return e->eng.backend().set_link(gpu, gbps);
+  ge::SimControls *sim = ge::sim_controls(e->eng.backend());
+  return sim ? sim->set_link(gpu, gbps) : GE_ENOTSUP;
 }
 
 int ge_sim_fail_path(ge_engine *e, int gpu, int via, int direction, int fail) {
   if (gpu < 0 || gpu >= e->eng.num_gpus() || via < 0 || via >= e->eng.num_gpus()) return GE_ENODEV;
-  if (!e->eng.backend().is_sim()) return GE_ENOTSUP;
-  return e->eng.fail_path(gpu, via, direction, fail != 0);
+  ge::SimControls *sim = ge::sim_controls(e->eng.backend());
+  if (!sim) return GE_ENOTSUP;
+  int id = e->eng.path_id(gpu, via, direction);
+  if (id < 0) return GE_EINVAL;
+  sim->fail_path(id, fail != 0);
+  if (!fail) e->eng.heal_path(id);
+  return GE_OK;
 }
 
 int ge_sim_track(ge_engine *e, uint64_t ptr, uint64_t n, int kind, int gpu) {
   if (kind == GE_MEM_DEVICE && (gpu < 0 || gpu >= e->eng.num_gpus())) return GE_ENODEV;
   if (!ptr || !n || (kind != GE_MEM_DEVICE && kind != GE_MEM_PINNED)) return GE_EINVAL;
-  return e->eng.backend().track(ptr, n, kind, kind == GE_MEM_DEVICE ? gpu : -1);
+  ge::SimControls *sim = ge::sim_controls(e->eng.backend());
+  return sim ? sim->track(ptr, n, kind, kind == GE_MEM_DEVICE ? gpu : -1) : GE_ENOTSUP;
 }
-int ge_sim_untrack(ge_engine *e, uint64_t ptr, int kind) { return e->eng.backend().untrack(ptr, kind); }
+int ge_sim_untrack(ge_engine *e, uint64_t ptr, int kind) {
+  ge::SimControls *sim = ge::sim_controls(e->eng.backend());
+  return sim ? sim->untrack(ptr, kind) : GE_ENOTSUP;
+}
 
 int ge_alloc_device(ge_engine *e, int gpu, uint64_t n, uint64_t *ptr) {
   if (gpu < 0 || gpu >= e->eng.num_gpus()) return GE_ENODEV;

@@ -60,14 +60,6 @@ union ChunkBackendState {
   CudaChunk cuda;
 };
 
-struct SimPath {
-  std::atomic<bool> inject_fail{false};  // its chunks fail (ge_sim_fail_path)
-};
-struct CudaPath {
-  void *stream = nullptr;            // the path's own stream
-  std::atomic<double> rate_max{0};   // best bytes/s seen on a large chunk (to sleep through most of a copy)
-};
-
 // One copy: its chunks are spread over the paths of its (gpu, direction) group.
 struct Copy {
   uint64_t id = 0;
@@ -108,6 +100,7 @@ struct Chunk {
   ChunkBackendState be{};
 };
 
+// A path's backend state (its stream, its fault switch) lives in the backend, by path id (prepare_path).
 struct Path {
   int id = 0, gpu = 0, via = 0, dir = 0;
   Group *group = nullptr;
@@ -120,8 +113,6 @@ struct Path {
   double mark_t[kRateMarks] = {0};
   uint64_t mark_b[kRateMarks] = {0};
   int mark_n = 0, mark_i = 0;
-  SimPath sim;
-  CudaPath cuda;
   std::thread worker;
   std::condition_variable cv;
 };
@@ -140,18 +131,20 @@ struct Group {
 
 class Engine;
 
-// What differs between the sim and the CUDA data planes.
+// What differs between the sim and the CUDA data planes: the one interface the scheduler and the C ABI
+// use. Each backend keeps its own state (per GPU, per path) private; what only one backend has (the sim's
+// links, tracked memory and path faults: backend_sim.hpp) is not part of it.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual int init(Engine &e) = 0;
-  virtual bool is_sim() const { return false; }
   virtual int num_gpus() const = 0;
   virtual std::string device_name(int gpu) = 0;
   virtual double peer_gbps(int a, int b) = 0;  // 0: none
   virtual double now() = 0;                     // backend clock, seconds
   virtual void thread_init(int gpu) { (void)gpu; }
-  virtual int prepare_path(Path &p) { (void)p; return GE_OK; }
+  // Called once for each path, in path-id order, before any copy; release_path pairs with it at shut-down.
+  virtual int prepare_path(Path &p) = 0;
   virtual void release_path(Path &p) { (void)p; }
   // issue: called by the dispatcher under the group lock; complete: by the path's worker, no lock.
   virtual int issue(Path &p, Chunk &c) = 0;
@@ -172,12 +165,6 @@ class Backend {
   virtual int host_unregister(uint64_t ptr) = 0;
   virtual int stream_begin(Copy &c) { return c.stream ? GE_ENOTSUP : GE_OK; }
   virtual void stream_end(Copy &c) { (void)c; }
-  virtual int track(uint64_t ptr, uint64_t n, int kind, int gpu) {
-    (void)ptr; (void)n; (void)kind; (void)gpu;
-    return GE_ENOTSUP;
-  }
-  virtual int untrack(uint64_t ptr, int kind) { (void)ptr; (void)kind; return GE_ENOTSUP; }
-  virtual int set_link(int gpu, double gbps) { (void)gpu; (void)gbps; return GE_ENOTSUP; }
   virtual void link_gbps(int gpu, double *h2d, double *d2h) { (void)gpu; *h2d = 0; *d2h = 0; }
 };
 
@@ -202,8 +189,6 @@ bool poll_until(F done, double spin_s, double frac, double max_nap_s, double giv
   }
 }
 
-Backend *make_sim_backend(int n, const double *link_gbps, const double *latency_us, const double *peer_gbps,
-                          double nvlink_gbps, double time_scale);
 Backend *make_cuda_backend();
 const char *cuda_error_name(int cuda_result);  // nullptr until libcuda is loaded
 

@@ -150,17 +150,16 @@ void Engine::link_stats(int gpu, ge_link_stats *out) {
   be_->link_gbps(gpu, &out->h2d_gbps, &out->d2h_gbps);
 }
 
-int Engine::fail_path(int gpu, int via, int dir, bool fail) {
+int Engine::path_id(int gpu, int via, int dir) const {
   for (auto &p : paths_)
-    if (p->gpu == gpu && p->via == via && p->dir == dir) {
-      p->sim.inject_fail = fail;
-      if (!fail) {
-        std::lock_guard<std::mutex> lk(p->group->m);
-        p->failed = false;
-      }
-      return GE_OK;
-    }
-  return GE_EINVAL;
+    if (p->gpu == gpu && p->via == via && p->dir == dir) return p->id;
+  return -1;
+}
+
+void Engine::heal_path(int id) {
+  Path &p = *paths_[size_t(id)];
+  std::lock_guard<std::mutex> lk(p.group->m);
+  p.failed = false;
 }
 
 void Engine::release_stage(uint64_t ptr) {

@@ -76,7 +76,7 @@ class Engine {
   // ---- what the C ABI reads and sets (engine_setup.cpp) --------------------------------------
   int num_gpus() const { return ngpu_; }
   int num_paths() const { return int(paths_.size()); }
-  Backend &backend() { return *be_; }  // memory, pointer look-ups and sim links go straight to it
+  Backend &backend() { return *be_; }  // memory and pointer look-ups go straight to it
   ge_knobs knobs();
   // Validated knobs k: pools grown for them and the staging threads resized (GE_ENOMEM: unchanged).
   int set_knobs(const ge_knobs &k);
@@ -84,8 +84,10 @@ class Engine {
   uint64_t pool_need(const ge_knobs &k, int which) const { return pools_.need_min(k, which); }
   void path_stats(int i, ge_path_stats *out);
   void link_stats(int gpu, ge_link_stats *out);
-  // sim: path (gpu, via, direction) fails its chunks from now on (fail), or is healed.
-  int fail_path(int gpu, int via, int dir, bool fail);
+  // The id of path (gpu, via, direction), -1 for none; heal_path clears its failed flag, so the
+  // dispatcher uses it again (after the sim stops failing it: ge_sim_fail_path).
+  int path_id(int gpu, int via, int dir) const;
+  void heal_path(int id);
 
   // ---- copies (copies.cpp) -------------------------------------------------------------------
   // Starts a copy: a one-chunk copy on an idle group is issued from the caller's thread (no dispatcher

@@ -1,8 +1,9 @@
 """Files gpudash writes are the operator's alone: directories it creates are 0700, files 0600.
 
 The DB, server logs and exports can hold prompts, paths and host details; nothing else on the box needs
-to read them. A directory that already exists keeps its mode (the operator chose it); a file gpudash owns
-is set to 0600 whether it creates it or finds it.
+to read them. Modes are set only at creation, on what gpudash itself creates: a directory or file that
+already exists keeps its mode (the operator chose it, or it is not gpudash's at all: a `--db` that turns
+out not to be a database, or a symlink to some other file), and nothing is ever changed through a symlink.
 """
 
 from __future__ import annotations
@@ -29,10 +30,8 @@ def private_dir(path: Path) -> Path:
 
 
 def private_file(path: Path) -> Path:
-    """Make sure `path` exists as a 0600 file (created empty if missing); OSError if it cannot be created."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
-    except FileExistsError:
-        with contextlib.suppress(OSError):  # not ours to change (another's file, a read-only filesystem)
-            os.chmod(path, FILE_MODE)
+    """Create `path` as an empty 0600 file unless something (a file, a symlink, even a dangling one)
+    already has that name, which is left as it is; OSError if it cannot be created."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE))
     return path

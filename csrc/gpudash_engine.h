@@ -9,11 +9,11 @@
 
 #include <stdint.h>
 
+#include "abi_version.h" /* GE_ABI_VERSION, generated from gpudash/engine/_native.py */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define GE_ABI_VERSION 2
 
 enum {
   GE_OK = 0,

@@ -19,6 +19,7 @@ from gpudash.engine.config import c_layout
 from gpudash.engine.errors import EngineArgumentError, EngineError
 
 LIB_NAME = "libgpudash_engine.so"
+# The C ABI's version: the one place it is kept; csrc/abi_version.h is generated from it (knob_header.py).
 ABI_VERSION = 2
 
 OK, EINVAL, ENOMEM, ENODEV, EFREED, ERANGE, EPATH, ETIMEOUT, ENOTSUP, ECLOSED, ENOCUDA, EBUSY = (

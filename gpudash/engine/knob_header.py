@@ -1,15 +1,21 @@
-"""csrc/knob_limits.h, written from the knob table so the C++ range check and the ge_knobs layout check
-use the same numbers as Python. Regenerate with `python -m gpudash.engine.knob_header` after changing a native
-knob in gpudash/engine/config.py; a test fails while the checked-in header differs from `render()`."""
+"""The generated C headers: csrc/knob_limits.h, written from the knob table so the C++ range check and the
+ge_knobs layout check use the same numbers as Python, and csrc/abi_version.h, written from
+`_native.ABI_VERSION`, the one place the ABI's version is kept (the engine library reports it, the
+preload and the ctypes loader refuse any other). Regenerate both with `python -m gpudash.engine.knob_header`
+after changing a native knob in gpudash/engine/config.py or the ABI version; a test fails while a
+checked-in header differs from what `render()` / `render_abi()` write."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from gpudash.engine._native import ABI_VERSION
 from gpudash.engine.config import KNOB, KNOB_TABLE, c_layout
 
-HEADER = Path(__file__).resolve().parent.parent / "csrc" / "knob_limits.h"
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
+HEADER = CSRC / "knob_limits.h"
+ABI_HEADER = CSRC / "abi_version.h"
 
 
 def _literal(n: int, ctype: str) -> str:
@@ -73,9 +79,23 @@ def render() -> str:
 """
 
 
+def render_abi() -> str:
+    """abi_version.h's text."""
+    return f"""/* Generated from ABI_VERSION in gpudash/engine/_native.py by `python -m gpudash.engine.knob_header`; do not
+ * edit. Raise ABI_VERSION there (and regenerate) whenever gpudash_engine.h changes a function or struct. */
+#ifndef GPUDASH_ABI_VERSION_H
+#define GPUDASH_ABI_VERSION_H
+
+#define GE_ABI_VERSION {ABI_VERSION}
+
+#endif
+"""
+
+
 def main() -> None:
-    HEADER.write_text(render(), encoding="utf-8")
-    print(f"wrote {HEADER}", file=sys.stderr)
+    for path, text in ((HEADER, render()), (ABI_HEADER, render_abi())):
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

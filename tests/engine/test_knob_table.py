@@ -9,7 +9,7 @@ import pytest
 
 from gpudash.engine import _native as N
 from gpudash.engine.config import KNOB, KNOB_TABLE, KNOBS, EngineConfig, c_layout, default_staging_threads
-from gpudash.engine.knob_header import HEADER, render
+from gpudash.engine.knob_header import ABI_HEADER, HEADER, render, render_abi
 from gpudash.config import ConfigError, EngineSettings, validate
 from gpudash.control import ENGINE_KNOBS
 
@@ -17,6 +17,16 @@ from gpudash.control import ENGINE_KNOBS
 def test_the_checked_in_header_is_the_one_the_table_writes() -> None:
     assert HEADER.read_text(encoding="utf-8") == render(), \
         "csrc/knob_limits.h differs from gpudash/engine/config.py's knob table; run `python -m gpudash.engine.knob_header`"
+
+
+def test_the_abi_version_is_kept_in_one_place_and_the_library_reports_it() -> None:
+    assert ABI_HEADER.read_text(encoding="utf-8") == render_abi(), \
+        "csrc/abi_version.h differs from _native.ABI_VERSION; run `python -m gpudash.engine.knob_header`"
+    assert f"#define GE_ABI_VERSION {N.ABI_VERSION}\n" in render_abi()
+    spelled = [p.name for p in sorted(ABI_HEADER.parent.rglob("*.[ch]*")) if p != ABI_HEADER
+               and "#define GE_ABI_VERSION" in p.read_text(encoding="utf-8")]
+    assert spelled == []
+    assert N.lib().ge_abi_version() == N.ABI_VERSION
 
 
 def test_the_ctypes_struct_has_the_tables_layout() -> None:

@@ -148,8 +148,8 @@ def run(cfg: Config, name: str | None, knob_args: tuple[str, ...], stats: bool, 
 
 def _print_stats(label: str, seen: list[Any]) -> None:
     if not seen:  # a block appears at a process's first CUDA copy: a program that never copies has none
-        click.echo(f"gpudash run: no engine stats: {label} made no CUDA host<->device copy (if it did copy, the "
-                   "preload library did not load, and the program's stderr says why)", err=True)
+        click.echo(f"gpudash run: {label} published no engine stats: it made no CUDA host<->device copy (if it "
+                   "did copy, the preload library did not load, and the program's stderr says why)", err=True)
     for s in seen:
         click.echo(f"gpudash run: engine stats of {s.name or label} (pid {s.pid}, {s.state}):", err=True)
         for line in s.summary_lines():

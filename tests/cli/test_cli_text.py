@@ -56,7 +56,8 @@ def test_run_stats_of_a_program_that_never_copies_does_not_alarm(tmp_path: Path)
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     first = r.stderr.strip().splitlines()[0]
-    assert first.startswith("gpudash run: no engine stats: true made no CUDA host<->device copy"), r.stderr
+    assert first.startswith("gpudash run: true published no engine stats: it made no CUDA host<->device copy"), \
+        r.stderr
     assert "GPUDASH_PRELOAD=off, or the preload library did not load" not in r.stderr
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from typing import Any
 
 import click
 
 from gpudash import fmt
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config
-from gpudash.fleet.boxes import DOWN, STALE, Fleet, FleetBox
+from gpudash.fleet.boxes import DOWN, STALE, Fleet, FleetBox, FleetServer
 
 
 def box_cells(b: FleetBox, now: float) -> dict[str, str]:
@@ -25,26 +26,44 @@ def box_cells(b: FleetBox, now: float) -> dict[str, str]:
         state = f"{b.status}, last seen {fmt.duration(now - b.last_seen)} ago" if b.last_seen else b.status
     else:
         state = b.status
-    link = f"/ {fmt.rate(b.link_bps)}" if b.link_bps else ""
-    servers = ", ".join(f"{s.server} {s.state}" for s in b.servers) or fmt.NA
-    ttft = ", ".join(fmt.num(s.ttft_p90_s, ".2f", " s") if s.ttft_p90_s is not None
-                     else fmt.num(s.ttft_mean_s, ".2f", " s mean") for s in b.servers) or fmt.NA
-    hits = ", ".join(fmt.pct(s.hit_rate) for s in b.servers) or fmt.NA
+    link = f" / {fmt.rate(b.link_bps)}" if b.link_bps else ""
+    ready = sum(s.state == "ready" for s in b.servers)
     return {
         "box": b.instance, "host": b.hostname or fmt.NA, "rig": b.rig or fmt.NA, "state": state,
         "GPUs": fmt.num(b.gpus, "d"), "util": fmt.pct(b.util),
         "VRAM": f"{fmt.size(b.mem_used)} / {fmt.size(b.mem_total)}" if b.mem_total else fmt.NA,
-        "PCIe TX": f"{fmt.rate(b.tx_bps)} {link}".strip(), "RX": f"{fmt.rate(b.rx_bps)} {link}".strip(),
-        "servers": servers, "TTFT p90": ttft, "hit rate": hits, "alerts": ", ".join(b.alerts) or fmt.NA,
+        "PCIe TX": fmt.rate(b.tx_bps) + link if b.tx_bps is not None else fmt.NA,
+        "RX": fmt.rate(b.rx_bps) + link if b.rx_bps is not None else fmt.NA,
+        "servers": f"{len(b.servers)} ({ready} ready)" if b.servers else fmt.NA,
+        "alerts": ", ".join(b.alerts) or fmt.NA,
     }
 
 
-COLUMNS = ("box", "host", "rig", "state", "GPUs", "util", "VRAM", "PCIe TX", "RX", "servers", "TTFT p90",
-           "hit rate", "alerts")
+def server_cells(b: FleetBox, s: FleetServer) -> dict[str, str]:
+    """One server's row: TTFT p90 from gpudash's probe requests, else the server's own mean (said so)."""
+    ttft = fmt.num(s.ttft_p90_s, ".2f", " s") if s.ttft_p90_s is not None else fmt.num(s.ttft_mean_s, ".2f", " s mean")
+    return {"box": b.instance, "server": s.server, "kind": s.kind, "state": s.state, "TTFT p90": ttft,
+            "hit rate": fmt.pct(s.hit_rate), "KV": fmt.pct(s.kv_usage), "tok/s": fmt.num(s.tokens_per_s, ".1f")}
+
+
+COLUMNS = ("box", "host", "rig", "state", "GPUs", "util", "VRAM", "PCIe TX", "RX", "servers", "alerts")
+SERVER_COLUMNS = ("box", "server", "kind", "state", "TTFT p90", "hit rate", "KV", "tok/s")
+RIGHT = {"GPUs", "util", "TTFT p90", "hit rate", "KV", "tok/s"}
 
 
 def fleet_json(fleet: Fleet) -> dict:
     return {"prometheus": fleet.url, "ts": fleet.ts, "boxes": [dataclasses.asdict(b) for b in fleet.boxes]}
+
+
+def _table(title: str, columns: tuple[str, ...], rows: list[dict[str, str]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=None, header_style="bold")
+    for col in columns:
+        table.add_column(col, justify="right" if col in RIGHT else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(row[c] for c in columns))
+    return table
 
 
 @click.command()
@@ -58,7 +77,6 @@ def fleet_json(fleet: Fleet) -> dict:
 def fleet(cfg: Config, url: str | None, job: str | None, timeout_s: float | None, as_json: bool) -> None:
     """Print every box a Prometheus scrapes: GPUs, util, VRAM, PCIe, servers, TTFT, hit rate and alerts."""
     from rich.console import Console
-    from rich.table import Table
 
     from gpudash.fleet.boxes import read_fleet
     from gpudash.fleet.client import PrometheusClient, PrometheusError
@@ -80,12 +98,11 @@ def fleet(cfg: Config, url: str | None, job: str | None, timeout_s: float | None
         click.echo(json.dumps(fleet_json(snapshot), indent=1))
         return
     now = time.time()
-    table = Table(title=f"fleet: {len(snapshot.boxes)} boxes from {snapshot.url}", title_justify="left", box=None,
-                  header_style="bold")
-    for col in COLUMNS:
-        table.add_column(col, justify="right" if col in ("GPUs", "util") else "left", overflow="fold")
-    for b in snapshot.boxes:
-        cells = box_cells(b, now)
-        table.add_row(*(cells[c] for c in COLUMNS))
-    console = Console(width=max(Console().width, 200) if not Console().is_terminal else None)
-    console.print(table if snapshot.boxes else f"Prometheus at {snapshot.url} scrapes no targets")
+    console = Console(width=None if Console().is_terminal else 200)  # a pipe gets whole lines
+    if not snapshot.boxes:
+        console.print(f"Prometheus at {snapshot.url} scrapes no targets")
+        return
+    console.print(_table(f"fleet: {len(snapshot.boxes)} boxes from {snapshot.url}", COLUMNS,
+                         [box_cells(b, now) for b in snapshot.boxes]))
+    servers = [server_cells(b, s) for b in snapshot.boxes for s in b.servers]
+    console.print(_table("servers", SERVER_COLUMNS, servers) if servers else "no servers on any box")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fleet_helpers import DOUBLE, PROFILES, FleetRig, binary, free_port, gpudash, start_prometheus, stop, wait_for
+from fleet_helpers import ALERTS_NOW, DOUBLE, PROFILES, RULES, FleetRig, binary, free_port, gpudash, start_prometheus, stop, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,8 @@ def fleet_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetRig]:
         boxes[f"127.0.0.1:{sport}"] = "vllm"
         dead = f"127.0.0.1:{free_port()}"  # nothing listens here
         boxes[dead] = "nothing"
-        prom = start_prometheus(tmp / "prometheus", {"gpudash": list(boxes)}, self_scrape=True)
+        prom = start_prometheus(tmp / "prometheus", {"gpudash": list(boxes)}, rules=(RULES, ALERTS_NOW),
+                                self_scrape=True)
         procs.append(prom.proc)
         boxes[prom.url.removeprefix("http://")] = "prometheus"
         rig = FleetRig(prom, boxes, procs, tmp)

@@ -26,6 +26,7 @@ from cli_helpers import env, free_port  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 DOUBLE = REPO / "tests" / "doubles" / "vllm_double.py"
 RULES = REPO / "deploy" / "prometheus" / "gpudash-rules.yml"
+ALERTS_NOW = REPO / "tests" / "fleet" / "alerts_now.yml"  # fires at once, so a firing alert can be seen
 PROFILES = ("h200", "8xh20", "rtx5080+rtx3090")
 
 
@@ -71,7 +72,7 @@ class PromServer:
 
 
 def start_prometheus(workdir: Path, jobs: dict[str, list[str]], interval: str = "1s",
-                     rules: Path | None = RULES, self_scrape: bool = False) -> PromServer:
+                     rules: tuple[Path, ...] = (RULES,), self_scrape: bool = False) -> PromServer:
     """A Prometheus on a free 127.0.0.1 port, its config and TSDB in `workdir`; jobs: name -> targets;
     `self_scrape` adds a job "prometheus" scraping this Prometheus (a target with no gpudash metrics)."""
     exe = binary("prometheus")
@@ -81,7 +82,7 @@ def start_prometheus(workdir: Path, jobs: dict[str, list[str]], interval: str = 
         jobs = {**jobs, "prometheus": [f"127.0.0.1:{port}"]}
     config = {  # JSON is YAML: no YAML writer needed
         "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
-        "rule_files": [str(rules)] if rules else [],
+        "rule_files": [str(r) for r in rules],
         "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]} for job, targets in jobs.items()],
     }
     (workdir / "prometheus.yml").write_text(json.dumps(config))

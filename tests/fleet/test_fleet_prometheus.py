@@ -59,7 +59,7 @@ def test_every_shipped_rule_evaluates_cleanly_on_the_real_series(fleet_rig: Flee
         return rules if rules and all(r.get("lastEvaluation", "").startswith("20") for r in rules) else []
 
     rules = wait_for(evaluated, 30, "every rule evaluated once")
-    assert len(rules) == 23
+    assert len(rules) == 23 + 1  # the shipped ones and tests/fleet/alerts_now.yml's
     assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
     hit = fleet_rig.prom.query("instance_server:gpudash_server_prefix_cache_hit:ratio_rate5m")
     assert len(hit) == 1 and 0 <= float(hit[0]["value"][1]) <= 1
@@ -107,10 +107,14 @@ def test_fleet_lists_every_target_with_its_figures(fleet_rig: FleetRig) -> None:
     (chat,) = boxes[next(i for i, w in fleet_rig.boxes.items() if w == "vllm")]["servers"]
     assert chat["server"] == "chat" and chat["kind"] == "vllm" and chat["state"] == "ready"
     assert 0 < chat["ttft_p90_s"] < 5 and 0 <= chat["hit_rate"] <= 1
+    firing = {i: b["alerts"] for i, b in boxes.items() if b["alerts"]}
+    assert firing == {next(i for i, w in fleet_rig.boxes.items() if w == "vllm"): ["GpudashTestServerHasKvCache"]}
     table = run(fleet_rig.tmp, "fleet", "--prometheus", fleet_rig.prom.url)
     assert table.returncode == 0, table.stderr
-    for word in ("no gpudash", "down", "sim:8xh20", "chat ready", "TTFT p90"):
+    for word in ("no gpudash", "down", "sim:8xh20", "1 (1 ready)", "TTFT p90", "GpudashTestServerHasKvCache"):
         assert word in table.stdout
+    (server_line,) = [ln for ln in table.stdout.splitlines() if " chat " in ln]
+    assert server_line.split()[1:4] == ["chat", "vllm", "ready"]
     only = fleet_json(fleet_rig, "--job", "prometheus")
     assert [b["status"] for b in only["boxes"]] == ["no gpudash"]
 

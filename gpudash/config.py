@@ -11,7 +11,7 @@ import math
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Mapping
 
 import platformdirs
 import tomli_w
@@ -19,7 +19,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny,
                       create_model, field_validator, model_validator)
 
 from gpudash import APP_NAME
-from gpudash.engine.config import KNOB, KNOB_TABLE
+from gpudash.engine.config import KNOB, KNOB_TABLE, KnobValueError
 from gpudash.launcher.kinds import ServerSpec  # a [[servers]] entry; importing the registry names the kinds
 from gpudash.redact import redact_config_data
 
@@ -147,17 +147,30 @@ class _EngineSection(_Section):
 
     @field_validator("*")
     @classmethod
-    def _range(cls, v: Any, info: ValidationInfo) -> Any:
-        knob = KNOB[info.field_name or ""]
-        problem = None if knob.is_bool else knob.range_problem(v)
-        if problem:
-            raise ValueError(problem)
-        return v
+    def _check(cls, v: Any, info: ValidationInfo) -> Any:
+        try:
+            return KNOB[info.field_name or ""].check(v)  # the knob table's one rule
+        except KnobValueError as err:
+            raise ValueError(err.reason) from None
 
 
 EngineSettings: type[_EngineSection] = create_model(  # type: ignore[call-overload]
     "EngineSettings", __base__=_EngineSection, __module__=__name__,
     **{k.name: (bool if k.is_bool else int, Field(k.default, description=k.doc)) for k in KNOB_TABLE})
+
+
+def parse_knobs(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine knob values as a person or a file gives them ("4MiB", "3", True), parsed by EngineSettings'
+    fields and checked by the knob table's rule: what the knob form, control and `run --knob` call. A
+    ValueError names the first bad knob and why ("outstanding: outstanding must be between 1 and 64, got 0");
+    a name that is no knob is refused too."""
+    try:
+        checked = EngineSettings.model_validate(dict(values))
+    except ValidationError as err:
+        e = err.errors()[0]
+        loc = ".".join(str(p) for p in e["loc"])
+        raise ValueError(f"{loc}: {e['msg'].removeprefix('Value error, ')}") from None
+    return {k: getattr(checked, k) for k in values}
 
 
 class ProbeConfig(_Section):

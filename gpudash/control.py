@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from gpudash.engine.config import KNOBS
 from gpudash import fmt
-from gpudash.config import EngineSettings, ServerSpec, parse_size
+from gpudash.config import ServerSpec, parse_knobs, parse_size
 from gpudash.records import Event
 from gpudash.shares import oversubscription_warnings, parse_share
 
@@ -339,11 +339,9 @@ class Controller:
             raise Refused(f"unknown engine knob {', '.join(unknown)}; known knobs: {', '.join(ENGINE_KNOBS)}")
         current = dict(self.engine.knobs())
         try:
-            checked = EngineSettings.model_validate({**{k: v for k, v in current.items() if k in ENGINE_KNOBS},
-                                                     **knobs})
-        except ValidationError as err:
-            raise Refused(_pydantic_reason(err)) from None
-        new = {k: getattr(checked, k) for k in knobs}
+            new = parse_knobs(knobs)  # the knob table's rule, values as typed ("4MiB")
+        except ValueError as err:
+            raise Refused(str(err)) from None
         old = {k: current.get(k) for k in knobs}
         try:
             self.engine.set(**new)  # the engine validates again and applies all or nothing

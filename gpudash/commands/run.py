@@ -18,13 +18,12 @@ from typing import Any
 
 import click
 import psutil
-from pydantic import ValidationError
 
 from gpudash.engine.errors import EngineError
 from gpudash.engine.preload_shm import (KNOBS_PREFIX, PRELOAD_KNOBS, SHM_DIR, STATS_PREFIX, BlockUnavailable, StatsView,
                                 preload_env)
 from gpudash.commands.common import pass_config, usage_error
-from gpudash.config import Config, EngineSettings
+from gpudash.config import Config, parse_knobs
 from gpudash.preload import file_knobs
 from gpudash.proctree import descendants
 
@@ -46,11 +45,10 @@ def startup_knobs(cfg: Config, knob_args: tuple[str, ...]) -> dict[str, Any]:
         given[key] = value
     from_file = file_knobs(cfg.engine)
     try:
-        checked = EngineSettings.model_validate({**cfg.engine.model_dump(), **given})
-    except ValidationError as err:
-        e = err.errors()[0]
-        usage_error(f"--knob {'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}")
-    return {k: getattr(checked, k) for k in PRELOAD_KNOBS if k in from_file or k in given}
+        checked = {**cfg.engine.model_dump(), **parse_knobs(given)}
+    except ValueError as err:
+        usage_error(f"--knob {err}")
+    return {k: checked[k] for k in PRELOAD_KNOBS if k in from_file or k in given}
 
 
 class _Blocks:

@@ -54,12 +54,36 @@ class Knob:
         low = _amount(self.low, self.is_size) + (f" ({self.zero_means})" if self.low == 0 and self.zero_means else "")
         return f"between {low} and {_amount(self.high, self.is_size)}"
 
-    def range_problem(self, value: int) -> str | None:
-        """None when `value` is in range, else one sentence naming the limits."""
-        if self.low <= value <= self.high:
-            return None
-        unit = " bytes" if self.is_size else ""
-        return f"{self.what or self.name} must be {self.limits_text()}, got {value}{unit}"
+    def check(self, value: Any) -> int | bool:
+        """`value` when this knob takes it, else KnobValueError: the one rule for a knob's value (its type
+        and range), which EngineConfig, TransferEngine.set, the preload's knob block and gpudash's
+        [engine] settings all apply (gpudash.config.parse_knobs for values a person types), and whose
+        limits csrc/knob_limits.h carries to the C++ check."""
+        name, label = self.name, self.what or self.name
+        if self.is_bool:
+            if not isinstance(value, bool):
+                raise KnobValueError(f"knob {name} must be True or False, got {value!r}",
+                                     f"{label} must be true or false, got {value!r}")
+            return value
+        lo, hi = self.low, self.high
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise KnobValueError(f"knob {name} must be an integer in [{lo}, {hi}], got {value!r}",
+                                 f"{label} must be a whole number {self.limits_text()}, got {value!r}")
+        if not lo <= value <= hi:
+            unit = " bytes" if self.is_size else ""
+            raise KnobValueError(f"knob {name}={value} is out of range; it must be in [{lo}, {hi}]",
+                                 f"{label} must be {self.limits_text()}, got {value}{unit}")
+        return value
+
+
+class KnobValueError(EngineArgumentError):
+    """A value a knob does not take (Knob.check). The message speaks to a caller of the engine's API
+    ("knob outstanding=0 is out of range; it must be in [1, 64]"); `reason` says the same to a person
+    editing a config file or a form ("outstanding must be between 1 and 64, got 0")."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def _amount(n: int, size: bool) -> str:
@@ -140,22 +164,14 @@ def c_layout() -> tuple[tuple[str, str, int], ...]:
 
 
 def validate_knobs(values: dict[str, Any]) -> dict[str, Any]:
-    """Checked copy of `values`; EngineArgumentError naming the first bad knob and its limit."""
+    """Checked copy of `values` (each by its row's Knob.check); EngineArgumentError naming the first bad
+    knob and its limit."""
     out: dict[str, Any] = {}
     for name, value in values.items():
         knob = KNOB.get(name)
         if knob is None:
             raise EngineArgumentError(f"unknown knob {name!r}; knobs are: {', '.join(KNOBS)}")
-        if knob.is_bool:
-            if not isinstance(value, bool):
-                raise EngineArgumentError(f"knob {name} must be True or False, got {value!r}")
-        else:
-            lo, hi = knob.low, knob.high
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise EngineArgumentError(f"knob {name} must be an integer in [{lo}, {hi}], got {value!r}")
-            if not lo <= value <= hi:
-                raise EngineArgumentError(f"knob {name}={value} is out of range; it must be in [{lo}, {hi}]")
-        out[name] = value
+        out[name] = knob.check(value)
     return out
 
 

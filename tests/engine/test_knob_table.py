@@ -9,8 +9,10 @@ import pytest
 
 from gpudash.engine import _native as N
 from gpudash.engine.config import KNOB, KNOB_TABLE, KNOBS, EngineConfig, c_layout, default_staging_threads
+from gpudash.engine.config import KnobValueError, validate_knobs
 from gpudash.engine.knob_header import ABI_HEADER, HEADER, render, render_abi
-from gpudash.config import ConfigError, EngineSettings, validate
+from gpudash.engine.transfer import TransferEngine
+from gpudash.config import ConfigError, EngineSettings, parse_knobs, validate
 from gpudash.control import ENGINE_KNOBS
 
 
@@ -76,3 +78,68 @@ def test_staging_threads_default_to_half_the_usable_cores_within_range() -> None
     k = KNOB["staging_threads"]
     assert k.default == default_staging_threads() and k.low <= k.default <= k.high
     assert "sched_getaffinity" in k.doc
+
+
+def _edges(k) -> list[object]:
+    """Values at and just past a knob's limits, and values of the wrong type."""
+    if k.is_bool:
+        return [True, False, 0, 1, None, "yes"]
+    return [k.low - 1, k.low, k.high, k.high + 1, True, 1.5, None, "4MiB"]
+
+
+@pytest.mark.parametrize("k", KNOB_TABLE, ids=lambda k: k.name)
+def test_every_entry_point_applies_the_one_rule(k) -> None:
+    """Knob.check decides; the engine's validate_knobs, the [engine] settings and parse_knobs (the form,
+    control, `run --knob`) each take a value of the knob's own type exactly when it does."""
+    for value in _edges(k):
+        try:
+            k.check(value)
+            ok = True
+        except KnobValueError as err:
+            ok = False
+            assert err.reason and str(err).startswith(f"knob {k.name}")
+        engine_ok = _accepts(lambda: validate_knobs({k.name: value}))
+        assert engine_ok == ok, (k.name, value)
+        # pydantic reads text and numbers loosely (a form's "3", a TOML 1): compare values of the knob's type
+        typed = isinstance(value, bool) if k.is_bool else isinstance(value, int) and not isinstance(value, bool)
+        if typed:
+            assert _accepts(lambda: EngineSettings.model_validate({k.name: value})) == ok, (k.name, value)
+            assert _accepts(lambda: parse_knobs({k.name: value})) == ok, (k.name, value)
+            assert _accepts(lambda: parse_knobs({k.name: str(value).lower()})) == ok, (k.name, value)
+
+
+def _accepts(fn) -> bool:
+    try:
+        fn()
+    except ValueError:
+        return False
+    return True
+
+
+def test_parse_knobs_reads_what_a_person_types_and_names_the_bad_knob() -> None:
+    assert parse_knobs({"h2d_chunk_bytes": "4MiB", "outstanding": "3", "direct_first": "false"}) == {
+        "h2d_chunk_bytes": 4 * 2**20, "outstanding": 3, "direct_first": False}
+    with pytest.raises(ValueError, match=r"^outstanding: outstanding must be between 1 and 64, got 0$"):
+        parse_knobs({"h2d_chunk_bytes": "4MiB", "outstanding": "0"})
+    with pytest.raises(ValueError, match=r"^warp_speed: "):
+        parse_knobs({"warp_speed": 9})
+
+
+def test_the_native_check_has_the_tables_limits() -> None:
+    """ge_set_knobs, called past the Python check, refuses a value just outside a native knob's range and
+    takes its lowest (and, but for sizes that would grow the pools, its highest) value."""
+    eng = TransferEngine(EngineConfig(backend="sim", profile="h200"))
+    try:
+        base = eng.knobs()
+        for name, _ctype, _offset in c_layout():
+            if name.startswith("reserved"):
+                continue
+            k = KNOB[name]
+            outside = [k.high + 1] + ([k.low - 1] if k.low > 0 else [])
+            inside = [k.low] + ([] if k.is_size else [k.high])
+            for value, expect in [(v, N.EINVAL) for v in outside] + [(v, N.OK) for v in inside]:
+                raw = N.Knobs.of({**base, name: value})
+                assert N.call("ge_set_knobs", eng._ptr, ctypes.byref(raw)) == expect, (name, value)
+                assert N.call("ge_set_knobs", eng._ptr, ctypes.byref(N.Knobs.of(base))) == N.OK
+    finally:
+        eng.close()

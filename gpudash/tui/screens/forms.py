@@ -13,7 +13,7 @@ from textual.validation import ValidationResult, Validator
 from textual.widgets import Checkbox, Input, Label, Static
 
 from gpudash.engine.config import KNOB, KNOB_TABLE
-from gpudash.config import EngineSettings, ServerSpec, parse_size
+from gpudash.config import ServerSpec, parse_knobs, parse_size
 from gpudash.control import Command, SetEngineKnobs, SetShardSize, SetShare, SetSplit
 from gpudash.shares import parse_share
 from gpudash import fmt
@@ -24,7 +24,7 @@ SWITCH_KNOBS = tuple(k.name for k in KNOB_TABLE if k.live and k.is_bool)
 
 
 class KnobValidator(Validator):
-    """One engine knob checked by EngineSettings' own field rules (sizes accept '4MiB', '2.81MB')."""
+    """One engine knob checked by the knob table's rule (parse_knobs; sizes accept '4MiB', '2.81MB')."""
 
     def __init__(self, knob: str) -> None:
         super().__init__()
@@ -32,11 +32,9 @@ class KnobValidator(Validator):
 
     def validate(self, value: str) -> ValidationResult:
         try:
-            EngineSettings.model_validate({self.knob: value.strip()})
-        except Exception as err:  # noqa: BLE001 - pydantic's message is the reason shown
-            errors = getattr(err, "errors", None)
-            msg = errors()[0]["msg"].removeprefix("Value error, ") if callable(errors) else str(err)
-            return self.failure(f"{self.knob}: {msg}")
+            parse_knobs({self.knob: value.strip()})
+        except ValueError as err:
+            return self.failure(str(err))
         return self.success()
 
 
@@ -120,7 +118,7 @@ class KnobForm(FormScreen):
     def build(self) -> Command | None:
         changed: dict[str, Any] = {}
         for k in EDITABLE_KNOBS:
-            value = getattr(EngineSettings.model_validate({k: self.query_one(f"#knob-{k}", Input).value.strip()}), k)
+            value = parse_knobs({k: self.query_one(f"#knob-{k}", Input).value.strip()})[k]
             if value != self.knobs.get(k):
                 changed[k] = value
         for k in SWITCH_KNOBS:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import sqlite3
 import tomllib
@@ -27,6 +28,7 @@ from gpudash.redact import redact_config_data, redact_spec
 from gpudash.store.schema import columns, encode_json
 from gpudash.store.store import SESSION_TABLES, TIER_TABLES, Store
 
+log = logging.getLogger(__name__)
 FORMATS = ("csv", "json", "parquet")
 _PARQUET_BATCH = 50_000
 
@@ -164,7 +166,7 @@ def _parquet_writer():
         with pq.ParquetWriter(str(path), schema) as w:
             batch: list[dict[str, Any]] = []
             for row in rows:
-                batch.append(row)
+                batch.append(_fitted(row, header, table))
                 if len(batch) >= _PARQUET_BATCH:
                     w.write_table(pa.Table.from_pylist(batch, schema=schema))
                     n, batch = n + len(batch), []
@@ -174,6 +176,20 @@ def _parquet_writer():
         return n
 
     return write
+
+
+def _fitted(row: dict[str, Any], header: list[tuple[str, type]], table: str) -> dict[str, Any]:
+    """A row whose values fit Parquet's typed columns. SQLite lets another tool put text in a number column
+    (started = 'yesterday'): such a value is written as null and the row named as damaged, on stderr,
+    rather than ending the export (CSV and JSON carry the value as it is)."""
+    for col, kind in header:
+        value = row.get(col)
+        fits = isinstance(value, int) if kind is int else isinstance(value, (int, float)) or kind is str
+        if value is not None and not fits:
+            log.warning("export: %s row %s is damaged: %s holds %r, not a number; written as null", table,
+                        row.get("id", row.get("tick", "?")), col, value)
+            row[col] = None
+    return row
 
 
 _WRITERS = {"csv": lambda: _write_csv, "json": lambda: _write_json, "parquet": _parquet_writer}

@@ -42,17 +42,19 @@ class SessionInfo:
     """One recording session with its row counts (for `gpudash history`)."""
 
     id: int
-    started: float
+    started: float | None  # None only in a damaged row
     ended: float | None
-    duration_s: float
+    duration_s: float | None
     source: str
     host: str | None
     version: str | None
     note: str | None
     rows: dict[str, int] = field(default_factory=dict)
     state: str = "closed"
-    """closed (ended), live (its writer runs), interrupted (its writer is gone), or open (cannot tell:
-    another host, or written before writers were noted)."""
+    """closed (ended), live (its writer runs), interrupted (its writer is gone), open (cannot tell:
+    another host, or written before writers were noted), or damaged (its times are not numbers)."""
+    damage: str | None = None
+    """What is wrong with a damaged row, e.g. "started holds 'yesterday', not a time"."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,13 +90,17 @@ class Store:
 
     @classmethod
     def open(cls, path: Path | str, writing: bool = True) -> Store:
-        """Open (creating parent directories 0700 and the file 0600 if needed) and migrate forward.
+        """Open (creating missing parent directories 0700 and a missing file 0600) and migrate forward.
 
         For `writing`, a read-only file is refused and SQLite's quick_check runs first, so nothing is
         appended to a damaged file; readers (history, export) skip that scan of the whole file and
-        report damage where they meet it.
+        report damage where they meet it. A file that exists keeps its mode (private_fs.py), so a refused
+        file, or another file reached through a symlink, is left exactly as it was.
         """
         p = Path(path).expanduser()
+        if p.is_symlink() and not p.exists():
+            raise StoreError(f"{p} is a symlink to {os.readlink(p)}, which does not exist; pass the database "
+                             "file itself to --db")
         if p.is_dir():
             raise StoreError(f"{p} is a directory; pass a file path to --db")
         if p.exists() and not p.is_file():
@@ -173,11 +179,18 @@ class Store:
                              "FROM sessions s ORDER BY s.id")
         here = socket.gethostname()
         for r in rows:
-            end = r["ended"] or r["last_ts"] or r["started"]
             rc = {t: counts.get(r["id"], {}).get(t, 0) for t in SESSION_TABLES[1:]}
             rc.update({t: n for t in TIER_TABLES if (n := counts.get(r["id"], {}).get(t, 0))})
-            out.append(SessionInfo(r["id"], r["started"], r["ended"], max(0.0, end - r["started"]),
-                                   r["source"], r["host"], r["version"], r["note"], rc, _state(r, here)))
+            times = {c: _time(r[c]) for c in ("started", "ended", "last_ts")}
+            bad = [f"{c} holds {r[c]!r}, not a time" for c in ("started", "ended") if r[c] is not None and times[c] is None]
+            start = times["started"]
+            if bad or start is None:  # text in a time column (another tool wrote it): shown, never raised
+                out.append(SessionInfo(r["id"], start, None, None, str(r["source"]), r["host"], r["version"],
+                                       r["note"], rc, "damaged", "; ".join(bad) or "started is empty"))
+                continue
+            end = times["ended"] or times["last_ts"] or start
+            out.append(SessionInfo(r["id"], start, times["ended"], max(0.0, end - start), r["source"], r["host"],
+                                   r["version"], r["note"], rc, _state(r, here)))
         return out
 
     def session_row(self, sid: int) -> dict[str, Any]:
@@ -254,6 +267,11 @@ class Store:
             self.db.conn.executemany(codec.insert_sql(table), [(sid, tick) + enc(r) for r in records])
 
 
+def _time(value: Any) -> float | None:
+    """A time column's value as a number; None when it is empty or not a number (text, a blob)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _state(row: dict[str, Any], here: str) -> str:
     """A session row's state: its writer is known by host, pid and that process's start time (a pid alone
     may have been reused by an unrelated process since)."""
@@ -263,7 +281,7 @@ def _state(row: dict[str, Any], here: str) -> str:
         return "open"
     try:
         alive = abs(psutil.Process(row["pid"]).create_time() - row["pid_started"]) < 1.0
-    except psutil.Error:
+    except (psutil.Error, TypeError, ValueError):  # gone, or a pid column holding text
         alive = False
     return "live" if alive else "interrupted"
 

@@ -13,12 +13,15 @@ A recorder left running for months would otherwise grow by tens of MB per GPU-da
 3. while the data is above `max_bytes`, the oldest slice goes the same way (the last hour always stays).
 
 Freed pages go back to the filesystem where the file allows it (auto_vacuum=incremental, set on new
-files and by `vacuum`), and the WAL is truncated.
+files and by `vacuum`), in steps of `_VACUUM_STEP_PAGES` pages, each its own short transaction, so a
+writer waits for one step at most (the store writer flushes its queue between steps); then the WAL is
+truncated.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
 
 _KEEP_LAST_S = 3600.0
 _MAX_SIZE_STEPS = 50
+# Free pages handed back per step: 4 MiB at SQLite's default page size, some milliseconds of work.
+_VACUUM_STEP_PAGES = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +71,10 @@ def data_bytes(db: sqlite_utils.Database) -> int:
     return pages * db.execute("PRAGMA page_size").fetchone()[0]
 
 
-def prune(db: sqlite_utils.Database, policy: Retention, now: float | None = None) -> PruneReport:
-    """Apply `policy` to the whole file (every session); see the module docstring."""
+def prune(db: sqlite_utils.Database, policy: Retention, now: float | None = None,
+          between: Callable[[], None] | None = None) -> PruneReport:
+    """Apply `policy` to the whole file (every session); see the module docstring. `between` runs between
+    the steps that give free pages back (the store writer flushes there)."""
     now = time.time() if now is None else now
     before = data_bytes(db)
     rolled = deleted = sessions = 0
@@ -84,7 +91,7 @@ def prune(db: sqlite_utils.Database, policy: Retention, now: float | None = None
             cut = min(oldest + max(_KEEP_LAST_S, (now - oldest) / 10), now - _KEEP_LAST_S)
             d, s = _drop_before(db, cut)
             deleted, sessions = deleted + d, sessions + s
-    _give_back(db)
+    give_back(db, between)
     return PruneReport(rolled, deleted, sessions, before, data_bytes(db))
 
 
@@ -141,7 +148,22 @@ def _oldest(db: sqlite_utils.Database) -> float | None:
     return db.execute(f"SELECT min(t) FROM ({' UNION ALL '.join(parts)})").fetchone()[0]
 
 
-def _give_back(db: sqlite_utils.Database) -> None:
+def give_back(db: sqlite_utils.Database, between: Callable[[], None] | None = None,
+              step_pages: int = _VACUUM_STEP_PAGES) -> int:
+    """Hand the file's free pages back to the filesystem, `step_pages` at a time, each step its own
+    transaction, `between` run after each; then truncate the WAL (the checkpoint is what shrinks the
+    file). The pages freed. The pragma frees one page per step of its statement, so every row of it
+    is fetched (executing it alone freed a single page)."""
+    freed = 0
     if db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:  # incremental
-        db.execute("PRAGMA incremental_vacuum")
+        free = db.execute("PRAGMA freelist_count").fetchone()[0]
+        while free > 0:
+            db.execute(f"PRAGMA incremental_vacuum({min(free, step_pages)})").fetchall()
+            left = db.execute("PRAGMA freelist_count").fetchone()[0]
+            if left >= free:  # nothing moved (cannot happen with the write lock taken; never loop on it)
+                break
+            freed, free = freed + free - left, left
+            if between is not None:
+                between()
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return freed

@@ -109,38 +109,57 @@ class StoreWriter:
                     if left <= 0:
                         break
                     self._cond.wait(left)
-                batch, self._pending, self._pending_rows = self._pending, [], 0
-                self._flush_now = False
                 closing = self._closing
-                self._cond.notify_all()  # producers blocked on a full queue may go on
-            if batch:
-                try:
-                    self._write(batch)
-                except BaseException as err:  # noqa: BLE001 - surfaced to producers and close()
-                    with self._cond:
-                        self.error = err
-                        self._cond.notify_all()
-                    return
-            with self._cond:
-                self._done += len(batch)
-                self._cond.notify_all()
+            try:
+                self._commit(self._take())
+            except BaseException:  # noqa: BLE001 - kept in self.error, surfaced to producers and close()
+                return
             if not closing:
                 self._maybe_prune()
+                if self.error is not None:
+                    return
             deadline = time.monotonic() + self.flush_interval_s
             if closing:
                 with self._cond:
                     if not self._pending:
                         return
 
+    def _take(self) -> list[Snapshot]:
+        """Everything queued, leaving the queue empty (producers blocked on a full queue may go on)."""
+        with self._cond:
+            batch, self._pending, self._pending_rows = self._pending, [], 0
+            self._flush_now = False
+            self._cond.notify_all()
+        return batch
+
+    def _commit(self, batch: list[Snapshot]) -> None:
+        """Write `batch` and count it done; a failure is kept in `error` (and raised again)."""
+        if batch:
+            try:
+                self._write(batch)
+            except BaseException as err:
+                with self._cond:
+                    self.error = err
+                    self._cond.notify_all()
+                raise
+        with self._cond:
+            self._done += len(batch)
+            self._cond.notify_all()
+
     def _maybe_prune(self) -> None:
-        """Apply the retention policy when it is due; a failure is logged and tried again next interval
-        (the samples matter more than the pruning)."""
+        """Apply the retention policy when it is due, flushing the queue between the steps that give
+        pages back (so samples wait for one step, not the whole prune); a failure of the prune is logged
+        and tried again next interval (the samples matter more than the pruning)."""
         if self.retention is None or time.monotonic() < self._next_prune:
             return
         self._next_prune = time.monotonic() + self.retention.every_s
         try:
-            prune(self._db, self.retention)
-        except sqlite3.Error as err:
+            prune(self._db, self.retention, between=lambda: self._commit(self._take()))
+        except BaseException as err:  # noqa: BLE001
+            if self.error is not None:  # a flush between the steps failed: _run stops on it
+                return
+            if not isinstance(err, sqlite3.Error):
+                raise
             log.warning("applying the retention policy failed (tried again in %g s): %s", self.retention.every_s, err)
 
     def _write(self, batch: list[Snapshot]) -> None:

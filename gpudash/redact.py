@@ -1,10 +1,12 @@
 """Secrets never reach the disk: values of secret-looking environment variables and flags are masked.
 
-A server's `env` (HF_TOKEN, OPENAI_API_KEY) and `extra_args` (--api-key VALUE, --hf-token=VALUE) are what
-the operator hands gpudash to pass on; the process gets them unchanged, but every copy gpudash writes down
-(the session's config, the server.start events, exports, the server log's command line) holds a mask.
-A name is secret-looking when one of its parts (split at - and _) is token, secret, passw(or)d,
-credential or auth, or it holds a key word (api_key, access-key, ... or a name ending in KEY).
+A server's `env` (HF_TOKEN, OPENAI_API_KEY, DB_PASS) and `extra_args` (--api-key VALUE, --hf-token=VALUE)
+are what the operator hands gpudash to pass on; the process gets them unchanged, but every copy gpudash
+writes down (the session's config, the server.start events, exports, the server log's command line)
+holds a mask. A name is secret-looking when any of its parts (split at -, _ and .) contains KEY, TOKEN,
+SECRET, PASS, AUTH or CREDENTIAL, in any case (DB_PASS, apiKey, --x-auth-header, --ssl-keyfile), except
+the parts that count or split tokens (--max-num-batched-tokens, --tokenizer): masking too much loses a
+number in a copy, masking too little leaks a credential.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 MASK = "***"
-# Whole parts of a name only: HF_TOKEN and --auth-token are secret, --max-num-batched-tokens and --tokenizer are not.
-_SECRET = re.compile(r"(^|[-_])(token|secrets?|passw(or)?d|credentials?|auth)([-_]|$)"
-                     r"|(api|access|private|secret|client)[-_]?key|(^|[-_])key$", re.IGNORECASE)
+SECRET_WORDS = ("key", "token", "secret", "pass", "auth", "credential")
+# Parts that hold a word above but name token counts or the tokenizer, never a credential.
+_COUNTING = frozenset({"tokens", "tokenizer", "tokenizers", "tokenize"})
 
 
 def secret_name(name: str) -> bool:
     """Whether an env variable or flag name (leading dashes ignored) looks like it holds a secret."""
-    return bool(_SECRET.search(name.lstrip("-")))
+    parts = re.split(r"[-_.]+", name.lstrip("-").lower())
+    return any(word in part for part in parts if part not in _COUNTING for word in SECRET_WORDS)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

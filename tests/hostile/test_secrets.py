@@ -23,14 +23,27 @@ SECRETS = ("hf_live_123", "sk-live-456", "pw-789")
 
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "--api-key",
-                                  "--hf-token", "HUGGING_FACE_HUB_TOKEN", "KEY", "auth_header"])
+                                  "--hf-token", "HUGGING_FACE_HUB_TOKEN", "KEY", "auth_header", "DB_PASS", "PASSPHRASE",
+                                  "GCP_CREDENTIALS", "apiKey", "--x-authorization", "--ssl-keyfile", "MYTOKEN",
+                                  "--openai.apikey", "monkey"])
 def test_secret_names(name: str) -> None:
+    """Any name part holding KEY, TOKEN, SECRET, PASS, AUTH or CREDENTIAL, in any case."""
     assert secret_name(name)
 
 
-@pytest.mark.parametrize("name", ["CUDA_VISIBLE_DEVICES", "--port", "--model", "PATH", "--keep", "monkey"])
+@pytest.mark.parametrize("name", ["CUDA_VISIBLE_DEVICES", "--port", "--model", "PATH", "--keep",
+                                  "--max-num-batched-tokens", "--tokenizer", "--tokenizer-mode"])
 def test_plain_names(name: str) -> None:
     assert not secret_name(name)
+
+
+def test_values_after_any_secret_looking_flag_are_masked() -> None:
+    args = ["--db-pass", "hunter22", "--openai-apikey", "sk-1", "--x-auth-header=Bearer abc", "--max-num-batched-tokens",
+            "8192", "--credential-file", "/home/u/creds.json"]
+    assert redact_args(args) == ["--db-pass", MASK, "--openai-apikey", MASK, f"--x-auth-header={MASK}",
+                                 "--max-num-batched-tokens", "8192", "--credential-file", MASK]
+    assert redact_env({"DB_PASS": "hunter22", "GCP_CREDENTIALS": "{}", "LOG_LEVEL": "info"}) == {
+        "DB_PASS": MASK, "GCP_CREDENTIALS": MASK, "LOG_LEVEL": "info"}
 
 
 def test_secret_values_are_masked_in_free_text() -> None:

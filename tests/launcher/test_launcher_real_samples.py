@@ -108,10 +108,12 @@ def test_llama_kv_usage_from_real_slots() -> None:
 def test_tokens_in_flight_from_real_slots() -> None:
     """A busy slot's `next_token[].n_decoded` counts what a running request generated so far (the counter
     llamacpp:tokens_predicted_total adds it only when the request ends); idle slots add nothing."""
-    slots = json.loads(text("llama-server-slots.json"))
-    assert decoding(slots) == 0  # the sample was taken after both requests finished
-    busy = [dict(slots[0], is_processing=True, next_token=[dict(slots[0]["next_token"][0], n_decoded=37)]), slots[1]]
-    assert decoding(busy) == 37
+    assert decoding(json.loads(text("llama-server-slots.json"))) == 0  # taken after both requests finished
+    busy = json.loads(text("llama-server-slots-busy.json"))  # taken while slot 1 generated
+    assert [s["is_processing"] for s in busy] == [False, True]
+    assert decoding(busy) == busy[1]["next_token"][0]["n_decoded"] > 0
+    m = parse_metrics(text("llama-server-metrics-busy.txt"))
+    assert m["llamacpp:tokens_predicted_total"] == 16  # only the two finished requests' 8 + 8
 
 
 # ---- vLLM metrics -------------------------------------------------------------------------------------

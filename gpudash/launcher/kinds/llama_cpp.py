@@ -312,6 +312,14 @@ class LlamaCpp(ServerKind):
         slots = [s for s in slots if isinstance(s, dict)] if isinstance(slots, list) else None
         if slots is not None and "llamacpp:tokens_predicted_total" in m:
             m[TOKENS_GENERATED] = m["llamacpp:tokens_predicted_total"] + decoding(slots)
+        elif prev is not None and prev.pid == pid and TOKENS_GENERATED in prev.values:
+            # /slots did not answer this time: the count carries over, so the next read's change holds
+            # these tokens too (tokens/s is unknown for this tick, and nothing generated is lost)
+            m[TOKENS_GENERATED] = prev.values[TOKENS_GENERATED]
+            fields = self.fields(m, prev, pid, now)
+            fields["tokens_per_s"] = None
+            fields["kv_cache_usage"] = None
+            return fields, m
         fields = self.fields(m, prev, pid, now)
         fields["kv_cache_usage"] = kv_usage(slots, kv_unified(spec)) if slots is not None else None
         return fields, m

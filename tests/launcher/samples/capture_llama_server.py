@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,29 @@ from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.health import free_port
 
 HERE = Path(__file__).parent
+
+
+def _capture_busy(c: httpx.Client, base: str) -> None:
+    """/slots and /metrics while a long generation runs: the busy slot's tokens decoded so far, and
+    llamacpp:tokens_predicted_total still without them (it grows only when the request ends)."""
+    done = threading.Event()
+
+    def generate() -> None:
+        with httpx.Client(timeout=300, trust_env=False) as g:
+            g.post(f"{base}/completion", json={"prompt": "once upon a time", "n_predict": 900, "ignore_eos": True,
+                                               "id_slot": 1})
+        done.set()
+
+    threading.Thread(target=generate, daemon=True).start()
+    for _ in range(600):
+        slots = c.get(f"{base}/slots").json()
+        busy = [s for s in slots if s.get("is_processing") and s["next_token"][0]["n_decoded"] > 0]
+        if busy:
+            (HERE / "llama-server-slots-busy.json").write_text(json.dumps(slots, indent=1))
+            (HERE / "llama-server-metrics-busy.txt").write_text(c.get(f"{base}/metrics").text)
+            break
+        time.sleep(0.01)
+    done.wait(300)
 
 
 def main() -> None:
@@ -56,6 +80,7 @@ def main() -> None:
                 (HERE / "llama-server-metrics.txt").write_text(c.get(f"{base}/metrics").text)
                 (HERE / "llama-server-slots.json").write_text(json.dumps(c.get(f"{base}/slots").json(), indent=1))
                 (HERE / "llama-server-props.json").write_text(json.dumps(c.get(f"{base}/props").json(), indent=1))
+                _capture_busy(c, base)
         finally:
             proc.terminate()
             proc.wait(10)
@@ -72,7 +97,9 @@ def main() -> None:
         f"Model: gpudash demo model (DemoModelShape(layers=2, embedding=64, context=1024)), written as demo.gguf\n"
         f"Command: {shown}\n"
         "Requests: two POST /completion with the same prompt, n_predict 8, id_slot 0 (the second "
-        "reuses the first's prompt from the KV cache), then GET /metrics, /slots, /props.\n"
+        "reuses the first's prompt from the KV cache), then GET /metrics, /slots, /props; then, while a POST "
+        "/completion of 900 tokens (ignore_eos, id_slot 1) runs, GET /slots and /metrics -> "
+        "llama-server-slots-busy.json, llama-server-metrics-busy.txt.\n"
         "--help: llama-server --help (stdout and stderr) -> llama-server-help.txt\n")
 
 

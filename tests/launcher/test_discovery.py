@@ -1,0 +1,80 @@
+"""Discovery: servers on the GPUs that gpudash did not start, from a fake NVML process list combined with
+the real /proc command line of a llama-server the test started; written into a config with `w`'s
+save_server, listed by `gpudash status`'s found lines, and the idle-box rule for the demo."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gpudash.config import ConfigError, load_config, save_server
+from gpudash.launcher.discovery import find_servers, found_lines, process_at, server_process
+from gpudash.launcher.kinds import KINDS
+from gpudash.launcher.stack import LaunchStack
+from gpudash.telemetry.inbox import Inbox
+from test_attach import llama_outside  # noqa: F401 - the fixture: a llama-server started outside gpudash
+
+
+@pytest.mark.llama
+def test_a_llama_server_on_a_gpu_is_found_with_its_address(llama_outside) -> None:  # noqa: F811
+    proc, url = llama_outside
+    fake_nvml = [(1, proc.pid), (0, os.getpid())]  # NVML's process list: the server on GPU 1, this test on 0
+    (found,) = find_servers(fake_nvml)
+    assert (found.pid, found.kind, found.url, found.gpus, found.answers, found.hint) == (
+        proc.pid, "llama.cpp", url, (1,), True, None)
+    assert found.cmdline[0].endswith("llama-server") and "--metrics" in found.cmdline
+    assert find_servers(fake_nvml, known=[proc.pid]) == []  # launched or attached already: not "found"
+    assert process_at(url) == (proc.pid, found.cmdline)
+    lines = found_lines([found])
+    assert lines[1] == f"  {found.name}: llama.cpp pid {proc.pid} on GPU 1 at {url} (answers)"
+
+
+def test_a_worker_process_leads_to_its_server_and_a_silent_one_gets_a_hint() -> None:
+    """vLLM's GPU process is a worker under `vllm serve`: the match walks up to it. Command lines here are
+    given as NVML pids would map to them (the pids are fake, so their parents are never looked up)."""
+    serve = ("/usr/bin/python3", "/usr/local/bin/vllm", "serve", "org/m", "--port", "1")
+    assert server_process(4242, {4242: serve}) == (4242, serve)
+    api = ("python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--host", "127.0.0.1")
+    assert KINDS["vllm"].matches(api) and KINDS["vllm"].address(api) == ("127.0.0.1", 8000)
+    assert not KINDS["vllm"].matches(("python", "train.py", "serve"))
+    (found,) = find_servers([(0, 4242)], cmdline={4242: serve})
+    assert (found.kind, found.url, found.answers) == ("vllm", "http://127.0.0.1:1", False)
+    assert found.hint == (f"pid 4242 runs vLLM here but does not answer at http://127.0.0.1:1; add a [[servers]] "
+                          "entry with the url its port is published at (url = \"http://HOST:PORT\")")
+
+
+def test_w_writes_a_found_server_into_the_config(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[sampling]\ninterval_s = 2.0\n')
+    save_server(path, {"name": "llamacpp-77", "kind": "llama.cpp", "url": "http://127.0.0.1:8080"})
+    cfg = load_config(path)
+    assert cfg.sampling.interval_s == 2.0 and cfg.servers[0].url == "http://127.0.0.1:8080"
+    with pytest.raises(ConfigError, match="a server named 'llamacpp-77' is there already"):
+        save_server(path, {"name": "llamacpp-77", "url": "http://127.0.0.1:9090"})
+    before = path.read_text()
+    with pytest.raises(ConfigError, match="model cannot go with url"):
+        save_server(path, {"name": "x", "url": "http://h:1", "model": "m"})
+    assert path.read_text() == before  # nothing half-written
+
+
+@pytest.mark.llama
+def test_no_config_on_a_busy_box_attaches_instead_of_the_demo(llama_outside, tmp_path) -> None:  # noqa: F811
+    from gpudash.config import Config
+
+    proc, url = llama_outside
+    inbox = Inbox()
+    stack = LaunchStack(Config(), inbox, tmp_path / "logs", gpu_pids=lambda: [(0, proc.pid)])
+    try:
+        assert not stack.demo and [s.url for s in stack.specs] == [url]
+        (event,) = inbox.poll()["events"]
+        assert event.kind == "server.found" and event.new["pid"] == proc.pid
+        stack.start()  # starts nothing: the attached server only gets read
+        (st,) = stack.supervisor.states()
+        assert (st.origin, st.pid) in (("attached", None), ("attached", proc.pid))
+    finally:
+        stack.close()
+    assert proc.poll() is None
+    idle = LaunchStack(Config(), Inbox(), tmp_path / "logs2", gpu_pids=lambda: [])
+    assert idle.demo and idle.specs[0].name == "demo"

@@ -18,7 +18,7 @@ from gpudash import fmt
 from gpudash.commands.common import pass_config, resolve_rig, sim_options
 from gpudash.config import Config
 from gpudash.records import GpuSample, Snapshot
-from gpudash.tui.state import link_status
+from gpudash.telemetry.links import link_status
 
 
 # The GPU table's columns in groups: one table when the terminal is wide enough, else one table a group,

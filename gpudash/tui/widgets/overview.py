@@ -11,7 +11,8 @@ from textual.containers import Container
 from textual.widgets import Static
 
 from gpudash.records import Event, GpuSample
-from gpudash.tui.state import ViewState, link_status
+from gpudash.telemetry.links import link_status
+from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.lines import TextLines
 from gpudash.tui.widgets.view import DashView
 from gpudash import fmt

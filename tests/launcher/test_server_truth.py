@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
-from gpudash.config import ServerSpec
+from gpudash.config import ProbeConfig, ServerSpec
+from gpudash.launcher.correlation import summarize
 from gpudash.launcher.counters import Prev, acceptance, parse_metrics, printed_step, quantiles
+from gpudash.launcher.kinds import KINDS
 from gpudash.launcher.kinds.vllm import vllm_fields
 from gpudash.launcher.metrics import ServerSource
+from gpudash.launcher.probe import ProbeRunner
+from gpudash.records import ServerSample
+from gpudash.telemetry.inbox import Inbox
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -126,3 +132,77 @@ def test_vllm_0_10_computed_prompt_rate_leaves_out_prefix_cache_hits() -> None:
     m1 = {"vllm:prompt_tokens_total": 3000.0, "vllm:prefix_cache_queries_total": 3000.0,
           "vllm:prefix_cache_hits_total": 1600.0}
     assert vllm_fields(m1, Prev(1, 0.0, m0), 1, 2.0)["prompt_tokens_per_s"] == pytest.approx((2000 - 1200) / 2)
+
+
+class _Refuses(BaseHTTPRequestHandler):
+    """Lists a model, then answers every chat completion with HTTP 400 (as a server with a bad template)."""
+
+    def do_GET(self) -> None:
+        self._send(200, b'{"data": [{"id": "m"}]}')
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._send(400, b'{"error": "the chat template failed"}')
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _OneServer:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def states(self) -> list[ServerSample]:
+        return [ServerSample(ts=time.time(), server="s", kind="llama.cpp", state="ready")]
+
+    def base_url(self, name: str) -> str:
+        return self.url
+
+    def probed(self, name: str) -> bool:
+        return True
+
+    def auth(self, name: str) -> dict[str, str]:
+        return {}
+
+
+def test_failed_probe_requests_are_counted_and_each_distinct_error_is_one_event() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refuses)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    inbox = Inbox()
+    runner = ProbeRunner(_OneServer(f"http://127.0.0.1:{server.server_address[1]}"),
+                         ProbeConfig(interval_s=0.05, concurrency=3, prompt_tokens=8, max_tokens=2), inbox)
+    try:
+        runner.start()
+        requests: list = []
+        events: list = []
+        deadline = time.monotonic() + 20
+        while len(requests) < 12 and time.monotonic() < deadline:
+            got = inbox.poll()
+            requests += got["requests"]
+            events += got["events"]
+            time.sleep(0.05)
+    finally:
+        runner.stop()
+        server.shutdown()
+        server.server_close()
+    assert len(requests) >= 12 and not any(r.ok for r in requests)
+    summary = summarize(requests)
+    assert summary.failed == len(requests) and summary.ttft_median_ms is None
+    assert summary.last_error == 'HTTP 400: {"error": "the chat template failed"}'
+    assert [(e.kind, e.reason) for e in events] == [("probe.error", summary.last_error)]  # one, not one each
+
+
+def test_vllm_sleep_level_0_is_valid() -> None:
+    vllm = KINDS["vllm"]
+    spec = ServerSpec(name="v", kind="vllm", model="m", enable_sleep_mode=True)
+    assert vllm.sleep_problem(spec, 0) is None and vllm.sleep_problem(spec, 2) is None
+    assert "sleep level 3 is not 0 (scheduling paused)" in vllm.sleep_problem(spec, 3)
+    assert "enable_sleep_mode = true" in vllm.sleep_problem(ServerSpec(name="v", kind="vllm", model="m"), 0)
+    assert "llama-server has no sleep mode" == KINDS["llama.cpp"].sleep_problem(ServerSpec(name="l", model="m"))

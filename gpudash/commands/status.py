@@ -50,6 +50,11 @@ def _cells(g: GpuSample) -> dict[str, tuple[str, ...]]:
     }
 
 
+def _short_name(name: str) -> str:
+    """The model without the vendor and brand words every card of a box shares: RTX 5080, H200 NVL."""
+    return name.removeprefix("NVIDIA ").removeprefix("GeForce ")
+
+
 def _link(gen: int | None, width: int | None) -> str:
     return fmt.NA if gen is None and width is None else f"gen{gen or '?'} x{width or '?'}"
 
@@ -68,7 +73,7 @@ def _gpu_table(snap: Snapshot, groups: tuple[str, ...]) -> Table:
                          min_width=len(name))
     for g in snap.gpus:
         cells = _cells(g)
-        table.add_row(str(g.index), escape(g.name.removeprefix("NVIDIA ")),
+        table.add_row(str(g.index), escape(_short_name(g.name)),
                       *(c for group in groups for c in cells[group]))
     return table
 

@@ -4,10 +4,14 @@ on snapshots shaped as NVML reports real GPUs (long names, clock-event reasons, 
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
+import os
 import re
+from types import SimpleNamespace
 
+import pynvml
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
@@ -15,6 +19,7 @@ from rich.console import Console
 from gpudash.cli import main
 from gpudash.commands.status import COLUMNS, render
 from gpudash.records import GpuProcessSample, GpuSample, HostSample, Snapshot
+from gpudash.telemetry import nvml
 
 EVERY_COLUMN = [name for names in COLUMNS.values() for name in names]
 
@@ -69,17 +74,17 @@ def test_at_80_columns_nothing_is_wider_and_nothing_is_dropped(profile: str) -> 
     assert "SM clock (held by)" not in out and "(NA)" not in out
 
 
-def test_at_160_columns_the_tables_use_the_room_and_name_columns_in_words() -> None:
+def test_at_160_columns_the_gpu_table_is_one_table_in_words() -> None:
     out = _status(160, "--sim", "rtx5080+rtx3090")
     lines = out.splitlines()
     assert max(len(ln) for ln in lines) <= 160
-    assert max(len(ln.rstrip()) for ln in lines) > 100  # wider than the 80-column layout
-    assert "GPUs and PCIe links" in [ln.strip() for ln in lines]  # two groups side by side
     header = next(ln for ln in lines if ln.startswith("GPU") and "name" in ln)
     assert header.split() == ["GPU", "name", "busy", "memory", "used", "power", "temp", "link", "link", "max",
-                              "GPU", "to", "host", "host", "to", "GPU"]
+                              "GPU", "to", "host", "host", "to", "GPU", "SM", "clock", "held", "down", "by",
+                              "ECC", "errors", "remapped", "rows"]
+    assert not {"GPUs", "PCIe links", "clocks and errors"} & {ln.strip() for ln in lines}  # no group titles
     gpu0 = next(ln for ln in lines if ln.split()[:1] == ["0"])
-    assert "GeForce RTX 5080" in gpu0 and "gen4 x8" in gpu0 and "of 16.0 GiB" in gpu0
+    assert "RTX 5080" in gpu0 and "gen4 x8" in gpu0 and "of 16.0 GiB" in gpu0 and "MHz" in gpu0
     assert "host: CPU busy" in out
 
 
@@ -91,7 +96,7 @@ def test_the_gpu_table_is_one_table_when_the_terminal_has_room() -> None:
     assert not {"GPUs", "PCIe links", "clocks and errors"} & {ln.strip() for ln in lines}  # no group titles
 
 
-@pytest.mark.parametrize("width", [80, 160])
+@pytest.mark.parametrize("width", [80, 120, 160])
 def test_nvml_shaped_rows_fit_and_say_what_they_mean(width: int) -> None:
     out = _render(_nvml_like(), width)
     lines = out.splitlines()
@@ -116,3 +121,67 @@ def test_status_json_keeps_its_keys() -> None:
     doc = json.loads(res.stdout)
     assert {"source", "sim", "ts", "gpus", "gpu_processes", "host", "errors"} <= set(doc)  # extended, never renamed
     assert {"util_pct", "sm_clock_mhz", "throttle", "link_gen", "link_width_max", "pcie_tx_bps"} <= set(doc["gpus"][0])
+
+
+def _not_supported(*_args, **_kw):
+    raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+
+@pytest.fixture()
+def fake_nvml(monkeypatch):
+    """pynvml answering as NVIDIA's NVML API Reference documents each query, for an RTX 5080 and an RTX
+    3090 in gen4 x8 slots: power in milliwatts (nvmlDeviceGetPowerUsage), clocks in MHz, memory in bytes,
+    link generation and width as integers, clock-event reasons as a bit mask of nvmlClocksThrottleReason*,
+    and NVML_ERROR_NOT_SUPPORTED where GeForce cards have no such counter (ECC, remapped rows). Queries
+    left out raise NVMLError_Uninitialized, as pynvml does before nvmlInit, which gpudash reads as NA."""
+    cards = [("NVIDIA GeForce RTX 5080", 16_303 * 2**20, 15_020 * 2**20, (12, 0), 5, 97, 355_120, 71, 2_617,
+              pynvml.nvmlClocksThrottleReasonSwPowerCap | pynvml.nvmlClocksThrottleReasonHwThermalSlowdown),
+             ("NVIDIA GeForce RTX 3090", 24_576 * 2**20, 21_112 * 2**20, (8, 6), 4, 88, 341_870, 66, 1_695, 0)]
+    handles = [ctypes.c_void_p(0x5000 + i) for i in range(len(cards))]
+
+    def card(h):
+        return cards[[x.value for x in handles].index(h.value)]
+
+    answers = {
+        "nvmlInit": lambda: None, "nvmlDeviceGetCount": lambda: len(cards),
+        "nvmlDeviceGetHandleByIndex": lambda i: handles[i],
+        "nvmlDeviceGetName": lambda h: card(h)[0], "nvmlDeviceGetUUID": lambda h: f"GPU-fake-{h.value:x}",
+        "nvmlDeviceGetMemoryInfo": lambda h, version=None: SimpleNamespace(total=card(h)[1], used=card(h)[2],
+                                                                           free=card(h)[1] - card(h)[2]),
+        "nvmlDeviceGetCudaComputeCapability": lambda h: card(h)[3],
+        "nvmlDeviceGetMaxPcieLinkGeneration": lambda h: 4, "nvmlDeviceGetMaxPcieLinkWidth": lambda h: 8,
+        "nvmlDeviceGetGpuMaxPcieLinkGeneration": lambda h: card(h)[4],
+        "nvmlDeviceGetCurrPcieLinkGeneration": lambda h: 4, "nvmlDeviceGetCurrPcieLinkWidth": lambda h: 8,
+        "nvmlDeviceGetUtilizationRates": lambda h: SimpleNamespace(gpu=card(h)[5], memory=40),
+        "nvmlDeviceGetPowerUsage": lambda h: card(h)[6], "nvmlDeviceGetTemperature": lambda h, sensor: card(h)[7],
+        "nvmlDeviceGetClockInfo": lambda h, clock: card(h)[8],
+        "nvmlDeviceGetCurrentClocksThrottleReasons": lambda h: card(h)[9],
+        "nvmlDeviceGetTotalEccErrors": _not_supported, "nvmlDeviceGetRemappedRows": _not_supported,
+        "nvmlDeviceGetComputeRunningProcesses": lambda h: (
+            [SimpleNamespace(pid=os.getpid(), usedGpuMemory=14_200 * 2**20)] if h.value == handles[0].value else []),
+        "nvmlDeviceGetGraphicsRunningProcesses": lambda h: [],
+    }
+    for name, fn in answers.items():
+        monkeypatch.setattr(pynvml, name, fn)
+    for name, value in (("_initialised", False), ("_init_error", None), ("_closing", False), ("_chosen", {})):
+        monkeypatch.setattr(nvml, name, value)
+    return cards
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_status_through_nvml_fits_and_names_what_nvml_says(fake_nvml, width: int) -> None:
+    """The real path (driver found, NvmlSource, the sampler, the layout) over a fake NVML."""
+    out = _status(width)
+    lines = out.splitlines()
+    assert lines[0] == "nvml", out
+    assert max(len(ln) for ln in lines) <= width, "\n".join(ln for ln in lines if len(ln) > width)
+    flat = _headers(out)
+    for name in EVERY_COLUMN:
+        assert name in flat, name
+    gpu0 = [ln for ln in lines if ln.split()[:1] == ["0"]]
+    assert any("97%" in ln and "14.7 GiB of 15.9 GiB" in ln and "355 W" in ln and "71 °C" in ln for ln in gpu0)
+    assert any("2617 MHz" in ln and "power cap, hw thermal" in ln for ln in gpu0)  # one line: nothing wraps
+    gpu1 = [ln for ln in lines if ln.split()[:1] == ["1"]]
+    assert any("1695 MHz" in ln and "nothing" in ln for ln in gpu1)  # mask 0: clocks run free
+    assert all("gen4 x8" in ln for ln in lines if re.search(r"gen\d x\d", ln))
+    assert "13.9 GiB" in out  # the process's GPU memory

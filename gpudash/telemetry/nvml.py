@@ -11,6 +11,7 @@ set, drained once per tick.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from collections.abc import Callable
@@ -51,9 +52,15 @@ class _NAType:
 
 NA: Any = _NAType()
 
+# NVML's life in this process, as nvitop's libnvml keeps it: initialised on first use, shut down once at
+# exit after the calls in flight (the pollers' threads) have returned.
 _lock = threading.Lock()
+_idle = threading.Condition(_lock)  # notified when the last call in flight returns during shutdown
 _init_error: str | None = None
 _initialised = False
+_closing = False  # set by shutdown(): no NVML call starts after it
+_in_flight = 0  # NVML calls running now (through call() / versioned())
+SHUTDOWN_WAIT_S = 2.0  # how long shutdown() waits for calls in flight (a driver call can hang)
 
 # nvidia-smi topo -p2p legend.
 P2P_CODES = {
@@ -87,6 +94,8 @@ def _init() -> str | None:
     with _lock:
         if _initialised or _init_error is not None:
             return _init_error
+        if _closing:
+            return "NVML was shut down (gpudash is exiting)"
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError_LibraryNotFound:
@@ -97,7 +106,29 @@ def _init() -> str | None:
             _init_error = f"NVML failed to initialise: {err}"
         else:
             _initialised = True
+            atexit.register(shutdown)
         return _init_error
+
+
+def shutdown(wait_s: float = SHUTDOWN_WAIT_S) -> None:
+    """nvmlShutdown once, after the NVML calls in flight have returned; calls after it answer NA.
+    Registered at exit by the first successful init. A call still running after `wait_s` (a hung driver)
+    is not waited for: NVML is then left to the process's exit, since shutting it down under a running
+    call is what must not happen."""
+    global _closing, _initialised
+    with _idle:
+        if _closing:
+            return
+        _closing = True
+        if not _initialised:
+            return
+        if not _idle.wait_for(lambda: _in_flight == 0, timeout=wait_s):
+            return
+        _initialised = False
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
 
 
 def driver_available() -> str | None:
@@ -124,11 +155,54 @@ def cuda_driver_version() -> str | None:
 
 
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args)`, or NA when NVML says the value is unavailable for this GPU."""
+    """`fn(*args)`, or NA when NVML says the value is unavailable for this GPU (or NVML was shut down).
+    Counted in flight, so that shutdown() waits for it."""
+    global _in_flight
+    with _lock:
+        if _closing:
+            return NA
+        _in_flight += 1
     try:
         return fn(*args, **kwargs)
     except pynvml.NVMLError:
         return NA
+    finally:
+        with _idle:
+            _in_flight -= 1
+            if _closing and _in_flight == 0:
+                _idle.notify_all()
+
+
+_VERSION_SUFFIXES = ("_v3", "_v2", "_v1")
+_chosen: dict[str, Callable[..., Any]] = {}  # per NVML function: the variant this driver answered
+
+
+def versioned(name: str, *args: Any) -> Any:
+    """pynvml's `name(*args)` through the newest variant this driver has, as call() answers it: `name` itself,
+    then `name_v3`, `name_v2`, `name_v1` where pynvml has them. nvidia-ml-py binds the unsuffixed name to
+    the newest C symbol, which a driver older than it lacks (FunctionNotFound); the next older variant
+    answers instead, as in nvitop's libnvml. The variant that answered is kept for the next calls."""
+    fn = _chosen.get(name)
+    if fn is not None:
+        return call(fn, *args)
+    variants = [v for v in (getattr(pynvml, name + s, None) for s in ("", *_VERSION_SUFFIXES)) if v is not None]
+    for fn in variants:
+        value = call(_or_missing, fn, *args)
+        if value is not _MISSING:
+            _chosen[name] = fn
+            return value
+    return NA
+
+
+_MISSING = object()
+
+
+def _or_missing(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)`, or _MISSING when this driver lacks the C function behind the pynvml variant `fn`."""
+    try:
+        return fn(*args)
+    except pynvml.NVMLError_FunctionNotFound:
+        return _MISSING
 
 
 def none(value: Any) -> Any:
@@ -274,8 +348,8 @@ class Device:
     def processes(self, ts: float, servers: dict[int, str]) -> list[GpuProcessSample]:
         """GPU memory per process (compute and graphics), tagged with the server gpudash launched."""
         seen: dict[int, int | None] = {}
-        for fn in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
-            procs = call(fn, self.handle)
+        for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            procs = versioned(fn, self.handle)
             for p in () if procs is NA else procs:
                 used = p.usedGpuMemory
                 seen[p.pid] = None if used is None or used == _NOT_AVAILABLE else int(used)

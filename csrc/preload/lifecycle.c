@@ -132,8 +132,9 @@ void gp_first_entry(int worth_taking) {
   if (state == GP_STATE_OFF) gp_say("off (GPUDASH_PRELOAD=off): every CUDA copy passes through");
   if (state == GP_STATE_FAILED) gp_say("%s; every CUDA copy passes through", start_error);
   int shm = state == GP_STATE_PASSTHROUGH ? -1 : gp_shm_create();
-  if (state != GP_STATE_PASSTHROUGH && shm != 0)
-    gp_say("cannot create the shared-memory blocks in /dev/shm; copies work but their stats are not published");
+  if (state != GP_STATE_PASSTHROUGH && shm != 0)  /* EEXIST: another user's file, or no file, has the name */
+    gp_say("cannot create the shared-memory blocks in /dev/shm (%s); copies work but their stats are not published",
+           strerror(errno));
   if (state != GP_STATE_PASSTHROUGH) atexit(at_exit);
   if (shm == 0) spawn(publisher, "gpudash-stats");
   /* A first copy worth taking starts the engine itself, on its own thread, as it would wait anyway. */

@@ -5,6 +5,7 @@
 
 #include "knob_limits.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,14 +32,39 @@ static const char knob_names[] = GE_KNOB_TABLE(GP_NATIVE_NAME) GE_STAGING_KNOBS(
 
 static int outside(uint64_t v, uint64_t lo, uint64_t hi) { return v < lo || v > hi; }
 
-/* Sets one knob by name; 0 when the name is no knob. Names, types and defaults come from csrc/knob_limits.h,
- * generated from gpudash/engine/config.py's knob table (ranges are the engine's to check, at ge_create). */
-static int set_knob(ge_knobs *k, uint64_t staging[2], const char *name, unsigned long long v) {
-#define GP_SET_NATIVE(f, t, off, lo, hi) if (!strcmp(name, #f)) { k->f = (t)v; return 1; }
-#define GP_SET_STAGING(f, d, dflt, lo, hi) if (!strcmp(name, #f)) { staging[d] = v; return 1; }
+/* Sets one knob by name: 1 when set, 0 when the name is no knob, -1 when the value is out of the knob's
+ * range (*lo, *hi set). Names, types, ranges and defaults come from csrc/knob_limits.h, generated from
+ * gpudash/engine/config.py's knob table, so the library takes exactly what that table takes. */
+static int set_knob(ge_knobs *k, uint64_t staging[2], const char *name, unsigned long long v,
+                    unsigned long long *lo, unsigned long long *hi) {
+#define GP_SET_NATIVE(f, t, off, l, h)                                       \
+  if (!strcmp(name, #f)) {                                                   \
+    *lo = (unsigned long long)(l), *hi = (unsigned long long)(h);            \
+    if (outside(v, *lo, *hi)) return -1;                                     \
+    k->f = (t)v;                                                             \
+    return 1;                                                                \
+  }
+#define GP_SET_STAGING(f, d, dflt, l, h)                                     \
+  if (!strcmp(name, #f)) {                                                   \
+    *lo = (unsigned long long)(l), *hi = (unsigned long long)(h);            \
+    if (outside(v, *lo, *hi)) return -1;                                     \
+    staging[d] = v;                                                          \
+    return 1;                                                                \
+  }
   GE_KNOB_TABLE(GP_SET_NATIVE)
   GE_STAGING_KNOBS(GP_SET_STAGING)
   return 0;
+}
+
+/* The value of one name=value item: ASCII digits only (no sign, no blanks: strtoull alone would take
+ * "-1" as 2^64-1), and no more than 2^64-1. */
+static int parse_value(const char *text, unsigned long long *v) {
+  if (*text < '0' || *text > '9') return -1;
+  for (const char *c = text; *c; ++c)
+    if (*c < '0' || *c > '9') return -1;
+  errno = 0;
+  *v = strtoull(text, NULL, 10);
+  return errno == ERANGE ? -1 : 0;
 }
 
 int gp_startup_knobs(ge_knobs *k, uint64_t staging[2], char *err, size_t errlen) {
@@ -49,25 +76,34 @@ int gp_startup_knobs(ge_knobs *k, uint64_t staging[2], char *err, size_t errlen)
   if (k->staging_threads == 0) k->staging_threads = default_staging_threads();
   const char *env = getenv("GPUDASH_PRELOAD_KNOBS");
   if (!env || !*env) return 0;
-  char buf[1024];
-  snprintf(buf, sizeof buf, "%s", env);
+  char *buf = strdup(env);  /* the whole value, however long: nothing is cut */
+  if (!buf) {
+    snprintf(err, errlen, "no memory to read GPUDASH_PRELOAD_KNOBS (%zu bytes)", strlen(env));
+    return -1;
+  }
+  int rc = 0;
   char *save = NULL;
-  for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+  for (char *item = strtok_r(buf, ",", &save); item && !rc; item = strtok_r(NULL, ",", &save)) {
     char *eq = strchr(item, '=');
-    char *end = NULL;
-    unsigned long long v = eq ? strtoull(eq + 1, &end, 10) : 0;
-    if (!eq || end == eq + 1 || *end) {
-      snprintf(err, errlen, "GPUDASH_PRELOAD_KNOBS item '%s' is not name=integer; fix or unset it", item);
-      return -1;
+    unsigned long long v = 0, lo = 0, hi = 0;
+    if (!eq || parse_value(eq + 1, &v)) {
+      snprintf(err, errlen, "GPUDASH_PRELOAD_KNOBS item '%.200s' is not name=integer (0 to 2^64-1); fix or unset it",
+               item);
+      rc = -1;
+      break;
     }
     *eq = 0;
-    if (!set_knob(k, staging, item, v)) {
-      snprintf(err, errlen, "GPUDASH_PRELOAD_KNOBS names an unknown knob '%s' (knobs: %.*s); fix or unset it",
+    int set = set_knob(k, staging, item, v, &lo, &hi);
+    if (set == 0)
+      snprintf(err, errlen, "GPUDASH_PRELOAD_KNOBS names an unknown knob '%.100s' (knobs: %.*s); fix or unset it",
                item, (int)sizeof knob_names - 3, knob_names);
-      return -1;
-    }
+    else if (set < 0)
+      snprintf(err, errlen, "GPUDASH_PRELOAD_KNOBS %s=%llu is out of range; it must be in [%llu, %llu]; fix or "
+               "unset it", item, v, lo, hi);
+    if (set <= 0) rc = -1;
   }
-  return 0;
+  free(buf);
+  return rc;
 }
 
 static ge_knobs in_force;
@@ -91,11 +127,15 @@ void gp_apply_policy(const ge_knobs *k, const uint64_t staging[2], int running) 
   }
 }
 
-/* ---- the blocks --------------------------------------------------------------------------- */
-static gp_stats_block *stats;
-static gp_knobs_block *knobs;
+/* ---- the blocks ---------------------------------------------------------------------------
+ * /dev/shm is open to every local user, so the blocks are never mapped here: a mapped block that someone
+ * truncates gives SIGBUS on the next store, which would kill the host program. They are written with
+ * pwrite (a truncated block is simply extended again) and read with pread, through fds held open. */
+static int stats_fd = -1, knobs_fd = -1;
 static char stats_name[64], knobs_name[64];
 static double started_at;
+static uint64_t stats_seq;  /* this process is the stats block's only writer */
+static int keep_blocks;     /* at exit, leave the blocks for `gpudash run --stats` to read and remove */
 static pthread_mutex_t shm_m = PTHREAD_MUTEX_INITIALIZER;  /* the publisher vs exit() */
 static void publish_locked(void);
 
@@ -105,49 +145,82 @@ static double wall_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void *map_block(const char *name, size_t size) {
-  int fd = shm_open(name, O_CREAT | O_TRUNC | O_RDWR, 0600);
-  if (fd < 0) return NULL;
-  void *p = MAP_FAILED;
-  if (ftruncate(fd, (off_t)size) == 0) p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    shm_unlink(name);
-    return NULL;
-  }
-  return p;
+static int put(int fd, const void *p, size_t n, size_t off) {
+  return pwrite(fd, p, n, (off_t)off) == (ssize_t)n ? 0 : -1;
 }
 
-static void write_begin(uint64_t *seq) {
-  uint64_t s = __atomic_load_n(seq, __ATOMIC_RELAXED);
-  __atomic_store_n(seq, s + 1, __ATOMIC_RELAXED);
+static int get(int fd, void *p, size_t n, size_t off) {
+  return pread(fd, p, n, (off_t)off) == (ssize_t)n ? 0 : -1;
+}
+
+/* A new block of `size` bytes named `name`, created here (O_EXCL, 0600), or -1. A name already taken is
+ * used only when it is a regular file of this user, a leftover of an earlier process with this pid: it is
+ * removed and made anew. Anything else there (a FIFO, another user's file) is left alone and refused. */
+static int create_block(const char *name, size_t size) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0) {
+      if (ftruncate(fd, (off_t)size) == 0) return fd;
+      close(fd);
+      shm_unlink(name);
+      return -1;
+    }
+    if (errno != EEXIST || attempt) return -1;
+    struct stat st;
+    int old = shm_open(name, O_RDONLY | O_NONBLOCK, 0);  /* glibc adds O_NOFOLLOW */
+    int leftover = old >= 0 && fstat(old, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+    if (old >= 0) close(old);
+    if (!leftover) {
+      errno = EEXIST;
+      return -1;
+    }
+    shm_unlink(name);
+  }
+  return -1;
+}
+
+static void write_begin(int fd, uint64_t *seq, size_t at) {
+  *seq += 1;
+  put(fd, seq, sizeof *seq, at);
   __atomic_thread_fence(__ATOMIC_RELEASE);
 }
 
-static void write_end(uint64_t *seq) {
-  uint64_t s = __atomic_load_n(seq, __ATOMIC_RELAXED);
-  __atomic_store_n(seq, s + 1, __ATOMIC_RELEASE);
+static void write_end(int fd, uint64_t *seq, size_t at) {
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  *seq += 1;
+  put(fd, seq, sizeof *seq, at);
+}
+
+static void drop_blocks(void) {
+  if (stats_fd >= 0) close(stats_fd), stats_fd = -1;
+  if (knobs_fd >= 0) close(knobs_fd), knobs_fd = -1;
 }
 
 int gp_shm_create(void) {
   snprintf(stats_name, sizeof stats_name, GPUDASH_PRELOAD_STATS_FMT, (int)gp.pid);
   snprintf(knobs_name, sizeof knobs_name, GPUDASH_PRELOAD_KNOBS_FMT, (int)gp.pid);
-  stats = map_block(stats_name, sizeof *stats);
-  knobs = map_block(knobs_name, sizeof *knobs);
-  if (!stats || !knobs) {
-    gp_shm_close();
+  /* `gpudash run` names itself here: its direct child keeps its blocks at exit for it to read. */
+  const char *runner = getenv("GPUDASH_PRELOAD_KEEP_FOR");
+  keep_blocks = runner && *runner && atoi(runner) == (int)getppid();
+  stats_fd = create_block(stats_name, sizeof(gp_stats_block));
+  knobs_fd = stats_fd < 0 ? -1 : create_block(knobs_name, sizeof(gp_knobs_block));
+  if (stats_fd < 0 || knobs_fd < 0) {
+    int why = errno;
+    if (stats_fd >= 0) shm_unlink(stats_name);
+    drop_blocks();
+    errno = why;
     return -1;
   }
   started_at = wall_now();
-  write_begin(&knobs->seq);
-  knobs->magic = GPUDASH_PRELOAD_MAGIC;
-  knobs->version = GPUDASH_PRELOAD_SHM_VERSION;
-  knobs->generation = 0;
-  knobs->knobs = in_force;
-  knobs->h2d_staging_bytes = in_force_staging[0];
-  knobs->d2h_staging_bytes = in_force_staging[1];
-  knobs->enabled = 1;
-  write_end(&knobs->seq);
+  gp_knobs_block k;
+  memset(&k, 0, sizeof k);
+  k.magic = GPUDASH_PRELOAD_MAGIC;
+  k.version = GPUDASH_PRELOAD_SHM_VERSION;
+  k.knobs = in_force;
+  k.h2d_staging_bytes = in_force_staging[0];
+  k.d2h_staging_bytes = in_force_staging[1];
+  k.enabled = 1;
+  put(knobs_fd, &k, sizeof k, 0);
   publish_locked();
   return 0;
 }
@@ -159,51 +232,55 @@ void gp_shm_publish(void) {
 }
 
 static void publish_locked(void) {
-  if (!stats) return;
-  static ge_path_stats ps[GPUDASH_PRELOAD_MAX_PATHS];
-  static ge_link_stats ls[GPUDASH_PRELOAD_MAX_GPUS];
+  if (stats_fd < 0) return;
+  static gp_stats_block out;  /* built here, then written in one pwrite between the two seq updates */
   int np = 0, ng = 0;
+  memset(out.paths, 0, sizeof out.paths);
+  memset(out.links, 0, sizeof out.links);
   if (atomic_load(&gp.engine_state) == 2) {
     np = gp.ge.num_paths(gp.eng);
     ng = gp.ge.num_gpus(gp.eng);
     if (np > GPUDASH_PRELOAD_MAX_PATHS) np = GPUDASH_PRELOAD_MAX_PATHS;
     if (ng > GPUDASH_PRELOAD_MAX_GPUS) ng = GPUDASH_PRELOAD_MAX_GPUS;
-    gp.ge.stats(gp.eng, ps, np, ls, ng);
+    gp.ge.stats(gp.eng, out.paths, np, out.links, ng);
   }
   int state = atomic_load(&gp.state);
   if (state == GP_STATE_ACTIVE && !atomic_load(&gp.enabled)) state = GP_STATE_OFF;
-  write_begin(&stats->seq);
-  stats->magic = GPUDASH_PRELOAD_MAGIC;
-  stats->version = GPUDASH_PRELOAD_SHM_VERSION;
-  stats->pid = (int32_t)gp.pid;
-  stats->state = state;
-  stats->num_paths = np;
-  stats->num_gpus = ng;
-  stats->started_at = started_at;
-  stats->updated_at = wall_now();
-  memcpy(stats->name, gp.name, sizeof stats->name);
+  const size_t seq_at = offsetof(gp_stats_block, seq);
+  write_begin(stats_fd, &stats_seq, seq_at);
+  out.seq = stats_seq;
+  out.magic = GPUDASH_PRELOAD_MAGIC;
+  out.version = GPUDASH_PRELOAD_SHM_VERSION;
+  out.pid = (int32_t)gp.pid;
+  out.state = state;
+  out.num_paths = np;
+  out.num_gpus = ng;
+  out.started_at = started_at;
+  out.updated_at = wall_now();
+  memcpy(out.name, gp.name, sizeof out.name);
   for (int d = 0; d < 2; ++d) {
-    uint64_t *out = &stats->dir[d].copies_taken;
-    for (int i = 0; i < 8; ++i) out[i] = atomic_load_explicit(&gp_count[d].v[i], memory_order_relaxed);
+    uint64_t *o = &out.dir[d].copies_taken;
+    for (int i = 0; i < 8; ++i) o[i] = atomic_load_explicit(&gp_count[d].v[i], memory_order_relaxed);
   }
-  stats->knobs_generation = applied_generation;
-  stats->knobs = in_force;
-  stats->h2d_staging_bytes = in_force_staging[0];
-  stats->d2h_staging_bytes = in_force_staging[1];
-  stats->engine_start_ns = atomic_load(&gp.engine_start_ns);
-  memcpy(stats->paths, ps, sizeof(ge_path_stats) * (size_t)np);
-  memcpy(stats->links, ls, sizeof(ge_link_stats) * (size_t)ng);
-  write_end(&stats->seq);
+  out.knobs_generation = applied_generation;
+  out.knobs = in_force;
+  out.h2d_staging_bytes = in_force_staging[0];
+  out.d2h_staging_bytes = in_force_staging[1];
+  out.engine_start_ns = atomic_load(&gp.engine_start_ns);
+  put(stats_fd, &out, sizeof out, 0);
+  write_end(stats_fd, &stats_seq, seq_at);
 }
 
-/* A consistent copy of the knob block, or -1 while gpudash is writing it (tried again next poll). */
+/* A consistent copy of the knob block, or -1 while gpudash is writing it (tried again next poll) or
+ * when the block is short (truncated by someone: tried again too). */
 static int read_knobs(gp_knobs_block *out) {
+  const size_t seq_at = offsetof(gp_knobs_block, seq);
   for (int tries = 0; tries < 64; ++tries) {
-    uint64_t s1 = __atomic_load_n(&knobs->seq, __ATOMIC_ACQUIRE);
-    if (s1 & 1) continue;
-    memcpy(out, knobs, sizeof *out);
+    uint64_t s2 = 0;
+    if (get(knobs_fd, out, sizeof *out, 0)) return -1;
+    if (out->seq & 1) continue;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&knobs->seq, __ATOMIC_RELAXED) == s1) return 0;
+    if (get(knobs_fd, &s2, sizeof s2, seq_at) == 0 && s2 == out->seq) return 0;
   }
   return -1;
 }
@@ -217,23 +294,26 @@ void gp_shm_poll_knobs(void) {
 }
 
 static void poll_locked(void) {
-  if (!knobs) return;
-  if (__atomic_load_n(&knobs->generation, __ATOMIC_RELAXED) == applied_generation) {
-    atomic_store(&gp.enabled, __atomic_load_n(&knobs->enabled, __ATOMIC_RELAXED) != 0);
+  if (knobs_fd < 0) return;
+  uint64_t generation = 0;
+  int32_t enabled = 1;
+  if (get(knobs_fd, &generation, sizeof generation, offsetof(gp_knobs_block, generation)) == 0 &&
+      generation == applied_generation) {
+    if (get(knobs_fd, &enabled, sizeof enabled, offsetof(gp_knobs_block, enabled)) == 0)
+      atomic_store(&gp.enabled, enabled != 0);
     return;
   }
   gp_knobs_block b;
   if (read_knobs(&b) || b.magic != GPUDASH_PRELOAD_MAGIC) return;
   atomic_store(&gp.enabled, b.enabled != 0);
-  if (b.generation == applied_generation || b.generation == __atomic_load_n(&knobs->rejected_generation, __ATOMIC_RELAXED))
-    return;
+  if (b.generation == applied_generation || b.generation == b.rejected_generation) return;
   if (atomic_load(&gp.engine_state) != 2) return;  /* applied once the engine runs */
   uint64_t staging[2] = {b.h2d_staging_bytes, b.d2h_staging_bytes};
   int out_of_range = 0;
 #define GP_STAGING_RANGE(f, d, dflt, lo, hi) out_of_range |= outside(staging[d], lo, hi);
   GE_STAGING_KNOBS(GP_STAGING_RANGE)
   if (out_of_range || gp.ge.set_knobs(gp.eng, &b.knobs) != GE_OK) {
-    __atomic_store_n(&knobs->rejected_generation, b.generation, __ATOMIC_RELEASE);
+    put(knobs_fd, &b.generation, sizeof b.generation, offsetof(gp_knobs_block, rejected_generation));
     return;
   }
   gp_apply_policy(&b.knobs, staging, 1);
@@ -242,15 +322,10 @@ static void poll_locked(void) {
 
 void gp_shm_close(void) {
   pthread_mutex_lock(&shm_m);
-  if (stats) {
-    munmap(stats, sizeof *stats);
+  if (stats_fd >= 0 && !keep_blocks) {
     shm_unlink(stats_name);
-    stats = NULL;
-  }
-  if (knobs) {
-    munmap(knobs, sizeof *knobs);
     shm_unlink(knobs_name);
-    knobs = NULL;
   }
+  drop_blocks();
   pthread_mutex_unlock(&shm_m);
 }

@@ -9,6 +9,7 @@ exits with its exit code (128 + N when signal N ended it).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -20,8 +21,8 @@ import click
 import psutil
 
 from gpudash.engine.errors import EngineError
-from gpudash.engine.preload_shm import (KNOBS_PREFIX, PRELOAD_KNOBS, SHM_DIR, STATS_PREFIX, BlockUnavailable, StatsView,
-                                preload_env)
+from gpudash.engine.preload_shm import (KEEP_FOR_ENV, KNOBS_PREFIX, PRELOAD_KNOBS, SHM_DIR, STATS_PREFIX,
+                                        BlockUnavailable, OddEntry, StatsView, odd_entry, preload_env)
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config, parse_knobs
 from gpudash.preload import file_knobs
@@ -29,6 +30,7 @@ from gpudash.proctree import descendants
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 TERMINAL_KEYS = (signal.SIGINT, signal.SIGQUIT)  # the tty sends these to the whole foreground group
+log = logging.getLogger(__name__)
 SI_KERNEL = 0x80  # si_code of a signal the kernel sent (the tty's), as opposed to kill() (SI_USER)
 
 
@@ -52,8 +54,10 @@ def startup_knobs(cfg: Config, knob_args: tuple[str, ...]) -> dict[str, Any]:
 
 
 class _Blocks:
-    """Keeps the stats blocks of the program (and of its preloaded children) mapped while it runs, so
-    their last values stay readable after each process removes its block at exit."""
+    """Keeps the stats blocks of the program (and of its preloaded children) open while they run, so
+    their last values stay readable after each process removes its block at exit. The program itself
+    (gpudash's child) leaves its blocks at exit for this to read, so a program that ends before the
+    first look is seen too."""
 
     def __init__(self, root: int) -> None:
         self.root = root
@@ -64,6 +68,8 @@ class _Blocks:
             if pid not in self.views:
                 try:
                     self.views[pid] = StatsView(pid)
+                except OddEntry as err:  # a FIFO or another user's file by that name: never waited on
+                    log.debug("%s", err)
                 except BlockUnavailable:
                     pass
 
@@ -84,9 +90,15 @@ class _Blocks:
 
 
 def _remove_blocks(pid: int) -> None:
-    """The blocks of a process that is gone."""
+    """The blocks of a process that is gone: regular files of this user only (another name there is
+    not gpudash's to remove)."""
     for prefix in (STATS_PREFIX, KNOBS_PREFIX):
-        (SHM_DIR / f"{prefix}{pid}").unlink(missing_ok=True)
+        path = SHM_DIR / f"{prefix}{pid}"
+        try:
+            if odd_entry(path.lstat()) is None:
+                path.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def _wait(child: subprocess.Popen, blocks: _Blocks | None) -> int:
@@ -125,6 +137,8 @@ def run(cfg: Config, name: str | None, knob_args: tuple[str, ...], stats: bool, 
         env = preload_env(os.environ, label, knobs)
     except EngineError as err:
         usage_error(str(err))
+    if stats:
+        env[KEEP_FOR_ENV] = str(os.getpid())
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # queued for _wait, never lost
     try:
         try:

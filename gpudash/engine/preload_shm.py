@@ -7,20 +7,28 @@ Environment the preloaded process reads:
   GPUDASH_PRELOAD_NAME         the server's name, copied into the stats block
   GPUDASH_PRELOAD_KNOBS        start-up knobs, ``name=integer`` pairs joined by commas, e.g.
                                ``h2d_chunk_bytes=2810000,direct_first=1,staging_threads=8``; knobs left
-                               out keep the library's own defaults
+                               out keep the library's own defaults; a value outside the knob table's
+                               range, or not plain digits, makes the library pass every copy through
+                               with one line on stderr
+  GPUDASH_PRELOAD_KEEP_FOR     a pid (`gpudash run --stats`'s own): when that is the process's parent, its
+                               blocks stay at exit for the parent to read and remove
 
 Both blocks use a sequence lock (`seq` odd while its writer writes). The stats block is written by the
 process and only read here; the knob block is written here (under an flock, so two gpudash processes
 never interleave) and read by the process, which writes only its `rejected_generation` word.
+/dev/shm is open to every local user, so neither side maps a block (a block truncated under a mapping
+gives SIGBUS): they read and write with pread/pwrite, and open a name only without following a symlink
+or waiting on a FIFO, and only when it is a regular file of this user.
 """
 
 from __future__ import annotations
 
 import ctypes
 import fcntl
-import mmap
+import logging
 import os
 import re
+import stat
 import struct
 import time
 from dataclasses import dataclass, fields
@@ -33,11 +41,14 @@ from gpudash.engine.errors import EngineArgumentError, EngineError
 from gpudash.engine.results import LinkStats, PathStats
 from gpudash.engine.transfer import path_name
 
+log = logging.getLogger(__name__)
+
 PRELOAD_LIB_NAME = "libgpudash_preload.so"
 PRELOAD_LIB_ENV = "GPUDASH_PRELOAD_LIB"
 SWITCH_ENV = "GPUDASH_PRELOAD"
 NAME_ENV = "GPUDASH_PRELOAD_NAME"
 KNOBS_ENV = "GPUDASH_PRELOAD_KNOBS"
+KEEP_FOR_ENV = "GPUDASH_PRELOAD_KEEP_FOR"  # a pid: when it is the process's parent, the blocks stay at exit
 
 SHM_DIR = Path("/dev/shm")  # where glibc's shm_open puts "/name" segments
 STATS_PREFIX = "gpudash-preload-stats-"
@@ -217,58 +228,78 @@ def stats_from_c(b: StatsBlockC) -> PreloadStats:
 # ---- the sequence lock ---------------------------------------------------------------------------------
 
 
-def read_consistent(buf: Any, cls: type[ctypes.Structure], what: str, tries: int = 400) -> Any:
-    """A copy of `cls` from `buf` taken while its writer was not writing: copy, and retry while `seq`
-    was odd or changed meanwhile. A writer that stays mid-write (it died there) ends in BlockUnavailable
-    after about 0.2 s rather than a hang."""
-    off = cls.seq.offset  # type: ignore[attr-defined]
+def read_consistent(fd: int, cls: type[ctypes.Structure], what: str, tries: int = 400) -> Any:
+    """A copy of `cls` read from `fd` while its writer was not writing: read, and retry while `seq` was
+    odd or changed meanwhile. A writer that stays mid-write (it died there) ends in BlockUnavailable
+    after about 0.2 s rather than a hang. Reads go through pread, never a mapping: a block that someone
+    truncates meanwhile gives a short read (BlockUnavailable), where a mapping would give SIGBUS."""
+    off, size = cls.seq.offset, ctypes.sizeof(cls)  # type: ignore[attr-defined]
     for attempt in range(tries):
-        before = struct.unpack_from("=Q", buf, off)[0]
-        if not before & 1:
-            copy = cls.from_buffer_copy(buf)
-            if copy.seq == before == struct.unpack_from("=Q", buf, off)[0]:
-                return copy
+        data = os.pread(fd, size, 0)
+        if len(data) < size:
+            raise BlockUnavailable(f"{what} holds {len(data)} bytes, not the {size} of its layout (truncated)",
+                                   N.ENOTSUP, "GE_ENOTSUP")
+        before = struct.unpack_from("=Q", data, off)[0]
+        if not before & 1 and os.pread(fd, 8, off) == data[off:off + 8]:
+            return cls.from_buffer_copy(data)
         if attempt >= 8:
             time.sleep(0.0005)
     raise BlockUnavailable(f"{what} stayed mid-write (seq odd or changing) for {tries} reads; its writer "
                            "may have died while writing", N.EBUSY, "GE_EBUSY")
 
 
-def _map(path: Path, cls: type[ctypes.Structure], writable: bool) -> tuple[int, mmap.mmap]:
-    """An fd and a mapping of the block at `path`, checked for size, magic and version."""
+class OddEntry(BlockUnavailable):
+    """A name in /dev/shm that looks like a block but is not one gpudash may read: not a regular file (a
+    FIFO, a symlink, a directory) or another user's. Any local user can make such names: they are skipped."""
+
+
+def odd_entry(st: os.stat_result) -> str | None:
+    """Why an entry is not a block of this user's processes (None: it may be one)."""
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    return None
+
+
+def _open(path: Path, cls: type[ctypes.Structure], writable: bool) -> int:
+    """An fd of the block at `path`, checked for kind, owner, size, magic and version. The open never
+    follows a symlink and never waits (O_NONBLOCK: a FIFO would block an open for reading forever)."""
+    flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        fd = os.open(path, flags)
     except OSError as err:
         raise BlockUnavailable(f"cannot open {path}: {err.strerror}", N.ENOTSUP, "GE_ENOTSUP") from None
     try:
-        size = os.fstat(fd).st_size
-        if size < ctypes.sizeof(cls):
-            raise BlockUnavailable(f"{path} holds {size} bytes, not the {ctypes.sizeof(cls)} of its layout (not "
-                                   "initialised yet, or another version)", N.ENOTSUP, "GE_ENOTSUP")
-        mm = mmap.mmap(fd, ctypes.sizeof(cls), prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
-        magic, version = struct.unpack_from("=II", mm, 0)
+        st = os.fstat(fd)
+        odd = odd_entry(st)
+        if odd is not None:
+            raise OddEntry(f"{path} {odd}; skipped", N.ENOTSUP, "GE_ENOTSUP")
+        if st.st_size < ctypes.sizeof(cls):
+            raise BlockUnavailable(f"{path} holds {st.st_size} bytes, not the {ctypes.sizeof(cls)} of its layout "
+                                   "(not initialised yet, truncated, or another version)", N.ENOTSUP, "GE_ENOTSUP")
+        magic, version = struct.unpack("=II", os.pread(fd, 8, 0).ljust(8, b"\0"))
         if magic != MAGIC or version != VERSION:
-            mm.close()
             raise BlockUnavailable(f"{path} has magic {magic:#x} version {version}, expected {MAGIC:#x} version "
                                    f"{VERSION} (not initialised yet, or another gpudash version)", N.ENOTSUP,
                                    "GE_ENOTSUP")
     except BaseException:
         os.close(fd)
         raise
-    return fd, mm
+    return fd
 
 
 class StatsView:
-    """A read-only mapping of one process's stats block. The mapping outlives the segment's unlink, so
-    the last values stay readable after the process exits."""
+    """One process's stats block, held open and read on demand. The open file outlives the segment's
+    unlink, so the last values stay readable after the process exits."""
 
     def __init__(self, pid: int, shm_dir: Path = SHM_DIR):
         self.pid = pid
         self.path = Path(shm_dir) / f"{STATS_PREFIX}{pid}"
-        self._fd, self._mm = _map(self.path, StatsBlockC, writable=False)
+        self._fd = _open(self.path, StatsBlockC, writable=False)
 
     def read_raw(self) -> StatsBlockC:
-        return read_consistent(self._mm, StatsBlockC, str(self.path))
+        return read_consistent(self._fd, StatsBlockC, str(self.path))
 
     def read(self) -> PreloadStats:
         return stats_from_c(self.read_raw())
@@ -284,7 +315,6 @@ class StatsView:
 
     def close(self) -> None:
         if self._fd >= 0:
-            self._mm.close()
             os.close(self._fd)
             self._fd = -1
 
@@ -304,22 +334,24 @@ class KnobsState:
 
 
 class KnobBlock:
-    """A read-write mapping of one process's knob block."""
+    """One process's knob block, held open: read, and written under an flock with the sequence lock.
+    Writes go through pwrite (a truncated block is extended again, never a SIGBUS) and stop before the
+    process's own `rejected_generation` word."""
 
     def __init__(self, pid: int, shm_dir: Path = SHM_DIR):
         self.pid = pid
         self.path = Path(shm_dir) / f"{KNOBS_PREFIX}{pid}"
-        self._fd, self._mm = _map(self.path, KnobsBlockC, writable=True)
-        self._view: KnobsBlockC | None = KnobsBlockC.from_buffer(self._mm)
+        self._fd = _open(self.path, KnobsBlockC, writable=True)
 
     def read(self) -> KnobsState:
-        b = read_consistent(self._mm, KnobsBlockC, str(self.path))
+        b = read_consistent(self._fd, KnobsBlockC, str(self.path))
         return KnobsState(b.generation, _knobs_dict(b.knobs, b.h2d_staging_bytes, b.d2h_staging_bytes),
                           bool(b.enabled), self.rejected_generation())
 
     def rejected_generation(self) -> int:
         """The last generation the process refused (the process's own word, outside the lock)."""
-        return struct.unpack_from("=Q", self._mm, KnobsBlockC.rejected_generation.offset)[0]
+        word = os.pread(self._fd, 8, KnobsBlockC.rejected_generation.offset)
+        return struct.unpack("=Q", word)[0] if len(word) == 8 else 0
 
     def write(self, knobs: Mapping[str, Any], enabled: bool = True) -> int:
         """Publish a complete knob set (every PRELOAD_KNOBS entry, validated first); returns its generation."""
@@ -327,28 +359,34 @@ class KnobBlock:
         if missing:
             raise EngineArgumentError(f"a knob block holds every preload knob; missing: {', '.join(missing)}")
         encode_knobs(knobs)  # validates, names the first bad knob
-        v = self._view
-        assert v is not None, "knob block closed"
+        assert self._fd >= 0, "knob block closed"
         c = N.Knobs.of(knobs)
+        seq_at, ours = KnobsBlockC.seq.offset, KnobsBlockC.rejected_generation.offset
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
+            data = os.pread(self._fd, ctypes.sizeof(KnobsBlockC), 0)
+            if len(data) < ctypes.sizeof(KnobsBlockC):
+                raise BlockUnavailable(f"{self.path} holds {len(data)} bytes, not the {ctypes.sizeof(KnobsBlockC)} "
+                                       "of its layout (truncated)", N.ENOTSUP, "GE_ENOTSUP")
+            v = KnobsBlockC.from_buffer_copy(data)
             odd = v.seq | 1  # a writer that died mid-write left it odd already
+            os.pwrite(self._fd, struct.pack("=Q", odd), seq_at)
             v.seq = odd
             v.knobs = c
             v.h2d_staging_bytes = int(knobs["h2d_staging_bytes"])
             v.d2h_staging_bytes = int(knobs["d2h_staging_bytes"])
             v.enabled = int(enabled)
             v.generation = generation = v.generation + 1
-            v.seq = odd + 1
+            os.pwrite(self._fd, bytes(v)[:ours], 0)
+            os.pwrite(self._fd, struct.pack("=Q", odd + 1), seq_at)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         return generation
 
     def close(self) -> None:
-        if self._view is not None:
-            self._view = None  # the ctypes view pins the mapping; drop it first
-            self._mm.close()
+        if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> KnobBlock:
         return self
@@ -376,12 +414,36 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_PID_NAME = re.compile(r"[1-9][0-9]{0,9}")  # as the library writes a pid (%d): ASCII digits, no sign
+_told: set[tuple[str, int]] = set()  # odd entries already noted (name, inode): one debug line each
+_TOLD_MAX = 4096  # forgotten past this (names made and removed in a loop must not grow it forever)
+
+
 def preload_pids(shm_dir: Path = SHM_DIR) -> list[int]:
-    """Pids of live processes that published a stats block (a dead process's leftover is skipped)."""
+    """Pids of live processes of this user that published a stats block. A dead process's leftover is
+    skipped, and so is every odd entry (a name that is no pid, a FIFO, a symlink, another user's file),
+    with one debug line; nothing here opens a file, so nothing can block."""
     try:
         names = os.listdir(shm_dir)
     except OSError:
         return []
-    pids = sorted(int(n[len(STATS_PREFIX):]) for n in names
-                  if n.startswith(STATS_PREFIX) and n[len(STATS_PREFIX):].isdigit())
-    return [p for p in pids if p > 0 and _alive(p)]
+    pids = []
+    for name in names:
+        if not name.startswith(STATS_PREFIX):
+            continue
+        tail = name[len(STATS_PREFIX):]
+        try:
+            st = os.lstat(Path(shm_dir) / name)
+        except OSError:
+            continue  # removed meanwhile
+        odd = None if _PID_NAME.fullmatch(tail) and int(tail) < 2**31 else "does not end in a pid"
+        odd = odd or odd_entry(st)
+        if odd is not None:
+            if (name, st.st_ino) not in _told:
+                if len(_told) >= _TOLD_MAX:
+                    _told.clear()
+                _told.add((name, st.st_ino))
+                log.debug("skipping %s in %s: it %s", ascii(name), shm_dir, odd)
+            continue
+        pids.append(int(tail))
+    return [p for p in sorted(pids) if _alive(p)]

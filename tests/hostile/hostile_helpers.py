@@ -1,19 +1,100 @@
-"""Helpers the hostile tests share: the gpudash CLI as a real process with its own user directories."""
+"""Helpers the hostile tests share: the gpudash CLI as a real process with its own user directories, and
+a `vllm` stand-in (the vLLM double) that starts a child of its own."""
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import psutil
+
 ENTRY = ["-c", "from gpudash.cli import main; main()"]
+DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "vllm_double.py"
+WAIT_S = 60.0  # generous bound on how long a test waits for what must happen promptly
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    """The environment of a gpudash whose user directories all lie under `home`."""
+    return {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config"),
+            "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
+            "XDG_CACHE_HOME": str(home / "cache")}
 
 
 def gpudash(*args: str, home: Path, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     """Run the gpudash CLI in a fresh interpreter with its user dirs under `home`."""
-    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config"),
-           "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
-           "XDG_CACHE_HOME": str(home / "cache")}
-    return subprocess.run([sys.executable, *ENTRY, *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, *ENTRY, *args], capture_output=True, text=True, env=cli_env(home),
                           timeout=timeout, **kw)
+
+
+def vllm_with_a_child(tmp: Path) -> tuple[Path, Path]:
+    """A `vllm` that starts a plain child (default SIGTERM action, so it dies of a group's TERM), writes
+    the child's pid to the returned file, and then runs the vLLM double; (the executable, the pid file)."""
+    exe, pidfile = tmp / "vllm", tmp / "child.pid"
+    exe.write_text(f"""#!{sys.executable}
+import os, runpy, subprocess, sys
+sys.argv[0] = "vllm"
+if not any(a.startswith("--help") for a in sys.argv):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    with open({str(pidfile)!r} + ".tmp", "w") as f:
+        f.write(str(child.pid))
+    os.replace({str(pidfile)!r} + ".tmp", {str(pidfile)!r})
+runpy.run_path({str(DOUBLE)!r}, run_name="__main__")
+""")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe, pidfile
+
+
+def server_config(tmp: Path, binary: Path) -> Path:
+    cfg = tmp / "c.toml"
+    cfg.write_text(f'[[servers]]\nname = "v"\nkind = "vllm"\nmodel = "m"\nbinary = "{binary}"\n'
+                   "[probe]\nenabled = false\n")
+    return cfg
+
+
+def alive_after_wait(pids: list[int], wait_s: float = WAIT_S) -> list[int]:
+    """Pids still running after up to `wait_s` (zombies count as gone)."""
+    end = time.monotonic() + wait_s
+    alive = list(pids)
+    while alive and time.monotonic() < end:
+        alive = [p for p in alive if _running(p)]
+        if alive:
+            time.sleep(0.05)
+    return alive
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def drain_pty(fd: int) -> bytearray:
+    """Reads a pseudo-terminal's output in the background (a full terminal would stall the app)."""
+    seen = bytearray()
+
+    def run() -> None:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    threading.Thread(target=run, daemon=True).start()
+    return seen

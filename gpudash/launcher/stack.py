@@ -15,7 +15,7 @@ import platformdirs
 
 from gpudash.config import APP_NAME, Config, ServerSpec
 from gpudash.launcher.demo import default_servers
-from gpudash.launcher.discovery import find_servers
+from gpudash.launcher.discovery import find_servers, local_address
 from gpudash.launcher.llama_autobuild import CudaAutoBuild
 from gpudash.launcher.metrics import ServerSource
 from gpudash.launcher.probe import ProbeRunner
@@ -59,6 +59,18 @@ class LaunchStack:
         self.probe = ProbeRunner(self.supervisor, config.probe, inbox) if config.probe.enabled else None
         self.cuda_build = CudaAutoBuild.plan(self.specs, config.llama.source, inbox, self._relaunch_if_running) \
             if config.llama.cuda_build == "auto" else None
+
+    def notes(self) -> list[str]:
+        """What the header says once about the servers: found ones attached instead of the demo, and that
+        the GPU views show this box's GPUs only when an attached server runs on another host."""
+        out = []
+        if self.found:
+            out.append(f"no [[servers]] configured: attached to {len(self.found)} server(s) found on the GPUs "
+                       f"({', '.join(f'{f.name} at {f.url}' for f in self.found)}) instead of starting the demo")
+        remote = [s.name for s in self.specs if s.attached and not local_address(str(s.url))]
+        if remote:
+            out.append(f"{', '.join(remote)} run(s) on another host: the GPU views show this box's GPUs only")
+        return out
 
     def _relaunch_if_running(self, name: str) -> None:
         """Move a server onto the new llama-server build, unless the operator stopped it (or it never started)."""

@@ -91,8 +91,11 @@ class LiveFeed:
         session.start_engine(live=True)
         session.make_pools()
         self.notes.extend(session.notes)
-        self.stack = LaunchStack(self.config, inbox, self.log_dir,
-                                 gpu_memory=self.rig.gpu_memory_totals)
+        from gpudash.launcher.discovery import nvml_gpu_pids
+
+        self.stack = LaunchStack(self.config, inbox, self.log_dir, gpu_memory=self.rig.gpu_memory_totals,
+                                 gpu_pids=None if self.rig.is_sim else nvml_gpu_pids)
+        self.notes.extend(self.stack.notes())
         supervisor = self.stack.supervisor
         sampler = session.wire([deliver], inbox=inbox, pids=supervisor.pids, sample_pools=True,
                                extra_sources=self.stack.sources)

@@ -151,6 +151,15 @@ struct CtxSwitch {
   }
 };
 
+// A copy's place in its caller's stream (stream_begin / stream_end): the copy's chunks start after the
+// work the caller queued before it, and the caller's later work waits for the copy's flag.
+struct StreamOrder final : CopyState {
+  void *start_event = nullptr;     // recorded on the user stream at copy time
+  uint32_t flag_slot = 0, flag_value = 0;
+  bool stream_flag = false;        // later work on the user stream waits for flag_value in flag_slot
+  std::vector<char> path_waited;   // by path id: that path's stream already waits on start_event
+};
+
 class CudaBackend : public Backend {
  public:
   int init(Engine &) override {
@@ -235,11 +244,11 @@ class CudaBackend : public Backend {
   int issue(Path &p, Chunk &c) override {
     CtxSwitch sw(ctx_[p.via]);  // issue may run in the caller's thread: leave its context as it was
     CUstream st = state(p).stream;
-    Copy &cp = *c.copy;
+    StreamOrder *order = static_cast<StreamOrder *>(c.copy->medium.get());
     int rc = GE_OK;
-    if (cp.cuda.start_event && !cp.cuda.path_waited[p.id]) {
-      if ((rc = cu(api.cuStreamWaitEvent(st, cp.cuda.start_event, 0)))) return rc;
-      cp.cuda.path_waited[p.id] = 1;
+    if (order && order->start_event && !order->path_waited[p.id]) {
+      if ((rc = cu(api.cuStreamWaitEvent(st, order->start_event, 0)))) return rc;
+      order->path_waited[p.id] = 1;
     }
     const void *host = reinterpret_cast<const void *>(c.host);
     if (p.dir == GE_H2D) {
@@ -395,26 +404,29 @@ class CudaBackend : public Backend {
       api.cuEventDestroy(ev);
       return rc;
     }
+    auto order = std::make_unique<StreamOrder>();
     uint32_t seq = ++seq_;
-    c.cuda.flag_slot = seq % kFlagSlots;
-    c.cuda.flag_value = seq;
-    CUdeviceptr flag = CUdeviceptr(reinterpret_cast<uintptr_t>(flags_ + c.cuda.flag_slot));
+    order->flag_slot = seq % kFlagSlots;
+    order->flag_value = seq;
+    CUdeviceptr flag = CUdeviceptr(reinterpret_cast<uintptr_t>(flags_ + order->flag_slot));
     if ((rc = cu(api.cuStreamWaitValue32(us, flag, seq, 0x0 /* GEQ */)))) {
       api.cuEventDestroy(ev);
       return rc;
     }
-    c.cuda.start_event = ev;
-    c.cuda.stream_flag = true;
-    c.cuda.path_waited.assign(paths_.size(), 0);
+    order->start_event = ev;
+    order->stream_flag = true;
+    order->path_waited.assign(paths_.size(), 0);
+    c.medium = std::move(order);
     return GE_OK;
   }
 
   void stream_end(Copy &c) override {
-    if (!c.cuda.stream_flag) return;
-    __atomic_store_n(&flags_[c.cuda.flag_slot], c.cuda.flag_value, __ATOMIC_SEQ_CST);
-    api.cuEventDestroy(c.cuda.start_event);
-    c.cuda.start_event = nullptr;
-    c.cuda.stream_flag = false;
+    StreamOrder *order = static_cast<StreamOrder *>(c.medium.get());
+    if (!order || !order->stream_flag) return;
+    __atomic_store_n(&flags_[order->flag_slot], order->flag_value, __ATOMIC_SEQ_CST);
+    api.cuEventDestroy(order->start_event);
+    order->start_event = nullptr;
+    order->stream_flag = false;
   }
 
  private:

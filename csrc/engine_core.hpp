@@ -39,12 +39,10 @@ struct Path;
 struct Group;
 
 // ---- what only one backend uses, fenced off from the shared fields -----------------------------
-// cuda: a copy's place in its caller's stream (backend_cuda.cpp stream_begin / stream_end).
-struct CudaCopy {
-  void *start_event = nullptr;     // recorded on the user stream at copy time
-  uint32_t flag_slot = 0, flag_value = 0;
-  bool stream_flag = false;        // later work on the user stream waits for flag_value in flag_slot
-  std::vector<char> path_waited;   // by path id: that path's stream already waits on start_event
+// A backend's own state for one copy, made by the backend (the CUDA backend's place in the caller's
+// stream: stream_begin) and freed with the copy.
+struct CopyState {
+  virtual ~CopyState() = default;
 };
 
 // A chunk lives under one engine, so one backend: the union holds that backend's state only
@@ -73,7 +71,7 @@ struct Copy {
   uint64_t nchunks = 0;
   bool single_path = false;  // below the fallback threshold (or one path only): direct path alone
   uint64_t stream = 0;       // user stream (cuda; the sim refuses one)
-  CudaCopy cuda;
+  std::unique_ptr<CopyState> medium;  // the backend's own state for this copy, if it keeps any
   // progress (guarded by the group mutex, except the atomics)
   uint64_t next_chunk = 0;   // next chunk index to produce
   std::atomic<uint64_t> remaining{0};

@@ -11,6 +11,7 @@ import click
 import tomli_w
 from pydantic import BaseModel
 
+from gpudash import fmt
 from gpudash.cli import Group
 from gpudash.commands.common import pass_config
 from gpudash.config import Config, EngineSettings, default_config_path
@@ -50,8 +51,12 @@ def documented_toml(model: BaseModel, path: tuple[str, ...] = (), note: Note = l
     return values + tables
 
 
-def _origin(model: BaseModel, name: str) -> str | None:
-    return model.origin(name) if isinstance(model, EngineSettings) else None
+def _note(model: BaseModel, name: str) -> str | None:
+    """After a value: where an [engine] knob came from, and a size in bytes as it reads (64 MiB)."""
+    value = getattr(model, name)
+    size = fmt.knob_text(value) if name.endswith("_bytes") and isinstance(value, int) else None
+    origin = model.origin(name) if isinstance(model, EngineSettings) else None
+    return "; ".join(part for part in (origin, size) if part and part != str(value)) or None
 
 
 @click.group(cls=Group)
@@ -63,7 +68,7 @@ def config() -> None:
 @pass_config
 def show(cfg: Config) -> None:
     """Print the effective config as commented TOML (a bad file prints one line per problem and exits 2)."""
-    click.echo("\n".join(documented_toml(cfg, note=_origin)).strip("\n"))
+    click.echo("\n".join(documented_toml(cfg, note=_note)).strip("\n"))
 
 
 @config.command()

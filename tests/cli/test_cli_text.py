@@ -46,7 +46,8 @@ def test_config_show_says_the_pools_are_on_by_default() -> None:
     comment = " ".join(ln.removeprefix("# ") for ln in lines[:at][-3:] if ln.startswith("#"))
     assert "off unless sizes are set" not in result.output
     assert "on by default" in comment and "0 turns that pool off" in comment
-    assert f"host_bytes = {64 * 2**20}" in lines[at + 1:at + 12]
+    assert f"host_bytes = {64 * 2**20}  # 64 MiB" in lines[at + 1:at + 12]  # bytes in the unit the docs use
+    assert "h2d_chunk_bytes = 2810000  # default; 2.68 MiB" in lines
 
 
 def test_run_stats_of_a_program_that_never_copies_does_not_alarm(tmp_path: Path) -> None:

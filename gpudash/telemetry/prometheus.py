@@ -91,11 +91,21 @@ _SERVER = (
     ("ttft_mean_s", "gpudash_server_ttft_mean_seconds",
      "Mean time to first token over the server's last scrape interval (its own metric).", 1),
     ("draft_acceptance", "gpudash_server_draft_acceptance_ratio", "Speculative draft tokens accepted, 0..1.", 1),
+    ("ttft_p50_s", "gpudash_server_ttft_p50_seconds",
+     "Median time to first token over the server's last scrape interval (its own histogram).", 1),
+    ("ttft_p90_s", "gpudash_server_ttft_p90_seconds",
+     "90th percentile time to first token over the server's last scrape interval (its own histogram).", 1),
+    ("ttft_p99_s", "gpudash_server_ttft_p99_seconds",
+     "99th percentile time to first token over the server's last scrape interval (its own histogram).", 1),
 )
 _SERVER_COUNTERS = (
     ("prefix_cache_queries", "gpudash_server_prefix_cache_queries",
      "Prompt tokens (vLLM 0.8: blocks) looked up in the prefix cache.", 1),
     ("prefix_cache_hits", "gpudash_server_prefix_cache_hits", "Prefix-cache lookups that hit.", 1),
+    ("external_prefix_cache_queries", "gpudash_server_external_prefix_cache_queries",
+     "Prompt tokens looked up in the host-memory KV cache after the GPU prefix cache missed (vLLM KV offload).", 1),
+    ("external_prefix_cache_hits", "gpudash_server_external_prefix_cache_hits",
+     "Host-memory KV cache lookups that hit (vLLM KV offload).", 1),
     ("restarts", "gpudash_server_restarts", "Restarts after a crash since launch.", 1),
     ("relaunches", "gpudash_server_relaunches", "Re-launches an operator asked for.", 1),
 )
@@ -227,6 +237,8 @@ class _Accumulated:
         self.faults: dict[tuple[str, str], int] = {}
         self.last_xid: dict[str, int] = {}
         self.ttft: dict[tuple[str, str], _Histogram] = {}
+        self.probe_failed: dict[str, int] = {}  # failed probe requests per server, and the last one's error
+        self.probe_error: dict[str, str] = {}
         self._pending: deque[RequestSample] = deque()
         self._restores: deque[Any] = deque(maxlen=1000)
 
@@ -245,6 +257,10 @@ class _Accumulated:
                 elif e.kind == RESTORE_EVENT:
                     self._restores.append(e)
             self._pending.extend(r for r in snap.requests if r.ok and r.ttft_s is not None)
+            for r in snap.requests:
+                if not r.ok:
+                    self.probe_failed[r.server] = self.probe_failed.get(r.server, 0) + 1
+                    self.probe_error[r.server] = (r.error or "unknown")[:200]
             self._settle(snap.ts)
 
     def _settle(self, now: float) -> None:
@@ -268,6 +284,12 @@ class _Accumulated:
             for gpu, xid in sorted(self.last_xid.items()):
                 f.value(GaugeMetricFamily, "gpudash_gpu_last_xid", "The last Xid code the GPU reported.",
                         {"gpu": gpu}, xid)
+            for server, n in sorted(self.probe_failed.items()):
+                f.value(CounterMetricFamily, "gpudash_server_probe_failed_requests",
+                        "Probe requests that failed (they never count as missing TTFT).", {"server": server}, n)
+                f.value(GaugeMetricFamily, "gpudash_server_probe_last_error_info",
+                        "The last distinct error a failed probe request ended with.",
+                        {"server": server, "error": self.probe_error[server]}, 1)
             if self.ttft:
                 fam = f.family(HistogramMetricFamily, "gpudash_server_request_ttft_seconds",
                                "Time to first token of the requests gpudash measured (probe), by how the "

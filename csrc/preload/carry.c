@@ -10,9 +10,11 @@
  *   have landed. The call returns at once. */
 #include "preload.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -290,9 +292,19 @@ static int carry_async(const ge_copy_desc *d, CUstream s, CUcontext ctx, uint64_
   return 1;
 }
 
+/* The calling thread's CPU clock: read around the copies that are taken (megabytes each), never on the
+ * way of one that passes. */
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- the decision ----------------------------------------------------------------------- */
-int gp_take(const gp_call *c, int *rc, int *dir) {
-  if (!gp_engine_ready()) return 0;
+#define PASS(reason) return (*why = (reason)), 0
+
+int gp_take(const gp_call *c, int *rc, int *dir, int *why) {
+  if (!gp_engine_ready()) PASS(GP_WHY_ENGINE);
   uint64_t t0 = gp_now_ns();
   const gp_fn_info *f = &gp_fns[c->fn];
   uint64_t dst = (uint64_t)(uintptr_t)c->dst, src = (uint64_t)(uintptr_t)c->src, n = c->n;
@@ -301,48 +313,129 @@ int gp_take(const gp_call *c, int *rc, int *dir) {
   int src_first = c->kind != GP_KIND_D2H;
   int k[2], g[2];
   uint64_t a[2];
-  if (gp.ge.classify(gp.eng, src_first ? src : dst, &k[0], &g[0], &a[0])) return 0;
+  if (gp.ge.classify(gp.eng, src_first ? src : dst, &k[0], &g[0], &a[0])) PASS(GP_WHY_FAILED);
   if (k[0] == GE_MEM_PINNED && !atomic_load_explicit(&gp.pinned_takes[src_first ? GE_H2D : GE_D2H], memory_order_relaxed))
-    return 0;
-  if (gp.ge.classify(gp.eng, src_first ? dst : src, &k[1], &g[1], &a[1])) return 0;
+    PASS(GP_WHY_PINNED);
+  if (gp.ge.classify(gp.eng, src_first ? dst : src, &k[1], &g[1], &a[1])) PASS(GP_WHY_FAILED);
   int ksrc = k[!src_first], gsrc = g[!src_first], kdst = k[src_first], gdst = g[src_first];
   uint64_t asrc = a[!src_first], adst = a[src_first];
   int d;
   if (kdst == GE_MEM_DEVICE && ksrc != GE_MEM_DEVICE) d = GE_H2D;
   else if (ksrc == GE_MEM_DEVICE && kdst != GE_MEM_DEVICE) d = GE_D2H;
-  else return 0;
-  if ((c->kind == GP_KIND_H2D && d != GE_H2D) || (c->kind == GP_KIND_D2H && d != GE_D2H)) return 0;
+  else PASS(GP_WHY_NOT_HOST_DEVICE);
+  if ((c->kind == GP_KIND_H2D && d != GE_H2D) || (c->kind == GP_KIND_D2H && d != GE_D2H)) PASS(GP_WHY_NOT_HOST_DEVICE);
   *dir = d;
   int gpu = d == GE_H2D ? gdst : gsrc;
   uint64_t dev_avail = d == GE_H2D ? adst : asrc, host_avail = d == GE_H2D ? asrc : adst;
   int host_kind = d == GE_H2D ? ksrc : kdst;
-  if (gpu < 0 || gpu >= GPUDASH_PRELOAD_MAX_GPUS || dev_avail < n) return 0;
+  if (gpu < 0 || gpu >= GPUDASH_PRELOAD_MAX_GPUS) PASS(GP_WHY_FAILED);
+  if (dev_avail < n) PASS(GP_WHY_RANGE);
   CUstream s = c->stream ? c->stream : f->per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
   int capturing = 0;
-  if (gp.cu.cuStreamIsCapturing(s, &capturing) != 0 || capturing != 0) return 0;
+  if (gp.cu.cuStreamIsCapturing(s, &capturing) != 0) PASS(GP_WHY_FAILED);
+  if (capturing != 0) PASS(GP_WHY_CAPTURE);
   int staged = host_kind == GE_MEM_PAGEABLE;
   if (staged) {
-    if (n < atomic_load_explicit(&gp.staging_bytes[d], memory_order_relaxed)) return 0;
+    if (n < atomic_load_explicit(&gp.staging_bytes[d], memory_order_relaxed)) PASS(GP_WHY_SMALL);
   } else {
-    if (host_avail && host_avail < n) return 0;
-    if (n < atomic_load_explicit(&gp.fallback_bytes[d], memory_order_relaxed)) return 0;
-    if (!gp.multipath[gpu][d] && !atomic_load_explicit(&gp.pinned_always, memory_order_relaxed)) return 0;
+    if (host_avail && host_avail < n) PASS(GP_WHY_RANGE);
+    if (n < atomic_load_explicit(&gp.fallback_bytes[d], memory_order_relaxed)) PASS(GP_WHY_SMALL);
+    if (!gp.multipath[gpu][d] && !atomic_load_explicit(&gp.pinned_always, memory_order_relaxed)) PASS(GP_WHY_PINNED);
   }
   CUcontext ctx = NULL;
-  if (gp.cu.cuStreamGetCtx(s, &ctx) != 0 || !ctx) return 0;
+  if (gp.cu.cuStreamGetCtx(s, &ctx) != 0 || !ctx) PASS(GP_WHY_FAILED);
+  uint64_t cpu0 = thread_cpu_ns();
   ge_copy_desc desc = {d, gpu, dst, src, n};
   if (!staged && f->async) {
-    if (!carry_async(&desc, s, ctx, t0)) return 0;
+    if (!carry_async(&desc, s, ctx, t0)) PASS(GP_WHY_FAILED);
   } else {
-    if (wait_prior(s, ctx) != 0) return 0;  /* the stream failed: the original reports it */
+    if (wait_prior(s, ctx) != 0) PASS(GP_WHY_FAILED);  /* the stream failed: the original reports it */
     uint64_t out[2];
-    if (gp.ge.copy_sync(gp.eng, &desc, staged ? GE_HOST_STAGED : GE_HOST_DIRECT, 0, out) != GE_OK) return 0;
+    if (gp.ge.copy_sync(gp.eng, &desc, staged ? GE_HOST_STAGED : GE_HOST_DIRECT, 0, out) != GE_OK) PASS(GP_WHY_FAILED);
     gp_add(d, GP_C_NS_LANDED, gp_now_ns() - t0);
   }
   gp_add(d, GP_C_TAKEN, 1);
   gp_add(d, GP_C_BYTES_TAKEN, n);
   if (staged) gp_add(d, GP_C_STAGED, 1);
   gp_add(d, GP_C_NS_CALLS, gp_now_ns() - t0);
+  gp_add(d, GP_C_CPU_CALLS, thread_cpu_ns() - cpu0);
   *rc = 0;
+  *why = GP_WHY_TAKEN;
   return 1;
+}
+
+/* ---- GPUDASH_PRELOAD_TRACE ------------------------------------------------------------------ */
+int gp_tracing;
+
+__attribute__((constructor)) static void trace_from_env(void) {
+  const char *t = getenv("GPUDASH_PRELOAD_TRACE");
+  gp_tracing = t && *t && strcmp(t, "0") != 0;
+}
+
+static const char *const why_names[GP_WHY_N] = {
+    [GP_WHY_TAKEN] = "taken", [GP_WHY_ENGINE] = "passed: engine not running",
+    [GP_WHY_PINNED] = "passed: pinned, direct path only", [GP_WHY_SMALL] = "passed: below threshold",
+    [GP_WHY_NOT_HOST_DEVICE] = "passed: not host<->device", [GP_WHY_CAPTURE] = "passed: stream capture",
+    [GP_WHY_RANGE] = "passed: past the allocation", [GP_WHY_FAILED] = "passed: a call failed",
+};
+
+/* The /proc/self/maps line of the mapping holding addr (permissions, offset, file), or "?". */
+static void mapping_of(uint64_t addr, char *out, size_t len) {
+  snprintf(out, len, "?");
+  FILE *m = fopen("/proc/self/maps", "re");
+  if (!m) return;
+  char line[512];
+  while (fgets(line, sizeof line, m)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && addr >= lo && addr < hi) {
+      line[strcspn(line, "\n")] = 0;
+      snprintf(out, len, "%s", line);
+      break;
+    }
+  }
+  fclose(m);
+}
+
+static const char *mem_name(uint64_t p) {
+  int k = -1, g = -1;
+  uint64_t a = 0;
+  if (atomic_load(&gp.engine_state) != 2 || gp.ge.classify(gp.eng, p, &k, &g, &a)) return "unknown";
+  return k == GE_MEM_DEVICE ? "device" : k == GE_MEM_PINNED ? "pinned" : "pageable";
+}
+
+void gp_trace(const gp_call *c, int why) {
+  uint64_t host = (uint64_t)(uintptr_t)(c->kind == GP_KIND_D2H ? c->dst : c->src);
+  char map[512];
+  mapping_of(host, map, sizeof map);
+  gp_say("trace %s kind %d %zu B src %s dst %s host map [%s]: %s", gp_fns[c->fn].name, c->kind, c->n,
+         mem_name((uint64_t)(uintptr_t)c->src), mem_name((uint64_t)(uintptr_t)c->dst), map,
+         why >= 0 && why < GP_WHY_N ? why_names[why] : "passed: preload inactive");
+}
+
+/* ---- the CPU of our threads ------------------------------------------------------------------ */
+/* Sums the on-CPU time (schedstat's first field, ns) of this process's threads named ge-* (the engine's)
+ * or gpudash-* (the interposer's): the cost gpudash adds beside the callers' time inside taken calls. */
+uint64_t gp_threads_cpu_ns(void) {
+  DIR *dir = opendir("/proc/self/task");
+  if (!dir) return 0;
+  uint64_t sum = 0;
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char path[300], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "re");
+    if (!f) continue;
+    int named = fgets(comm, sizeof comm, f) && (!strncmp(comm, "ge-", 3) || !strncmp(comm, "gpudash-", 8));
+    fclose(f);
+    if (!named) continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+    unsigned long long ns = 0;
+    if ((f = fopen(path, "re"))) {
+      if (fscanf(f, "%llu", &ns) == 1) sum += ns;
+      fclose(f);
+    }
+  }
+  closedir(dir);
+  return sum;
 }

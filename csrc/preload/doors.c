@@ -35,11 +35,15 @@ static int door(gp_call *c) {
   if (GP_UNLIKELY(gp_nested)) return gp_call_original(c);  /* cudart calling the driver for us */
   int worth = candidate(c->kind, c->n);
   if (GP_UNLIKELY(atomic_load_explicit(&gp.setup, memory_order_acquire) != 2)) gp_first_entry(worth);
-  int dir = known_dir(c->kind);
+  int dir = known_dir(c->kind), why = -1;
   if (worth && c->dst && c->src && atomic_load_explicit(&gp.state, memory_order_relaxed) == GP_STATE_ACTIVE &&
       atomic_load_explicit(&gp.enabled, memory_order_relaxed)) {
-    int rc = 0;
-    if (gp_take(c, &rc, &dir)) return rc;
+    int rc = 0, taken = gp_take(c, &rc, &dir, &why);
+    if (GP_UNLIKELY(gp_tracing)) gp_trace(c, why);
+    if (taken) return rc;
+    gp_add(dir, GP_C_WHY + why, 1);
+  } else if (GP_UNLIKELY(gp_tracing) && worth) {
+    gp_trace(c, why);
   }
   return pass(c, dir);
 }

@@ -24,7 +24,7 @@ extern "C" {
 #define GPUDASH_PRELOAD_STATS_FMT "/gpudash-preload-stats-%d"
 #define GPUDASH_PRELOAD_KNOBS_FMT "/gpudash-preload-knobs-%d"
 #define GPUDASH_PRELOAD_MAGIC 0x4C504447u /* "GDPL" */
-#define GPUDASH_PRELOAD_SHM_VERSION 2
+#define GPUDASH_PRELOAD_SHM_VERSION 3
 #define GPUDASH_PRELOAD_MAX_PATHS 64
 #define GPUDASH_PRELOAD_MAX_GPUS 16
 #define GPUDASH_PRELOAD_NAME_LEN 64
@@ -35,6 +35,21 @@ enum {
   GP_STATE_OFF = 1,         /* GPUDASH_PRELOAD=off, or the knob block's enabled = 0: everything passes */
   GP_STATE_FAILED = 2,      /* the engine could not start: everything passes through */
   GP_STATE_PASSTHROUGH = 3  /* after fork() in the child, or once exit() began */
+};
+
+/* Why a copy worth a decision (at least the smallest size any policy takes) was passed to the original
+ * function: gp_direction_stats.passed_why[] counts each. Copies below that size, and every copy while
+ * the preload is off or failed, pass without a decision and are counted in copies_passed alone. */
+enum {
+  GP_WHY_TAKEN = 0,        /* not a reason: the copy was taken (slot 0 stays 0) */
+  GP_WHY_ENGINE = 1,       /* the engine is not running (starting too long, or it failed) */
+  GP_WHY_PINNED = 2,       /* pinned host memory and only the direct path: the driver's copy is as fast */
+  GP_WHY_SMALL = 3,        /* below the staging (pageable) or fallback (pinned) threshold */
+  GP_WHY_NOT_HOST_DEVICE = 4,  /* both sides on the host or both on a device, or the kind disagrees */
+  GP_WHY_CAPTURE = 5,      /* the stream is being captured into a CUDA graph */
+  GP_WHY_RANGE = 6,        /* the copy runs past the end of the device (or pinned) allocation */
+  GP_WHY_FAILED = 7,       /* a driver or engine call failed before the copy began: the original does it */
+  GP_WHY_N = 8
 };
 
 /* Counters per direction (index GE_H2D / GE_D2H). "taken" = carried by the engine; "passed" = handed to
@@ -48,6 +63,8 @@ typedef struct {
   uint64_t ns_to_landed_taken;  /* from entry until the bytes were in place (async copies too) */
   uint64_t staged_copies;       /* of copies_taken: pageable memory through the staging ring */
   uint64_t errors;              /* copies that returned a CUDA error to the caller */
+  uint64_t passed_why[GP_WHY_N];  /* of copies_passed: those worth a decision, by reason (GP_WHY_*) */
+  uint64_t cpu_ns_calls_taken;  /* CPU time of the calling threads inside the taken calls (their waits too) */
 } gp_direction_stats;
 
 typedef struct {
@@ -67,6 +84,9 @@ typedef struct {
   uint64_t h2d_staging_bytes;   /* pageable copies below these pass through (the driver stages them) */
   uint64_t d2h_staging_bytes;
   uint64_t engine_start_ns;     /* how long the engine took to start, started at the first copy (0: not yet) */
+  uint64_t threads_cpu_ns;      /* CPU time of every thread the engine and the interposer started (staging,
+                                   dispatchers, path workers, mover, stats), idle spinning included; read
+                                   at a publish after copies moved bytes, else about once a second */
   ge_path_stats paths[GPUDASH_PRELOAD_MAX_PATHS];
   ge_link_stats links[GPUDASH_PRELOAD_MAX_GPUS];      /* per GPU, index = GPU ordinal; num_gpus entries valid */
 } gp_stats_block;

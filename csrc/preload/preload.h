@@ -10,6 +10,9 @@
  *   GPUDASH_PRELOAD_NAME          the name the stats block carries (the server's name)
  *   GPUDASH_PRELOAD_PINNED=always take pinned copies above the fallback threshold even on a single path
  *   GPUDASH_PRELOAD_PUBLISH_MS    stats publishing period (100)
+ *   GPUDASH_PRELOAD_TRACE=1       one line on stderr for each copy worth a decision (at least the smallest
+ *                                 size any policy takes): the call, both sides' memory (with the host
+ *                                 side's mapping from /proc/self/maps) and the decision with its reason
  *   GPUDASH_ENGINE_LIB            the engine library (default: libgpudash_engine.so beside this one) */
 #ifndef GPUDASH_PRELOAD_H
 #define GPUDASH_PRELOAD_H
@@ -133,11 +136,12 @@ typedef struct {
 extern gp_global gp;
 
 /* Counters per direction, private to the process; the publisher copies them into the stats block. */
-typedef struct {
-  _Atomic uint64_t v[8];  /* in the order of gp_direction_stats' fields */
-} gp_counters;
 enum { GP_C_TAKEN, GP_C_PASSED, GP_C_BYTES_TAKEN, GP_C_BYTES_PASSED, GP_C_NS_CALLS, GP_C_NS_LANDED, GP_C_STAGED,
-       GP_C_ERRORS };
+       GP_C_ERRORS, GP_C_WHY, GP_C_CPU_CALLS = GP_C_WHY + GP_WHY_N, GP_C_N };
+typedef struct {
+  _Atomic uint64_t v[GP_C_N];  /* in the order of gp_direction_stats' fields */
+} gp_counters;
+_Static_assert(sizeof(gp_counters) == sizeof(gp_direction_stats), "gp_counters mirrors gp_direction_stats");
 extern gp_counters gp_count[2];
 
 static inline void gp_add(int dir, int which, uint64_t v) {
@@ -175,7 +179,12 @@ void gp_shm_poll_knobs(void);
 void gp_shm_close(void);
 
 /* carry.c: 1 when the copy was taken (*rc is the caller's result), 0 to pass it through (*dir set when
- * the direction became known). */
-int gp_take(const gp_call *c, int *rc, int *dir);
+ * the direction became known, *why to the reason, a GP_WHY_* of gpudash_preload_shm.h). */
+int gp_take(const gp_call *c, int *rc, int *dir, int *why);
+/* GPUDASH_PRELOAD_TRACE: one line for this decision (why: GP_WHY_TAKEN or the reason it passed). */
+void gp_trace(const gp_call *c, int why);
+extern int gp_tracing;
+/* CPU time of the threads the engine and the interposer started (by name: ge-*, gpudash-*). */
+uint64_t gp_threads_cpu_ns(void);
 
 #endif

@@ -260,13 +260,19 @@ static void publish_locked(void) {
   memcpy(out.name, gp.name, sizeof out.name);
   for (int d = 0; d < 2; ++d) {
     uint64_t *o = &out.dir[d].copies_taken;
-    for (int i = 0; i < 8; ++i) o[i] = atomic_load_explicit(&gp_count[d].v[i], memory_order_relaxed);
+    for (int i = 0; i < GP_C_N; ++i) o[i] = atomic_load_explicit(&gp_count[d].v[i], memory_order_relaxed);
   }
   out.knobs_generation = applied_generation;
   out.knobs = in_force;
   out.h2d_staging_bytes = in_force_staging[0];
   out.d2h_staging_bytes = in_force_staging[1];
   out.engine_start_ns = atomic_load(&gp.engine_start_ns);
+  /* /proc is read when bytes moved since the last read, else about once a second (under shm_m) */
+  static uint64_t threads_cpu, threads_read_at, threads_moved;
+  uint64_t moved = out.dir[0].bytes_taken + out.dir[1].bytes_taken;
+  if (moved != threads_moved || gp_now_ns() - threads_read_at >= 1000000000ull)
+    threads_cpu = gp_threads_cpu_ns(), threads_read_at = gp_now_ns(), threads_moved = moved;
+  out.threads_cpu_ns = threads_cpu;
   put(stats_fd, &out, sizeof out, 0);
   write_end(stats_fd, &stats_seq, seq_at);
 }

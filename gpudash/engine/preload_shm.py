@@ -54,11 +54,14 @@ SHM_DIR = Path("/dev/shm")  # where glibc's shm_open puts "/name" segments
 STATS_PREFIX = "gpudash-preload-stats-"
 KNOBS_PREFIX = "gpudash-preload-knobs-"
 MAGIC = 0x4C504447  # "GDPL"
-VERSION = 2
+VERSION = 3
 MAX_PATHS = 64
 NAME_LEN = 64
 MAX_GPUS = 16
 STATES = ("active", "off", "failed", "passthrough")  # GP_STATE_* by value
+# Why a copy worth a decision was passed through (GP_WHY_* by value; 0 is a taken copy's).
+PASS_REASONS = ("taken", "engine not running", "pinned, direct path only", "below threshold",
+                "not host<->device", "stream capture", "past the allocation", "a call failed")
 
 # The knobs a preloaded engine has: the native struct's, plus the pageable staging thresholds.
 # A preloaded engine takes the live knobs of the one knob table (gpudash/engine/config.py).
@@ -68,7 +71,8 @@ PRELOAD_KNOBS = tuple(k.name for k in KNOB_TABLE if k.live)
 class DirectionStatsC(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in (
         "copies_taken", "copies_passed", "bytes_taken", "bytes_passed", "ns_in_calls_taken",
-        "ns_to_landed_taken", "staged_copies", "errors")]
+        "ns_to_landed_taken", "staged_copies", "errors")] + [
+        ("passed_why", ctypes.c_uint64 * len(PASS_REASONS)), ("cpu_ns_calls_taken", ctypes.c_uint64)]
 
 
 class StatsBlockC(ctypes.Structure):
@@ -78,7 +82,8 @@ class StatsBlockC(ctypes.Structure):
         ("num_gpus", ctypes.c_int32), ("started_at", ctypes.c_double), ("updated_at", ctypes.c_double),
         ("name", ctypes.c_char * NAME_LEN), ("dir", DirectionStatsC * 2), ("knobs_generation", ctypes.c_uint64),
         ("knobs", N.Knobs), ("h2d_staging_bytes", ctypes.c_uint64), ("d2h_staging_bytes", ctypes.c_uint64),
-        ("engine_start_ns", ctypes.c_uint64), ("paths", N.PathStatsC * MAX_PATHS), ("links", N.LinkStatsC * MAX_GPUS),
+        ("engine_start_ns", ctypes.c_uint64), ("threads_cpu_ns", ctypes.c_uint64),
+        ("paths", N.PathStatsC * MAX_PATHS), ("links", N.LinkStatsC * MAX_GPUS),
     ]
 
 
@@ -167,6 +172,8 @@ class DirectionStats:
     ns_to_landed_taken: int
     staged_copies: int
     errors: int
+    passed_why: tuple[int, ...]  # by PASS_REASONS; copies below every threshold are in copies_passed only
+    cpu_ns_calls_taken: int  # CPU of the calling threads inside the taken calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,17 +192,41 @@ class PreloadStats:
     paths: tuple[PathStats, ...]
     links: tuple[LinkStats, ...]
     engine_start_s: float | None  # how long the engine took to start (None: not started yet)
+    threads_cpu_s: float  # CPU of the engine's and the interposer's own threads, idle spinning included
+
+    def cpu_s(self, direction: str) -> float:
+        """Core-seconds the taken copies of one direction cost: the calling threads' CPU inside the taken
+        calls, plus gpudash's own threads' CPU (idle spinning included) shared out between the directions
+        by the CPU the engine's paths account to each (by bytes where they account none)."""
+        d = self.h2d if direction == "h2d" else self.d2h
+        mine = sum(p.cpu_s for p in self.paths if p.direction == direction)
+        every = sum(p.cpu_s for p in self.paths)
+        if every <= 0:
+            mine, every = d.bytes_taken, self.h2d.bytes_taken + self.d2h.bytes_taken
+        return d.cpu_ns_calls_taken / 1e9 + (self.threads_cpu_s * mine / every if every else 0.0)
+
+    def path_cpu_s(self, path: PathStats) -> float:
+        """A path's part of its direction's cost (cpu_s), by the bytes it carried."""
+        moved = sum(p.bytes for p in self.paths if p.direction == path.direction)
+        return self.cpu_s(path.direction) * path.bytes / moved if moved else 0.0
 
     def summary_lines(self) -> list[str]:
-        """Copies taken vs passed through, bytes, time and GB/s per direction, as an aligned table."""
+        """Copies taken vs passed through, bytes, time, GB/s and core-seconds per GB per direction, then
+        why copies worth a decision were passed, as an aligned table."""
         head = f"{'dir':<4}{'taken':>9}{'passed':>9}{'GB taken':>10}{'GB passed':>10}{'s in calls':>11}" \
-               f"{'s landed':>10}{'GB/s':>8}{'staged':>8}{'errors':>7}"
+               f"{'s landed':>10}{'GB/s':>8}{'staged':>8}{'errors':>7}{'CPU s/GB':>9}"
         rows = [head]
         for label, d in (("h2d", self.h2d), ("d2h", self.d2h)):
             rate = f"{d.bytes_taken / d.ns_to_landed_taken:.2f}" if d.ns_to_landed_taken else "—"
+            cpu = f"{self.cpu_s(label) / (d.bytes_taken / 1e9):.3f}" if d.bytes_taken else "—"
             rows.append(f"{label:<4}{d.copies_taken:>9}{d.copies_passed:>9}{d.bytes_taken / 1e9:>10.3f}"
                         f"{d.bytes_passed / 1e9:>10.3f}{d.ns_in_calls_taken / 1e9:>11.3f}"
-                        f"{d.ns_to_landed_taken / 1e9:>10.3f}{rate:>8}{d.staged_copies:>8}{d.errors:>7}")
+                        f"{d.ns_to_landed_taken / 1e9:>10.3f}{rate:>8}{d.staged_copies:>8}{d.errors:>7}{cpu:>9}")
+        for label, d in (("h2d", self.h2d), ("d2h", self.d2h)):
+            why = [f"{n} {PASS_REASONS[i]}" for i, n in enumerate(d.passed_why) if i and n]
+            if why:
+                rows.append(f"{label} passed: " + ", ".join(why))
+        rows.append(f"gpudash's own threads used {self.threads_cpu_s:.3f} core-s (idle spinning included)")
         if self.engine_start_s is not None:
             rows.append(f"the engine started in {self.engine_start_s * 1e3:.1f} ms, beside the first copy")
         return rows
@@ -209,7 +240,8 @@ def _knobs_dict(k: N.Knobs, h2d_staging: int, d2h_staging: int) -> dict[str, Any
 
 
 def _direction(c: DirectionStatsC) -> DirectionStats:
-    return DirectionStats(*(getattr(c, f.name) for f in fields(DirectionStats)))
+    values = (getattr(c, f.name) for f in fields(DirectionStats))
+    return DirectionStats(*(tuple(v) if isinstance(v, ctypes.Array) else v for v in values))
 
 
 def stats_from_c(b: StatsBlockC) -> PreloadStats:
@@ -222,7 +254,7 @@ def stats_from_c(b: StatsBlockC) -> PreloadStats:
     return PreloadStats(b.pid, b.name.decode("utf-8", "replace"), state, b.started_at, b.updated_at,
                         _direction(b.dir[N.H2D]), _direction(b.dir[N.D2H]), b.knobs_generation,
                         _knobs_dict(b.knobs, b.h2d_staging_bytes, b.d2h_staging_bytes), paths, links,
-                        b.engine_start_ns / 1e9 if b.engine_start_ns else None)
+                        b.engine_start_ns / 1e9 if b.engine_start_ns else None, b.threads_cpu_ns / 1e9)
 
 
 # ---- the sequence lock ---------------------------------------------------------------------------------

@@ -5,6 +5,9 @@ Each process publishes cumulative counters in its stats block; the rate of a pat
 over the time between the two publishes this source read (the first sight of a path shows the rate the
 process itself reports). Direct paths are always reported; relay paths once they carried bytes. A
 server with several preloaded processes (vLLM's workers) gets one row per path, summed over them.
+A path's CPU is the whole cost of its direction's taken copies (the calling threads' time inside them
+and gpudash's own threads, idle spinning included; PreloadStats.cpu_s), shared out by bytes, so the
+Engine view and gpudash_engine_path_cpu_seconds over bytes give core-seconds per GB.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class PreloadSource:
                 seen[key] = (s.updated_at, p.bytes)
                 row = EnginePathSample(ts=ts, path=p.name, gpu=p.gpu, via=p.via, direction=p.direction,
                                        bytes_total=p.bytes, chunks_total=p.chunks, queue_depth=p.queue_depth,
-                                       gbps=gbps, cpu_s=p.cpu_s, server=name)
+                                       gbps=gbps, cpu_s=s.path_cpu_s(p), server=name)
                 prior = rows.get((name, p.name, p.direction))
                 rows[(name, p.name, p.direction)] = row if prior is None else _summed(prior, row)
         self._last = seen  # processes that are gone are forgotten

@@ -488,6 +488,48 @@ static int scenario_one_gpu(int always) {
 /* The first door entry (a small copy that passes) starts the engine on a thread of its own; a big copy
  * that comes while that start is still in progress (FAKECUDA_RETAIN_DELAY_MS slows it) waits for it
  * and is taken, rather than passing or starting a second engine. */
+/* A model file's bytes, the two ways loaders hand them to the GPU (one GPU, as most loads run):
+ * PyTorch's `.to("cuda")` of a tensor that is a view of the file's mapping (safe_open on the CPU, then
+ * .to: the source is the read-only mapping itself, pageable: staged), and safetensors 0.8's load_file on
+ * a CUDA device (it copies each tensor out of its mapping into a pinned buffer first: the copy's source
+ * is that buffer, and a pinned copy with only the direct path passes, counted under its reason). */
+static int scenario_file_source(void) {
+  setup();
+  void *s;
+  CHECK(cudaStreamCreate(&s) == 0);
+  char path[4096];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/gpudash-file-source-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  unlink(path);  /* the mappings keep the file */
+  fill(pattern, 2 * MB, 31);
+  CHECK(write(fd, pattern, 2 * MB) == (ssize_t)(2 * MB));
+  const unsigned char *ro = mmap(NULL, 2 * MB, PROT_READ, MAP_PRIVATE, fd, 0);
+  const unsigned char *shared = mmap(NULL, 2 * MB, PROT_READ, MAP_SHARED, fd, 0);
+  CHECK(ro != MAP_FAILED && shared != MAP_FAILED);
+  CHECK(cudaMemcpy(dev, ro, MB, H2D) == 0 && same(dev, pattern, MB));
+  expect(0, 1, MB, 1);
+  CHECK(cudaMemcpyAsync(dev2, ro + MB, MB, H2D, s) == 0 && same(dev2, pattern + MB, MB));
+  expect(0, 1, MB, 1);
+  CHECK(cudaMemcpyAsync_ptsz(dev, shared + MB / 2, MB, 4 /* Default */, NULL) == 0 && same(dev, pattern + MB / 2, MB));
+  expect(0, 1, MB, 1);
+  CHECK(cudaMemcpy(small_dev, ro, 4096, H2D) == 0 && same(small_dev, pattern, 4096));  /* below every threshold */
+  expect(0, 0, 4096, 0);
+  memcpy(pin, ro, MB);  /* safetensors 0.8: out of the mapping into a pinned buffer, then .to("cuda") */
+  CHECK(cudaMemcpyAsync(dev2, pin, MB, H2D, s) == 0 && cudaStreamSynchronize(s) == 0 && same(dev2, pattern, MB));
+  expect(0, 0, MB, 0);
+  COUNTS();
+  CHECK(S.num_gpus == 1);
+  for (int why = 0; why < GP_WHY_N; ++why)  /* the 4 KiB copy passed before any decision: no reason */
+    CHECK(S.dir[0].passed_why[why] == (why == GP_WHY_PINNED ? 1u : 0u));
+  CHECK(S.dir[0].cpu_ns_calls_taken > 0 && S.dir[1].cpu_ns_calls_taken == 0);
+  munmap((void *)ro, 2 * MB);
+  munmap((void *)shared, 2 * MB);
+  close(fd);
+  return 0;
+}
+
 static int scenario_early_start(void) {
   setup();
   fill(page, 4096, 30);
@@ -539,6 +581,7 @@ int main(int argc, char **argv) {
            : !strcmp(s, "threads") ? scenario_threads()
            : !strcmp(s, "one-gpu") ? scenario_one_gpu(0)
            : !strcmp(s, "one-gpu-always") ? scenario_one_gpu(1)
+           : !strcmp(s, "file-source") ? scenario_file_source()
            : 2;
   if (rc == 0) printf("scenario %s passed\n", s);
   return rc;

@@ -85,3 +85,20 @@ def test_start_up_knobs_default_to_the_engine_config(run_doors: Run) -> None:
         assert int(got[name]) == getattr(cfg, name), name
     assert int(got["direct_first"]) == int(cfg.direct_first)
     assert int(got["staging_threads"]) == min(16, max(1, len(os.sched_getaffinity(0)) // 2))
+
+
+def test_a_model_files_bytes_are_taken_from_its_read_only_mapping_and_a_pinned_copy_passes_saying_why(
+        run_doors: Run, tmp_path: Path) -> None:
+    """On one GPU: tensors that are views of a file's read-only mapping (PROT_READ, private or shared) are
+    staged; safetensors 0.8's load_file copies each tensor into a pinned buffer first, and that copy passes
+    (only the direct path), counted under "pinned" in the stats block and said so by the trace."""
+    out = run_doors("file-source", {"FAKECUDA_GPUS": "1", "GPUDASH_PRELOAD_TRACE": "1", "TMPDIR": str(tmp_path)})
+    _passed(out, "file-source")
+    lines = out.stderr.splitlines()
+    taken = [ln for ln in lines if ln.endswith(": taken")]
+    assert len(taken) == 3 and all("src pageable dst device" in ln and "gpudash-file-source-" in ln for ln in taken)
+    assert sum(" r--p " in ln for ln in taken) == 2 and sum(" r--s " in ln for ln in taken) == 1
+    passed = [ln for ln in lines if "passed:" in ln]
+    assert len(passed) == 1 and "src pinned dst device" in passed[0]
+    assert passed[0].endswith("passed: pinned, direct path only")
+    assert len(lines) == 4  # the 4 KiB copy is below every threshold: no decision, no line

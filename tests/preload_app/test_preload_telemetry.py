@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import Config
+from gpudash.engine.preload_shm import StatsView
 from gpudash.records import Snapshot
 from gpudash.store import Store, StoreWriter
 from gpudash.telemetry.preload import PreloadSource
@@ -33,6 +34,23 @@ def test_rates_come_from_counter_deltas_between_publishes(process_side) -> None:
     assert second[("direct:0", "d2h")].gbps == pytest.approx(0.25)
     third = _rows(src, "llama-a")  # nothing published since: no new bytes known
     assert third[("direct:0", "h2d")].gbps == 0.0 and third[("direct:0", "h2d")].bytes_total == 5_000_000_000
+
+
+def test_a_paths_cpu_is_its_directions_whole_cost_so_core_seconds_per_gb_show(process_side) -> None:
+    """The callers' CPU inside taken copies and gpudash's own threads' CPU reach the path rows (the Engine
+    view, gpudash_engine_path_cpu_seconds) and `gpudash run --stats`' CPU s/GB column."""
+    ps = process_side("llama-cpu")
+    for line in ("copy h2d 2000000000 1 1", "cpu h2d 300000000 500000000", "at 1000.0"):
+        assert ps.cmd(line) == "ok"
+    rows = _rows(PreloadSource(), "llama-cpu")
+    # no path accounted CPU of its own: gpudash's threads are shared by bytes, all of them H2D here
+    assert rows[("direct:0", "h2d")].cpu_s == pytest.approx(0.8)
+    assert rows[("direct:0", "d2h")].cpu_s == 0.0
+    with StatsView(ps.pid) as view:
+        lines = view.read().summary_lines()
+    assert lines[0].split()[-2:] == ["CPU", "s/GB"]
+    assert lines[1].split()[-1] == "0.400" and lines[2].split()[-1] == "—"  # 0.8 core-s over 2 GB; no D2H
+    assert "gpudash's own threads used 0.500 core-s" in lines[-1]
 
 
 def test_the_supervisors_name_wins_and_gone_processes_vanish(process_side) -> None:

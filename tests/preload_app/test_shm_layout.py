@@ -44,6 +44,8 @@ def test_constants_match_the_header(layout_program: Path) -> None:
                                "name_len", str(P.NAME_LEN)]
     assert len(P.STATES) == 4 and consts["states"] == ["0", "1", "2", "3"]
     assert consts["fmt"] == [f"/{P.STATS_PREFIX}%d", f"/{P.KNOBS_PREFIX}%d"]
+    assert consts["why"] == [str(len(P.PASS_REASONS)), str(P.PASS_REASONS.index("pinned, direct path only")),
+                             str(P.PASS_REASONS.index("a call failed"))]
     # The embedded engine structs are the ones gpudash/engine/_native.py already keeps equal to gpudash_engine.h.
     assert P.StatsBlockC.paths.size == P.MAX_PATHS * ctypes.sizeof(N.PathStatsC)
     assert P.StatsBlockC.links.size == P.MAX_GPUS * ctypes.sizeof(N.LinkStatsC)

@@ -125,6 +125,12 @@ int main(void) {
       S->links[0].h2d_bytes += d == GE_H2D ? a : 0;
       S->links[0].d2h_bytes += d == GE_D2H ? a : 0;
       end();
+    } else if (sscanf(line, "cpu %7s %llu %llu", dir, &a, &b) == 3) {  /* callers' ns in calls, our threads' ns */
+      int d = strcmp(dir, "d2h") == 0 ? GE_D2H : GE_H2D;
+      begin();
+      S->dir[d].cpu_ns_calls_taken += a;
+      S->threads_cpu_ns += b;
+      end();
     } else if (sscanf(line, "pass %7s %llu", dir, &a) == 2) {
       int d = strcmp(dir, "d2h") == 0 ? GE_D2H : GE_H2D;
       begin();

@@ -14,6 +14,8 @@
 #   bash benchmarks/gpu_box.sh preload PyTorch and the CUDA llama-server with and without the preload
 #                                      (LLAMA_RUNS=3: the llama-server run three times; LLAMA_KNOBS="--knob k=v");
 #                                      preload_torch and preload_llama run one half each
+#   bash benchmarks/gpu_box.sh loaders safetensors, a state dict and transformers with and without the preload
+#                                      (benchmarks/bench_preload_loaders.py; LOADERS_ARGS="--rounds 5 ...")
 #   bash benchmarks/gpu_box.sh staged_d2h  llama-server's prompt-cache save pattern (and PyTorch's .cpu()) with
 #                                      the engine alone: native vs the staging ring (STAGED_ARGS="--set k=v")
 #   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs, with
@@ -116,6 +118,10 @@ preload_llama() {
   done
 }
 
+loaders() {
+  run timeout 580 python3 benchmarks/bench_preload_loaders.py --dir "$ROOT/.devcache/loaders" ${LOADERS_ARGS:-}
+}
+
 staged_d2h() {
   run python3 benchmarks/bench_staged_d2h.py ${STAGED_ARGS:-}
 }
@@ -130,7 +136,7 @@ nvitop() {
 
 for stage in "$@"; do
   case $stage in
-    setup|engine|demo|big|gpu|preload|preload_torch|preload_llama|staged_d2h|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
-    *) echo "unknown stage $stage (setup, engine, demo, big, gpu, preload, preload_torch, preload_llama, staged_d2h, nvitop)" >&2; exit 2 ;;
+    setup|engine|demo|big|gpu|preload|preload_torch|preload_llama|loaders|staged_d2h|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
+    *) echo "unknown stage $stage (setup, engine, demo, big, gpu, preload, preload_torch, preload_llama, loaders, staged_d2h, nvitop)" >&2; exit 2 ;;
   esac
 done

@@ -273,6 +273,10 @@ static int scenario_doors(void) {
   expect(0, 0, MB, 0);
   want[0][5] += 1;
   COUNTS();
+  /* why: the captured copy, and the two past the end of their allocation (D2D and 4 KiB need no decision) */
+  for (int why = 0; why < GP_WHY_N; ++why)
+    CHECK(S.dir[0].passed_why[why] == (why == GP_WHY_CAPTURE ? 1u : why == GP_WHY_RANGE ? 2u : 0u) &&
+          S.dir[1].passed_why[why] == 0);
   return 0;
 }
 
@@ -481,6 +485,7 @@ static int scenario_one_gpu(int always) {
   expect(1, always, MB, 0);
   COUNTS();
   CHECK(S.num_gpus == 1 && S.num_paths == 2);
+  CHECK(S.dir[0].passed_why[GP_WHY_PINNED] == (uint64_t)!always && S.dir[1].passed_why[GP_WHY_PINNED] == (uint64_t)!always);
   return 0;
 }
 

@@ -18,17 +18,8 @@ GE_KNOB_TABLE(GE_KNOB_LAYOUT)
 #undef GE_KNOB_LAYOUT
 static_assert(sizeof(ge_knobs) == GE_KNOBS_SIZE, "ge_knobs differs in size from gpudash/engine/config.py's knob table");
 
-template <typename T>
-static bool knob_in_range(T v, T lo, T hi) { return !(v < lo) && !(hi < v); }
-
-// The one range check of the native knobs; the limits come from the knob table through knob_limits.h.
-int validate_knobs(const ge_knobs &k) {
-#define GE_KNOB_RANGE(field, type, offset, lo, hi) \
-  if (!knob_in_range<type>(k.field, (lo), (hi))) return GE_EINVAL;
-  GE_KNOB_TABLE(GE_KNOB_RANGE)
-#undef GE_KNOB_RANGE
-  return GE_OK;
-}
+// The native knobs' range check, generated from the knob table into knob_limits.h (Knob.check's limits).
+int validate_knobs(const ge_knobs &k) { return GE_KNOBS_IN_RANGE(k) ? GE_OK : GE_EINVAL; }
 
 int Engine::init(Backend *b, const ge_knobs &k, double scale) {
   be_.reset(b);

@@ -15,6 +15,22 @@
 
 #define GE_KNOBS_SIZE 48
 
+/* The range check of ge_knobs (engine_setup.cpp's validate_knobs): nonzero when every knob the data plane
+ * reads is within the table's limits. */
+#define GE_KNOBS_IN_RANGE(k) \
+  ((k).h2d_chunk_bytes >= 4096ull && \
+   (k).h2d_chunk_bytes <= 1073741824ull && \
+   (k).d2h_chunk_bytes >= 4096ull && \
+   (k).d2h_chunk_bytes <= 1073741824ull && \
+   (k).h2d_fallback_bytes <= 1125899906842624ull && \
+   (k).d2h_fallback_bytes <= 1125899906842624ull && \
+   (k).outstanding >= 1 && \
+   (k).outstanding <= 64 && \
+   (k).direct_first >= 0 && \
+   (k).direct_first <= 1 && \
+   (k).staging_threads >= 1 && \
+   (k).staging_threads <= 64)
+
 /* X(field, default) for the same knobs: a preloaded engine's start-up knobs. 0 where the default is
  * computed on the machine that runs the engine (staging_threads: half its usable cores, 1 to 16). */
 #define GE_KNOB_DEFAULTS(X) \

@@ -51,6 +51,15 @@ def render() -> str:
         k = KNOB[name]
         rows.append(f"  X({name}, {ctype}, {offset}, {_literal(k.low, ctype)}, {_literal(k.high, ctype)})")
         defaults.append(f"  X({name}, {_literal(0 if k.machine_default else int(k.default), ctype)})")
+    checks = []
+    for name, ctype, _offset in c_layout():
+        if name.startswith("reserved"):
+            continue
+        k = KNOB[name]
+        if k.low > 0 or ctype != "uint64_t":  # an unsigned field is never below 0 (and -Wtype-limits says so)
+            checks.append(f"(k).{name} >= {_literal(k.low, ctype)}")
+        checks.append(f"(k).{name} <= {_literal(k.high, ctype)}")
+    in_range = " && \\\n   ".join(checks)
     table = " \\\n".join(rows)
     default_table = " \\\n".join(defaults)
     staging_table = " \\\n".join(_staging_rows())
@@ -64,6 +73,11 @@ def render() -> str:
 {table}
 
 #define GE_KNOBS_SIZE {size}
+
+/* The range check of ge_knobs (engine_setup.cpp's validate_knobs): nonzero when every knob the data plane
+ * reads is within the table's limits. */
+#define GE_KNOBS_IN_RANGE(k) \\
+  ({in_range})
 
 /* X(field, default) for the same knobs: a preloaded engine's start-up knobs. 0 where the default is
  * computed on the machine that runs the engine (staging_threads: half its usable cores, 1 to 16). */

@@ -9,11 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from gpudash import fmt
-from gpudash.cli import main
+from gpudash.cli import Group, main
 from gpudash.config import Config
 from gpudash.store import Store
 
@@ -24,7 +25,18 @@ def _squeezed(text: str) -> str:
     return "".join(text.split())
 
 
-@pytest.mark.parametrize("group", ["config", "llama", "server", "store", "bench"])
+def _groups() -> list[str]:
+    ctx = main.make_context("gpudash", ["--help"], resilient_parsing=True)
+    return [n for n in main.list_commands(ctx) if isinstance(main.get_command(ctx, n), click.Group)]
+
+
+def test_every_sub_group_lists_its_commands_whole() -> None:
+    assert {"config", "llama", "server", "store", "bench"} <= set(_groups())
+    ctx = main.make_context("gpudash", ["--help"], resilient_parsing=True)
+    assert all(isinstance(main.get_command(ctx, n), Group) for n in _groups())  # a new group too
+
+
+@pytest.mark.parametrize("group", _groups())
 def test_sub_group_help_keeps_each_description_whole(group: str) -> None:
     result = CliRunner().invoke(main, [group, "--help"], terminal_width=80)
     assert result.exit_code == 0, result.output

@@ -42,7 +42,7 @@ from gpudash.telemetry.sampler import Sampler  # noqa: E402
 PROFILES = ("8xh20", "rtx5080+rtx3090", "h200")
 REFRESH_LOOP = """
 import sys, time
-from gpudash.commands.fleet import box_cells
+from gpudash.fleet.cells import box_cells
 from gpudash.fleet.boxes import read_fleet
 from gpudash.fleet.client import PrometheusClient
 client = PrometheusClient(sys.argv[1])

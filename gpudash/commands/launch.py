@@ -26,11 +26,22 @@ def check_keys(keys: dict[str, str]) -> None:
 @sim_options
 @db_option
 @click.option("--no-record", is_flag=True, default=False, help="Do not record to the DB (toggle later with r).")
+@click.option("--fleet", "fleet_url", metavar="URL", default=None,
+              help="Prometheus' base URL for the Fleet tab (default: [fleet] prometheus; unset: no fleet is read).")
 @pass_config
-def launch(config: Config, sim: str | None, no_sim: bool, db: str | None, no_record: bool) -> None:
-    """Open the live dashboard: GPUs, PCIe, servers, latency, engine, pools, history, events."""
+def launch(config: Config, sim: str | None, no_sim: bool, db: str | None, no_record: bool,
+           fleet_url: str | None) -> None:
+    """Open the live dashboard: GPUs, PCIe, servers, latency, engine, pools, history, events, fleet."""
     rig = resolve_rig(config, sim, no_sim)
     check_keys(config.keys)
+    if fleet_url is not None:
+        from gpudash.fleet.client import check_url
+
+        try:
+            config = config.model_copy(update={"fleet": config.fleet.model_copy(
+                update={"prometheus": check_url(fleet_url)})})
+        except ValueError as err:
+            usage_error(f"--fleet: {err}")
     path = db_path(config, db)
     if not no_record:  # a DB that cannot be used is a usage error now, not a failure inside the screen
         from gpudash.store import Store, StoreError

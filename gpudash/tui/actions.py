@@ -16,6 +16,7 @@ from typing import Literal
 
 from textual.binding import Binding
 
+from gpudash.tui.widgets.fleet import FleetView
 from gpudash.tui.widgets.history import HistoryView
 from gpudash.tui.widgets.latency import LatencyView
 from gpudash.tui.widgets.overview import OverviewView
@@ -46,6 +47,7 @@ VIEWS: tuple[View, ...] = (
     View("history", "History", HistoryView),
     View("events", "Events", EventsView),
     View("processes", "Processes", ProcessesView),
+    View("fleet", "Fleet", FleetView),
 )
 
 
@@ -93,7 +95,8 @@ class Action:
 
 
 ACTIONS: tuple[Action, ...] = (
-    *(Action(f"view_{v.id}", str(i + 1), "show_view", v.title, (v.id,), show=False) for i, v in enumerate(VIEWS)),
+    *(Action(f"view_{v.id}", str((i + 1) % 10), "show_view", v.title, (v.id,), show=False)  # the tenth: 0
+      for i, v in enumerate(VIEWS)),
     Action("select_next", "down", "select", "Select next", (1,), show=False, target=DashView),
     Action("select_previous", "up", "select", "Select previous", (-1,), show=False, target=DashView),
     Action("select_gpu", "g", "select_gpu", "Next GPU", target=OverviewView),
@@ -115,6 +118,9 @@ ACTIONS: tuple[Action, ...] = (
     Action("export", "e", "export", "Export session", target=HistoryView),
     Action("sort_processes", "o", "sort_processes", "Sort order", target=ProcessesView),
     Action("filter_processes", "slash", "filter_processes", "Filter", target=ProcessesView),
+    Action("sort_fleet", "o", "sort_fleet", "Sort order", target=FleetView),
+    Action("filter_fleet", "slash", "filter_fleet", "Filter", target=FleetView),
+    Action("open_box", "enter", "open_box", "Open box", target=FleetView),
     Action("replay_pause", "space", "replay_pause", "Pause/play", mode="replay"),
     Action("replay_step", "full_stop", "replay_step", "Step one tick", mode="replay"),
     Action("replay_back", "left_square_bracket", "replay_seek", "Seek back", (-1,), mode="replay"),

@@ -116,3 +116,20 @@ class WorkerFailed(Message):
 
     name: str
     error: BaseException | None
+
+
+@dataclass
+class FleetRead(Message):
+    """One read of the fleet through Prometheus (gpudash.fleet), or the one line saying why it failed."""
+
+    fleet: Any  # gpudash.fleet.boxes.Fleet, None when the read failed
+    error: str | None
+
+
+@dataclass
+class BoxHistory(Message):
+    """The last hour of one box's per-GPU series (gpudash.fleet.boxes.read_box_history), or why not."""
+
+    instance: str
+    series: dict[str, dict[str, list[tuple[float, float]]]] | None
+    error: str | None

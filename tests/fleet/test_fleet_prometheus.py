@@ -12,13 +12,17 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gpudash.fleet import dashboard
 
 from fleet_helpers import REPO, RULES, FleetRig, binary, stop, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tui"))
 from cli_helpers import run  # noqa: E402
+from fixtures import FixedFeed, sim_snapshot  # noqa: E402
+from tui_helpers import wait_for as tui_wait  # noqa: E402
 
 
 def fleet_json(rig: FleetRig, *extra: str) -> dict:
@@ -117,6 +121,54 @@ def test_fleet_lists_every_target_with_its_figures(fleet_rig: FleetRig) -> None:
     assert server_line.split()[1:4] == ["chat", "vllm", "ready"]
     only = fleet_json(fleet_rig, "--job", "prometheus")
     assert [b["status"] for b in only["boxes"]] == ["no gpudash"]
+
+
+@pytest.mark.anyio
+async def test_the_fleet_tab_lists_sorts_filters_and_opens_a_box(fleet_rig: FleetRig) -> None:
+    from textual.widgets import DataTable, Static
+
+    from gpudash.config import Config
+    from gpudash.tui.app import GpudashApp
+    from gpudash.tui.widgets.fleet import BoxScreen
+
+    class Feed(FixedFeed):
+        config = Config.model_validate({"fleet": {"prometheus": fleet_rig.prom.url}})
+
+    app = GpudashApp(Feed([sim_snapshot(tick=1)]))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await tui_wait(pilot, lambda: app.info is not None, what="the feed")
+        await pilot.press("0")
+        view = app.query_one("#fleet-view")
+        table = view.query_one(DataTable)
+
+        def cells(label: str) -> list[str]:
+            col = [str(c.label) for c in table.columns.values()].index(label)
+            return [str(table.get_row_at(i)[col]) for i in range(table.row_count)]
+
+        def title() -> str:
+            return str(view.query_one(".view-title", Static).content)
+
+        await tui_wait(pilot, lambda: table.row_count == len(fleet_rig.boxes), timeout=20, what="every box")
+        assert "6 of 6 boxes" in title() and "by state" in title()
+        states = cells("state")
+        assert states[0] == "down" and "no gpudash" in states and states.count("up") == 4  # needing a look first
+        await pilot.press("o")  # by alerts: the box with the firing alert first
+        await pilot.pause(0.1)
+        vllm = next(i for i, w in fleet_rig.boxes.items() if w == "vllm")
+        assert "by alerts" in title() and cells("box")[0] == vllm
+        await pilot.press("slash", *"8xh20", "enter")
+        await tui_wait(pilot, lambda: table.row_count == 1, what="the filter")
+        assert cells("rig") == ["sim:8xh20"] and "1 of 6" in title()
+        await pilot.press("enter")
+        await tui_wait(pilot, lambda: isinstance(app.screen, BoxScreen), what="the box screen")
+        box = app.screen
+        await tui_wait(pilot, lambda: len(box.series.get("util", {})) == 8, timeout=20, what="8 GPUs' last hour")
+        assert all(points for points in box.series["pcie rx"].values())  # 30 s steps over a rig a minute old
+        head = str(box.query_one("#box-title", Static).content)
+        assert "sim:8xh20" in head and "driver none" in head
+        await pilot.press("escape")
+        await tui_wait(pilot, lambda: not isinstance(app.screen, BoxScreen), what="back to the fleet")
+        assert app.active_view == "fleet"
 
 
 def test_a_box_that_stops_is_down_with_its_last_seen_time(fleet_rig: FleetRig) -> None:

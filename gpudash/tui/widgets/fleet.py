@@ -1,0 +1,288 @@
+"""Fleet: every box one Prometheus scrapes, as rows (sortable, `/` filter), read through gpudash/fleet
+while the tab is on screen; Enter opens one box: its servers and the last hour of its GPUs, plotted.
+
+The Prometheus is `[fleet] prometheus` or `gpudash launch --fleet URL`; without one the tab says how to
+set it and nothing is sent anywhere. Each read is a worker thread with the client's bounds (one timeout,
+a size cap), chained: the next starts `[fleet] refresh_s` after the last one ended, never two at once,
+and none while the tab is off screen. A read that fails keeps the last rows, marked "stale since".
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.screen import Screen
+from textual.widgets import Static
+from textual_plotext import PlotextPlot
+
+from gpudash import fmt
+from gpudash.fleet.boxes import DOWN, NO_GPUDASH, STALE, Fleet, FleetBox
+from gpudash.fleet.cells import COLUMNS, SERVER_COLUMNS, box_cells, server_cells
+from gpudash.tui import messages as msg
+from gpudash.tui.state import ViewState
+from gpudash.tui.widgets.fitted import FittedTable
+from gpudash.tui.widgets.tables import TableView
+
+HISTORY_REFRESH_S = 15.0  # the drill-down's range plots (the last hour, 30 s steps) are asked again this often
+_STATE_ORDER = {DOWN: 0, STALE: 1, NO_GPUDASH: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Sort:
+    column: str
+    value: Callable[[FleetBox], Any]  # None sorts last
+    biggest_first: bool
+
+
+SORTS: tuple[Sort, ...] = (
+    Sort("box", lambda b: b.instance, False),
+    Sort("state", lambda b: _STATE_ORDER.get(b.status, 3), False),  # the boxes needing a look first
+    Sort("alerts", lambda b: len(b.alerts), True),
+    Sort("util", lambda b: b.util, True),
+    Sort("VRAM", lambda b: b.mem_used, True),
+    Sort("PCIe", lambda b: None if b.tx_bps is None else (b.tx_bps or 0) + (b.rx_bps or 0), True),
+    Sort("GPUs", lambda b: b.gpus, True),
+)
+
+
+def fleet_settings(app: Any) -> Any:
+    """The [fleet] section the app runs with (a replay has none), or None."""
+    config = getattr(getattr(app, "feed", None), "config", None)
+    return getattr(config, "fleet", None)
+
+
+def shown_boxes(boxes: tuple[FleetBox, ...], sort: int, text: str) -> list[FleetBox]:
+    """Boxes whose address, host, rig, state, servers or alerts contain `text` (any case), in sort order."""
+    needle = text.strip().lower()
+
+    def words(b: FleetBox) -> str:
+        return " ".join([b.instance, b.hostname or "", b.rig or "", b.status, *(s.server for s in b.servers),
+                         *b.alerts]).lower()
+
+    kept = sorted((b for b in boxes if not needle or needle in words(b)), key=lambda b: b.instance)
+    s = SORTS[sort]
+    known = [b for b in kept if s.value(b) is not None]
+    known.sort(key=s.value, reverse=s.biggest_first)
+    return known + [b for b in kept if s.value(b) is None]
+
+
+class FleetView(TableView):
+    TITLE = "Fleet"
+    EMPTY = "no boxes yet"
+    COLUMNS = COLUMNS
+    DROP = ("host", "rig", "servers", "RX", "VRAM")
+
+    sort = 1  # by state: down and stale boxes first
+    filter_text = ""
+    cursor = 0
+    _selected: str | None = None  # the selected box's instance: it stays selected as rows move
+    _shown: list[FleetBox] = []
+    fleet: Fleet | None = None
+    error: str | None = None
+    stale_since: float | None = None  # when reads began to fail (the rows are from before)
+    _polling = False  # a read is running or scheduled
+
+    def __init__(self, *children: Any, id: str | None = None) -> None:
+        super().__init__(*children, id=id)
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+
+    def shown(self, previous: Any) -> None:
+        if fleet_settings(self.app) is not None and fleet_settings(self.app).prometheus and not self._polling:
+            self._polling = True
+            self._poll()
+
+    def client(self) -> Any:
+        """The Prometheus client, made on first use (in a worker thread) and kept."""
+        with self._client_lock:
+            if self._client is None:
+                from gpudash.fleet.client import PrometheusClient
+
+                settings = fleet_settings(self.app)
+                self._client = PrometheusClient(settings.prometheus, settings.timeout_s)
+            return self._client
+
+    def _poll(self) -> None:
+        if not self.on_screen:
+            self._polling = False  # starts again when the tab is shown
+            return
+        job = fleet_settings(self.app).job
+        self.run_in_thread(lambda: self._read(job), "fleet.read", "fleet")
+
+    def _read(self, job: str | None) -> None:
+        from gpudash.fleet.boxes import PrometheusError, read_fleet
+
+        try:
+            self.post_message(msg.FleetRead(read_fleet(self.client(), job), None))
+        except PrometheusError as err:
+            self.post_message(msg.FleetRead(None, str(err)))
+
+    def worker_failed(self, name: str) -> None:
+        """An unexpected failure is reported by the app; the chain goes on, the rows go stale."""
+        if name == "fleet.read":
+            self.on_fleet_read(msg.FleetRead(None, "reading the fleet failed (see Events)"))
+
+    def on_fleet_read(self, message: msg.FleetRead) -> None:
+        message.stop()
+        if message.fleet is not None:
+            self.fleet, self.error, self.stale_since = message.fleet, None, None
+        else:
+            self.error = message.error
+            self.stale_since = self.stale_since or time.time()
+        if self.on_screen:
+            self.show(self.state)
+        self.set_timer(fleet_settings(self.app).refresh_s, self._poll)
+
+    def on_unmount(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def draw(self, state: ViewState) -> None:
+        title = self.query_one(".view-title", Static)
+        settings = fleet_settings(self.app)
+        if settings is None or not settings.prometheus:
+            title.update(Text("Fleet: no Prometheus set ([fleet] prometheus, or launch --fleet URL)"))
+            self.query_one(".empty", Static).update("gpudash asks no Prometheus until one is set")
+            self.fill([])
+            return
+        boxes = self.fleet.boxes if self.fleet is not None else ()
+        shown = shown_boxes(boxes, self.sort, self.filter_text)
+        self._shown = shown
+        keys = [b.instance for b in shown]
+        if self._selected in keys:
+            self.cursor = keys.index(self._selected)
+        self.cursor = max(0, min(self.cursor, len(shown) - 1))
+        self._selected = keys[self.cursor] if shown else None
+        s = SORTS[self.sort]
+        head = Text(f"Fleet {len(shown)} of {len(boxes)} boxes from {settings.prometheus}, by {s.column} "
+                    "(o: sort, /: filter, Enter: open)")
+        if self.filter_text:
+            head.append(f"  filter {self.filter_text!r}", style="bold magenta")
+        if self.error is not None:
+            head.append(f"\nstale since {fmt.clock(self.stale_since)}: {self.error}", style="bold red")
+        elif self.fleet is None:
+            head.append("\nasking Prometheus…", style="italic")
+        title.update(head)
+        empty = self.query_one(".empty", Static)
+        empty.update(f"no box matches {self.filter_text!r}" if boxes else "no boxes yet")
+        now = time.time()
+        rows = []
+        for b in shown:
+            cells = box_cells(b, now)
+            status = cells["state"]
+            style = "bold red" if b.status == DOWN else "yellow" if b.status in (STALE, NO_GPUDASH) else ""
+            rows.append(tuple(Text(status, style=style) if c == "state" else cells[c] for c in COLUMNS))
+        self.fill(rows, self.cursor)
+
+    def action_select(self, step: int) -> None:
+        if self._shown:
+            self.cursor = (self.cursor + step) % len(self._shown)
+            self._selected = self._shown[self.cursor].instance
+            self.show(self.state)
+
+    def action_sort_fleet(self) -> None:
+        self.sort = (self.sort + 1) % len(SORTS)
+        self.show(self.state)
+
+    def action_filter_fleet(self) -> None:
+        from gpudash.tui.screens.filter import FilterForm
+
+        def done(text: str | None) -> None:
+            if text is not None:
+                self.filter_text = text.strip()
+                self.show(self.state)
+
+        self.app.push_screen(FilterForm("boxes", "address, host, rig, state, servers or alerts", self.filter_text),
+                             done)
+
+    def action_open_box(self) -> None:
+        if not self._shown:
+            self.notify("no box selected", severity="warning")
+            return
+        self.app.push_screen(BoxScreen(self._shown[self.cursor], self))
+
+
+class BoxScreen(Screen[None]):
+    """One box of the fleet: what it is, its servers, and its GPUs over the last hour (range queries)."""
+
+    BINDINGS = [Binding("escape,q", "close", "Back to the fleet", id="box.close")]
+
+    def __init__(self, box: FleetBox, view: FleetView) -> None:
+        super().__init__(id="box-screen")
+        self.box, self.view = box, view
+        self.series: dict[str, dict[str, list[tuple[float, float]]]] = {}
+        self.error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="box-title")
+        yield FittedTable(SERVER_COLUMNS[1:], id="box-servers")
+        with Grid(id="box-plots"):
+            for name in ("util", "memory", "pcie tx", "pcie rx"):
+                yield PlotextPlot(id=f"box-{name.replace(' ', '-')}")
+        yield Static("Esc: back to the fleet", id="box-keys")
+
+    def on_mount(self) -> None:
+        b = self.box
+        self.query_one("#box-servers", FittedTable).set_rows(
+            [tuple(server_cells(b, s)[c] for c in SERVER_COLUMNS[1:]) for s in b.servers])
+        self._draw()
+        self._load()
+
+    def _load(self) -> None:
+        instance = self.box.instance
+
+        def read() -> None:
+            from gpudash.fleet.boxes import PrometheusError, read_box_history
+
+            try:
+                self.post_message(msg.BoxHistory(instance, read_box_history(self.view.client(), instance), None))
+            except PrometheusError as err:
+                self.post_message(msg.BoxHistory(instance, None, str(err)))
+
+        self.run_worker(read, name="fleet.box_history", group="fleet-box", thread=True, exit_on_error=False)
+
+    def on_box_history(self, message: msg.BoxHistory) -> None:
+        message.stop()
+        if message.series is not None:
+            self.series, self.error = message.series, None
+        else:
+            self.error = message.error
+        self._draw()
+        self.set_timer(HISTORY_REFRESH_S, self._load)
+
+    def _draw(self) -> None:
+        b = self.box
+        head = Text(f"{b.instance}  {b.hostname or fmt.NA}  {b.rig or fmt.NA}  driver {b.driver or fmt.NA}  "
+                    f"CUDA {b.cuda or fmt.NA}  gpudash {b.version or fmt.NA}  ", style="bold")
+        head.append(box_cells(b, time.time())["state"], style="bold red" if b.status == DOWN else "")
+        if b.alerts:
+            head.append(f"\nalerts firing: {', '.join(b.alerts)}", style="bold red")
+        if not b.servers:
+            head.append("\nno servers")
+        if self.error is not None:
+            head.append(f"\nthe last hour could not be read: {self.error}", style="bold red")
+        self.query_one("#box-title", Static).update(head)
+        units = {"util": ("GPU utilisation, %", 100.0), "memory": ("GPU memory used, GiB", 1 / 2**30),
+                 "pcie tx": ("PCIe TX (GPU to host), GB/s", 1e-9), "pcie rx": ("PCIe RX (host to GPU), GB/s", 1e-9)}
+        now = time.time()
+        for name, (label, scale) in units.items():
+            w = self.query_one(f"#box-{name.replace(' ', '-')}", PlotextPlot)
+            plt = w.plt
+            plt.clear_data()
+            plt.clear_figure()
+            plt.title(f"{label}, last hour (minutes ago)")
+            for gpu, points in sorted(self.series.get(name, {}).items()):
+                if points:
+                    plt.plot([(t - now) / 60 for t, _ in points], [v * scale for _, v in points],
+                             marker="braille", label=f"GPU{gpu}")
+            w.refresh()
+
+    def action_close(self) -> None:
+        self.app.pop_screen()

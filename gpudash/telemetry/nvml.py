@@ -256,6 +256,8 @@ class StaticInfo:
     numa_node: int | None
     compute_capability: tuple[int, int] | None
     pci_bus_id: str
+    card_gen: int | None = None  # the GPU's own max generation (link_gen_max also counts the slot)
+    card_width: int | None = None  # the GPU's own lane count, from sysfs (NVML has no such query)
 
 
 class Device:
@@ -289,18 +291,15 @@ class Device:
             numa_node=self._numa_node(bus),
             compute_capability=None if cc is NA else (int(cc[0]), int(cc[1])),
             pci_bus_id=bus,
+            card_gen=none(call(getattr(pynvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", _unsupported), h)),
+            card_width=_sysfs_int(bus, "max_link_width"),
         )
 
     def _numa_node(self, bus: str) -> int | None:
         node = call(getattr(pynvml, "nvmlDeviceGetNumaNodeId", _unsupported), self.handle)
-        if node is NA and bus:
-            # NVML's bus id has an 8-digit domain; sysfs uses 4 digits, lower case.
-            sysfs = Path("/sys/bus/pci/devices") / bus.lower()[-12:] / "numa_node"
-            try:
-                node = int(sysfs.read_text().strip())
-            except (OSError, ValueError):
-                node = NA
-        return None if node is NA or node < 0 else int(node)
+        if node is NA:
+            node = _sysfs_int(bus, "numa_node")
+        return None if node is None or node < 0 else int(node)
 
     def memory_free(self) -> int | None:
         mem = _memory(self.handle)
@@ -406,6 +405,17 @@ class Device:
 
 def _unsupported(*_: Any) -> Any:
     raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+
+def _sysfs_int(bus: str, name: str) -> int | None:
+    """An integer attribute of the GPU's PCI function in sysfs (numa_node, max_link_width); None if unreadable."""
+    if not bus:
+        return None
+    # NVML's bus id has an 8-digit domain; sysfs uses 4 digits, lower case.
+    try:
+        return int((Path("/sys/bus/pci/devices") / bus.lower()[-12:] / name).read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _text(value: Any) -> str:

@@ -42,7 +42,7 @@ static int door(gp_call *c) {
     if (GP_UNLIKELY(gp_tracing)) gp_trace(c, why);
     if (taken) return rc;
     gp_add(dir, GP_C_WHY + why, 1);
-  } else if (GP_UNLIKELY(gp_tracing) && worth) {
+  } else if (worth && GP_UNLIKELY(gp_tracing)) {
     gp_trace(c, why);
   }
   return pass(c, dir);

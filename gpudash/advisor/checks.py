@@ -77,8 +77,9 @@ def check_link_under_load(f: DoctorFacts) -> CheckResult:
             low.append(g.index)
         elif _slot_bound(g):
             slot_bound.append(g.index)
-            lines.append(f"{_gpu_label(g)}: the card is {_link(g.card_gen, g.card_width)} "
-                         f"({pcie_payload_gbps(g.card_gen, g.card_width):.1f} GB/s); its slot allows "
+            rate = ("" if g.card_gen is None or g.card_width is None  # one of them may be unknown
+                    else f" ({pcie_payload_gbps(g.card_gen, g.card_width):.1f} GB/s)")
+            lines.append(f"{_gpu_label(g)}: the card is {_link(g.card_gen, g.card_width)}{rate}; its slot allows "
                          f"{_link(g.link_gen_max, g.link_width_max)} at most")
     if low:
         return _result("link_busy", title, "fail", lines,

@@ -185,3 +185,19 @@ def test_status_through_nvml_fits_and_names_what_nvml_says(fake_nvml, width: int
     assert any("1695 MHz" in ln and "nothing" in ln for ln in gpu1)  # mask 0: clocks run free
     assert all("gen4 x8" in ln for ln in lines if re.search(r"gen\d x\d", ln))
     assert "13.9 GiB" in out  # the process's GPU memory
+
+
+def test_doctor_reads_the_cards_own_link_through_nvml_and_warns(fake_nvml) -> None:
+    """nvml_topology over the same fake: NVML's GPU max generation (5 for the RTX 5080) above the link's max
+    (4, what card and slot allow together) is a card held back by its slot: a warning, not full speed."""
+    from gpudash.advisor.checks import check_link_under_load
+    from gpudash.advisor.facts import CpuPlacement, DoctorFacts, LinkLoad
+    from gpudash.rig import read_topology
+
+    topo = read_topology("nvml")
+    assert [(g.card_gen, g.link_gen_max, g.link_width_max) for g in topo.gpus] == [(5, 4, 8), (4, 4, 8)]
+    busy = tuple(LinkLoad(g.index, 12.0, 13.7) for g in topo.gpus)
+    r = check_link_under_load(DoctorFacts(topology=topo, cpu=CpuPlacement(frozenset({0}), frozenset({0})), busy=busy))
+    assert r.status == "warn" and "GPU 0" in r.fix and "GPU 0, 1" not in r.fix
+    # the fake has no sysfs entry, so the card's width is unknown and said so
+    assert "GPU 0 (NVIDIA GeForce RTX 5080): the card is gen5 x?; its slot allows gen4 x8 at most" in r.evidence

@@ -1,6 +1,6 @@
 """The facts doctor checks reason about, gathered once so every check is a pure function over them.
 
-GPU facts come from telemetry's `read_topology` (real NVML or a sim rig built from gpudash/engine/profiles.py);
+GPU facts come from the rig's `read_topology` (real NVML or a sim rig built from gpudash/engine/profiles.py);
 where the engine threads may run comes from `os.sched_getaffinity` and /sys node cpulists; servers
 from the config; what the llama.cpp binary was built for from its files (see llama_build.py).
 """

@@ -9,13 +9,16 @@ nothing and is recorded too, with ok=False and the reason.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Mapping, Protocol
 
+import psutil
 from pydantic import ValidationError
 
 from gpudash.engine.config import KNOBS
@@ -60,6 +63,8 @@ class Supervisor(Protocol):
     def restart(self, name: str, new_spec: ServerSpec | None = None) -> None: ...
 
     def refusal(self, name: str, action: str) -> str | None: ...
+
+    def pids(self) -> dict[int, str]: ...
 
 
 class EventSink(Protocol):
@@ -253,7 +258,26 @@ class SetRecording(ControlCommand):
         return c.recorder.on if c.recorder is not None else None
 
 
-Command = SetEngineKnobs | SetSplit | SetShare | SetShardSize | ServerAction | SetRecording
+@dataclass(frozen=True)
+class SignalProcess(ControlCommand):
+    """Send a signal (TERM, KILL, INT, HUP) to a process the operator owns that gpudash does not supervise
+    (the Processes tab); a supervised server stops through ServerAction, or its supervisor restarts it."""
+
+    pid: int
+    signal: str
+    name: str = ""  # the command, for the description
+
+    def describe(self) -> str:
+        return f"send SIG{self.signal} to pid {self.pid}" + (f" ({self.name[:60]})" if self.name else "")
+
+    def event(self) -> tuple[str, str, Any]:
+        return "process.signal", f"pid {self.pid}", f"SIG{self.signal}"
+
+    def perform(self, c: Controller) -> tuple[Any, Any]:
+        return c._signal(self.pid, self.signal)
+
+
+Command = SetEngineKnobs | SetSplit | SetShare | SetShardSize | ServerAction | SetRecording | SignalProcess
 
 
 @dataclass(frozen=True)
@@ -429,6 +453,26 @@ class Controller:
         except Exception as err:  # noqa: BLE001 - reported as the refusal reason
             raise Refused(f"{action} {server} failed: {err}") from None
         return before, _state_of(self.supervisor, server)
+
+    def _signal(self, pid: int, name: str) -> tuple[Any, Any]:
+        """Signal `pid` if the user owns it (root owns all) and it is no server gpudash supervises."""
+        if name not in ("TERM", "KILL", "INT", "HUP"):
+            raise Refused(f"unknown signal {name!r}; use TERM, KILL, INT or HUP")
+        server = (self.supervisor.pids() if self.supervisor is not None else {}).get(pid)
+        if server is not None:
+            raise Refused(f"pid {pid} is server {server}, which gpudash supervises: stop it on Servers (x), "
+                          "or its supervisor restarts it")
+        try:
+            uid = psutil.Process(pid).uids().real
+        except psutil.NoSuchProcess:
+            raise Refused(f"pid {pid} has exited") from None
+        if os.getuid() not in (0, uid):
+            raise Refused(f"pid {pid} belongs to uid {uid}, not to you (uid {os.getuid()})")
+        try:
+            os.kill(pid, getattr(signal, f"SIG{name}"))
+        except OSError as err:
+            raise Refused(f"cannot signal pid {pid}: {err}") from None
+        return None, f"SIG{name}"
 
     def _set_recording(self, on: bool) -> tuple[Any, Any]:
         if self.recorder is None:

@@ -114,6 +114,12 @@ class GpudashApp(App[None]):
         views are held, not queried: a query walks the whole DOM (0.4 ms, twice a tick)."""
         return self._views is not None and self._views.is_attached
 
+    def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """A toast, as plain text: toasts carry user text (paths, server names, "[engine]"), which Rich
+        markup would eat."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
     # ---- the feed ------------------------------------------------------------------------------------
 
     def _start_feed(self) -> None:
@@ -344,8 +350,10 @@ class GpudashApp(App[None]):
         return any(a.available(self.replay, self.active_view) for a in found)
 
     def key_of(self, a: Action) -> str:
-        """How the key of action `a` reads on screen, after the config's [keys] remaps."""
-        return self.get_key_display(Binding(self.keys.get(a.id, a.key), a.call))
+        """How the key of action `a` reads on screen, after the config's [keys] remaps ("+ or =" for a
+        binding of several keys, never Textual's key names)."""
+        keys = self.keys.get(a.id, a.key).split(",")
+        return " or ".join(self.get_key_display(Binding(k.strip(), a.call)) for k in keys)
 
     def binding_rows(self) -> list[tuple[str, str, str, str]]:
         """(key, id, description, where) for every action of this mode, with [keys] remaps applied."""
@@ -364,7 +372,8 @@ class GpudashApp(App[None]):
         else:  # the bar is about the pending change until it is applied or discarded
             items = [(self.key_of(BY_ID["apply"]), "apply"), (self.key_of(BY_ID["discard"]), "discard")]
             note = Text.assemble(("│ pending: ", "bold magenta"), (describe(pending), "magenta"))
-        self.query_one(KeyBar).show_keys(items, [(self.key_of(a), a.description) for a in PINNED], note)
+        self.query_one(KeyBar).show_keys(items, [(self.key_of(a), a.description) for a in PINNED], note,
+                                         self.key_of(BY_ID["help"]))
 
     def _label(self, a: Action) -> str:
         """An action's footer words, where they follow the state: replay's pause key, with the speed."""

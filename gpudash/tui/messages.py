@@ -119,6 +119,13 @@ class WorkerFailed(Message):
 
 
 @dataclass
+class ProcessInfo(Message):
+    """Users and commands of processes, looked up off the UI thread (gpudash.tui.procinfo)."""
+
+    info: dict[int, Any]  # pid -> ProcInfo
+
+
+@dataclass
 class FleetRead(Message):
     """One read of the fleet through Prometheus (gpudash.fleet), or the one line saying why it failed."""
 

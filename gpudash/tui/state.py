@@ -116,6 +116,9 @@ class ViewState:
         # The knobs as the config file has them; None where there is nothing to save into (a replay: its
         # knob changes are the recording's, and there is no live config to save them into).
         self.saved_knobs: dict[str, object] | None = None
+        self.live = False  # a running rig (not a recording): its pids are processes that run now
+        self.proc_info: dict[int, Any] = {}  # pid -> procinfo.ProcInfo (user, command), looked up live only
+        self.proc_asked: set[int] = set()  # pids looked up, or being looked up
         self.latest: Snapshot | None = None
         # per GPU: (TX, RX) history as a fraction of what the link could carry at that tick
         self.link_history: dict[int, tuple[deque[float], deque[float]]] = {}
@@ -138,6 +141,7 @@ class ViewState:
         self.feed = feed
         self.specs, self.knobs = dict(feed.specs), dict(feed.knobs)
         self.saved_knobs = dict(feed.knobs) if live else None
+        self.live = live
 
     def rewound(self) -> ViewState:
         """A state as the feed began (replay's seek re-ingests the ticks before the seek point into it)."""

@@ -12,6 +12,9 @@ from gpudash.records import (EnginePathSample, Event, GpuProcessSample, GpuSampl
 from gpudash.tui.feeds import FeedInfo
 
 T0 = 1_800_000_000.0
+# pids no process can have (Linux's pid_max is at most 2**22): the Processes tab's user/command look-up
+# finds nobody, so what the tables show stays the same from run to run
+BIG_PID, SMALL_PID = 2**22 + 4242, 2**22 + 4343
 SPECS = {
     "big": ServerSpec(name="big", model="/models/big.gguf", gpus=[0, 1], tensor_split=[2, 3], port=8081),
     "small": ServerSpec(name="small", model="/models/small.gguf", gpus=[2], port=8082),
@@ -32,10 +35,10 @@ def sim_snapshot(profile: str = "8xh20", tick: int = 0, degrade: int | None = No
                               power_w=100.0 + 10 * i, temp_c=40.0 + i, sm_clock_mhz=1500, pcie_tx_bps=(1 + (tick + i) % 5) * 2e9,
                               pcie_rx_bps=(1 + (tick * 2 + i) % 4) * 1e9, link_gen=gen, link_width=width,
                               link_gen_max=g.link_gen, link_width_max=g.link_width, bar1_total=g.bar1_bytes))
-    procs = tuple(GpuProcessSample(ts, gi, 4242, used, "llama-server", "big")
+    procs = tuple(GpuProcessSample(ts, gi, BIG_PID, used, "llama-server", "big")
                   for gi, used in held.items() if gi < len(gpus))
-    servers = (ServerSample(ts, "big", "llama.cpp", "ready", 4242, 8081, 120.0 + tick, 0, 55.5, 900.0, 1, 0, 0.25),
-               ServerSample(ts, "small", "llama.cpp", "loading", 4343, 8082, None, 1))
+    servers = (ServerSample(ts, "big", "llama.cpp", "ready", BIG_PID, 8081, 120.0 + tick, 0, 55.5, 900.0, 1, 0, 0.25),
+               ServerSample(ts, "small", "llama.cpp", "loading", SMALL_PID, 8082, None, 1))
     reqs = tuple(RequestSample(ts + k * 0.1, "big", 0.02 + 0.05 * ((tick + k) % 2), 0.3, 256,
                                200 if (tick + k) % 2 == 0 else 10, 16) for k in range(2))
     paths = (EnginePathSample(ts, "direct:0", 0, None, "h2d", 10**9 * (tick + 1), 100 * (tick + 1), 2, 48.5, 0.1),

@@ -161,3 +161,18 @@ async def test_dialogs_fit_80x24_with_every_choice_visible() -> None:
         assert "apply now" in text and "discard" in text
         # wrapped inside the dialog, never cut: every cell of the keys line has a place on screen
         assert keys.region.right <= 80 and keys.region.width * keys.region.height >= len(text)
+
+
+async def test_a_pending_change_too_long_for_the_footer_gets_a_line_of_its_own_at_80x24() -> None:
+    app, inbox = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("3", "t", "ctrl+a", "ctrl+k", *"1,1", "enter", "l")
+        bar = app.query_one(KeyBar)
+        await pilot.pause(0.05)
+        note, keys = footer(app).split("\n")
+        assert bar.size.height == 2 and note.startswith("│ pending: set big tensor split to 1,1 (re-launches big)")
+        assert keys.rstrip().endswith("?  Help  q  Quit") and " a  apply" in keys
+        await pilot.press("escape")
+        await pilot.pause(0.05)
+        assert bar.size.height == 1 and "pending" not in footer(app)

@@ -70,7 +70,7 @@ def test_launch_in_tmux_records_and_quits_cleanly(tmp_path: Path) -> None:
             tmux("send-keys", "-t", session, *keys)
             time.sleep(0.3)
         tmux("send-keys", "-t", session, "5")
-        wait_screen(session, "Engine paths", "h2d_chunk_bytes=8MiB")
+        wait_screen(session, "Engine paths", "h2d_chunk_bytes=8 MiB")
         tmux("send-keys", "-t", session, "6")
         wait_screen(session, "sim-host", "sim-gpu7", "staging")  # the configured pools, sampled live
         tmux("send-keys", "-t", session, "8")
@@ -143,8 +143,22 @@ def test_80x24_keeps_help_quit_and_every_gpus_pcie(tmp_path: Path) -> None:
             screen = tmux("capture-pane", "-p", "-t", "small")
         assert (screen.count("TX "), screen.count("RX ")) == (8, 8), screen
         assert screen.splitlines()[-1].rstrip().endswith("?  Help  q  Quit"), screen
+        assert "simulated" in screen.splitlines()[0], screen
+        for key, title in zip("123456789", ("host CPU", "Split", "Servers", "TTFT", "Engine paths", "Memory pools",
+                                             "Recorded sessions", "Events", "Processes")):
+            tmux("send-keys", "-t", "small", key)
+            tab = wait_screen("small", title)
+            lines = tab.splitlines()
+            assert all(len(line.rstrip()) <= 80 for line in lines), tab
+            assert lines[-1].rstrip().endswith("?  Help  q  Quit") and "simulated" in lines[0], (key, tab)
+        tmux("send-keys", "-t", "small", "?")
+        wait_screen("small", "keys (up/down")
+        tmux("send-keys", "-t", "small", "End")
+        wait_screen("small", " quit ", "signal_process")  # the last keys, reached by keyboard
+        tmux("send-keys", "-t", "small", "Escape")
+        time.sleep(0.5)  # a lone Escape is told from the start of a key sequence by a pause
         tmux("send-keys", "-t", "small", "3")
-        wait_screen("small", "demo", "ready", " S  Start  x  Stop  R  Restart")
+        wait_screen("small", "demo", "ready", " S  Start  x  Stop  R  Restart", "more: ?")
         tmux("send-keys", "-t", "small", "x")
         dialog = wait_screen("small", "Stop demo?", "apply now", "discard")
         assert all(len(line.rstrip()) <= 80 for line in dialog.splitlines())
@@ -152,5 +166,31 @@ def test_80x24_keeps_help_quit_and_every_gpus_pcie(tmp_path: Path) -> None:
         wait_screen("small", "discarded: stop demo")
         tmux("send-keys", "-t", "small", "q")
         wait_screen("small", "GPUDASH-EXIT=0", timeout=30)
+    finally:
+        subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
+
+
+def test_160x48_every_tab_and_the_processes_of_the_box(tmp_path: Path) -> None:
+    """A roomy terminal: the header says in full that the rig is simulated, the Overview lists the
+    processes under the cards, and the Processes tab names the demo llama-server's user and command."""
+    import getpass
+
+    cfg, db = tmp_path / "config.toml", tmp_path / "gpudash.db"
+    cfg.write_text(CONFIG)
+    cmd = f"env -u COLUMNS -u LINES {GPUDASH} --config {cfg} launch --sim 8xh20 --db {db}; echo GPUDASH-EXIT=$?; sleep 30"
+    tmux("new-session", "-d", "-s", "big", "-x", "160", "-y", "48", cmd)
+    tmux("resize-window", "-t", "big", "-x", "160", "-y", "48")
+    try:
+        screen = wait_screen("big", "SIM 8xh20", "simulated rig, not real GPUs", "GPU7", "Processes by VRAM")
+        tmux("send-keys", "-t", "big", "3")
+        wait_screen("big", "demo", "ready")
+        for key in "123456789":
+            tmux("send-keys", "-t", "big", key)
+            time.sleep(0.3)
+            screen = tmux("capture-pane", "-p", "-t", "big")
+            assert screen.splitlines()[-1].rstrip().endswith("?  Help  q  Quit"), (key, screen)
+        screen = wait_screen("big", "Processes", "llama-server", getpass.getuser())
+        tmux("send-keys", "-t", "big", "q")
+        wait_screen("big", "GPUDASH-EXIT=0", timeout=30)
     finally:
         subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)

@@ -61,8 +61,10 @@ async def test_help_and_quit_stay_in_the_footer_on_every_tab(size: tuple[int, in
 
 
 def test_keys_text_drops_items_from_the_end_and_never_the_pinned_ones() -> None:
+    """Keys that do not fit give way from the end to a "more: ?" hint (the help lists every key)."""
     items = [("a", "one"), ("b", "two"), ("c", "three")]
-    assert keys_text(items, [("?", "Help")], 24).plain == " a  one " + " " * 7 + " ?  Help "
+    assert keys_text(items, [("?", "Help")], 40).plain == " a  one  b  two  c  three " + " " * 5 + " ?  Help "
+    assert keys_text(items, [("?", "Help")], 30).plain == " a  one " + " more: ? " + " " * 4 + " ?  Help "
     assert keys_text(items, [("?", "Help")], 5).plain == " ?  Help "  # too narrow: the pinned one still shows
 
 
@@ -130,3 +132,28 @@ def test_every_view_action_is_a_method_of_the_views_it_shows_on() -> None:
         assert all(callable(getattr(v.widget, f"action_{a.method}", None)) for v in views), a.id
     assert BY_ID["select_next"].views == () and BY_ID["server_stop"].views == ("servers",)
     assert BY_ID["edit_split"].views == ("split", "servers")
+
+
+async def test_replay_names_its_keys_as_they_read() -> None:
+    """A binding of two keys reads as both keys, never as Textual's names (plus,equals_sign)."""
+    replay = app_for(replay=True)
+    async with replay.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: replay.info is not None, what="the replay feed")
+        assert replay.key_of(BY_ID["replay_faster"]) == "+ or ="
+        assert " + or =  Faster" in footer(replay) and "equals_sign" not in footer(replay)
+        await pilot.press("question_mark")
+        assert {r[1]: r[0] for r in replay.screen.rows}["replay_faster"] == "+ or ="
+
+
+async def test_help_scrolls_by_keyboard_to_every_key_at_80x24() -> None:
+    app = app_for()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("question_mark")
+        table = app.screen.query_one("#help-keys")
+        await pilot.press("end")
+        assert table.cursor_row == table.row_count - 1 and table.scroll_offset.y > 0
+        await pilot.press("k", "k")
+        assert table.cursor_row == table.row_count - 3
+        await pilot.press("home", "j", "pagedown")
+        assert table.cursor_row > 1

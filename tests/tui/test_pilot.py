@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Label, Static
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.screens.dialogs import ChoiceScreen
 from gpudash.tui.screens.export import ExportForm
-from gpudash.tui.screens.forms import KnobForm, SplitForm
+from gpudash.tui.screens.forms import KnobForm, ShardForm, SplitForm
 from gpudash.tui.widgets.history import HistoryView
 from gpudash.tui.widgets.servers import ServersView
 
@@ -102,12 +102,14 @@ async def test_engine_knob_edit_reaches_the_engine_and_w_saves_it(live_feed, tmp
         engine = live_feed.engine
         assert engine.knobs()["h2d_chunk_bytes"] == 4 * 2**20
         assert engine.stats().knobs["h2d_chunk_bytes"] == 4 * 2**20
-        await wait_for(pilot, lambda: "h2d_chunk_bytes=4MiB" in knobs_text(app), what="the Engine view's new knob")
+        await wait_for(pilot, lambda: "h2d_chunk_bytes=4 MiB" in knobs_text(app), what="the Engine view's new knob")
         ev = next(e for e in app.state.events if e.kind == "engine.knobs")
         assert ev.old == {"h2d_chunk_bytes": 2_810_000} and ev.new == {"h2d_chunk_bytes": 4 * 2**20}
         assert "NOT SAVED: h2d_chunk_bytes" in knobs_text(app)  # a run-only change says so until saved
         await pilot.press("w")
         await wait_for(pilot, lambda: "NOT SAVED" not in knobs_text(app), what="the knobs saved")
+        toast = next(n for n in app._notifications if n.message.startswith("saved "))
+        assert "into [engine] of" in toast.message and not toast.markup  # shown as written, not eaten as markup
         saved = tomllib.loads(cfg.read_text())
         assert saved["engine"] == {"h2d_chunk_bytes": 4 * 2**20} and saved["sampling"]["interval_s"] == 0.5
 
@@ -151,7 +153,8 @@ async def test_recording_toggle_is_a_recorded_change(live_feed) -> None:
 
 async def test_pool_shard_resize_and_refusal(live_feed) -> None:
     """[pools] is on by default: gpudash's own pools and the engine's (staging, relay) are in the Pools
-    view, each once; the selected shard resizes live and a resize the pool cannot take is refused."""
+    view, each once; the selected shard resizes live, and the form refuses a size past the slab, naming
+    the sizes it takes (the pool's own refusal is tests/test_control.py's)."""
     app = GpudashApp(live_feed)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
@@ -166,16 +169,18 @@ async def test_pool_shard_resize_and_refusal(live_feed) -> None:
         await pilot.press("m", "ctrl+a", "ctrl+k", *"24MiB", "enter")
         await wait_for(pilot, lambda: ("pool.shard_size", True) in kinds(app), what="the resize event")
         assert live_feed.session.pools[first.pool].shard_stats(first.shard).capacity == 24 * 2**20
-        await pilot.press("m", "ctrl+a", "ctrl+k", *"1GiB", "enter")
-        await wait_for(pilot, lambda: ("pool.shard_size", False) in kinds(app), what="the refused resize")
+        await pilot.press("m", "ctrl+a", "ctrl+k", *"1GiB", "enter")  # more than the slab holds: the form says so
+        assert isinstance(app.screen, ShardForm)
+        assert "at most 48MiB" in str(app.screen.query_one("#form-errors", Static).content)
+        await pilot.press("escape")
         assert live_feed.session.pools[first.pool].shard_stats(first.shard).capacity == 24 * 2**20
-        await wait_for(pilot, lambda: "24.0 MiB" in table_text(app, "#pools-view"), what="the Pools view's new size")
         # 64 MiB: kv shrank from 32 to 24 MiB, staging keeps 16 MiB, so 24 MiB is left to grow into
         line = "sim-host: slab 64.0 MiB · 2 shards · 24.0 MiB unassigned"
         await wait_for(pilot, lambda: line in slabs_text(app), what="the pool's slab line")
         await pilot.press("m")  # the form says how far the shard can grow: its size plus the unassigned slab
         title = str(app.screen.query_one(".form-title", Label).render())
         assert "now 24.0 MiB; it can grow to 48.0 MiB (24.0 MiB of the slab is unassigned)" in title, title
+        assert "Type a size from 0 to 48MiB, like 24MiB" in title, title  # only sizes it takes
         await pilot.press("escape")
         db = live_feed.db_path
         await pilot.press("q")

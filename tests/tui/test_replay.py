@@ -140,3 +140,17 @@ async def test_a_recording_from_before_slabs_replays_them_as_na(tmp_path: Path) 
         assert str(app.query_one("#pool-slabs", Static).content) == "pinned: slab — · 1 shard · — unassigned"
         table = app.query_one("#pools-view").query_one(DataTable)
         assert table.get_row_at(0)[:3] == ["pinned", "numa0", "1.0 GiB"]
+
+
+async def test_replay_header_at_80x24_keeps_position_speed_and_the_word_simulated(tmp_path: Path) -> None:
+    db = tmp_path / "rec.db"
+    record_session(db)
+    app = GpudashApp(ReplayFeed(db, "latest"), replay=True, speed=1.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.player is not None and app.player.index >= 0, what="the recording")
+        await pilot.press("space", "plus")
+        await pilot.pause(0.05)
+        line = str(app.header.render())
+        assert len(line) <= 80, line
+        assert f"tick {app.player.index + 1}/{TICKS}  2x  PAUSED" in line and "simulated" in line, line
+        assert "REPLAY" in line and "SIM 8xh20" in line

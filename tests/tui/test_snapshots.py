@@ -5,10 +5,12 @@ after checking the change by eye."""
 from __future__ import annotations
 
 import pytest
+from textual.widgets import Input
 from tui_helpers import wait_for
 from fixtures import SPECS, FixedFeed, sim_snapshot
 
 from gpudash.config import ServerSpec
+from gpudash.tui.actions import BY_ID, VIEWS
 from gpudash.tui.app import GpudashApp
 
 SIZE = (120, 40)
@@ -69,12 +71,14 @@ def test_split_view_with_plan_and_share_warnings(snap_compare) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-@pytest.mark.parametrize("size", [(80, 24), (200, 60)], ids=["80x24", "200x60"])
-@pytest.mark.parametrize("key, view", [("1", "overview"), ("3", "servers"), ("5", "engine"), ("6", "pools")])
-def test_view_at_size(snap_compare, size: tuple[int, int], key: str, view: str) -> None:
-    """The smallest terminal an operator uses and a large one: the footer keeps Help and Quit, the
-    8-GPU cards keep their PCIe lines, the header keeps the DB file name, and each pool's slab line
-    sits above a shard table whose columns fit."""
+ALL_VIEWS = [(BY_ID[f"view_{v.id}"].key, v.id) for v in VIEWS]  # keys 1-9, then 0
+
+
+@pytest.mark.parametrize("key, view", ALL_VIEWS)
+def test_every_view_at_80x24(snap_compare, key: str, view: str) -> None:
+    """The smallest terminal an operator uses, every tab: the footer keeps Help and Quit (and says "more: ?"
+    where the tab's keys do not fit), the header keeps the word "simulated", the 8-GPU cards keep their
+    PCIe lines, titles and status lines fit, and a table names the columns it hides."""
 
     async def run_before(pilot) -> None:
         await loaded(pilot)
@@ -82,7 +86,46 @@ def test_view_at_size(snap_compare, size: tuple[int, int], key: str, view: str) 
         await pilot.pause(0.1)
         assert pilot.app.active_view == view
 
-    assert snap_compare(app_for(), terminal_size=size, run_before=run_before)
+    assert snap_compare(app_for(), terminal_size=(80, 24), run_before=run_before)
+
+
+@pytest.mark.parametrize("key, view", [("1", "overview"), ("3", "servers"), ("5", "engine"), ("6", "pools")])
+def test_view_at_200x60(snap_compare, key: str, view: str) -> None:
+    """A large terminal: the cards grow their history plots, the Overview lists the processes under them,
+    each pool's slab line sits above a shard table whose columns fit."""
+
+    async def run_before(pilot) -> None:
+        await loaded(pilot)
+        await pilot.press(key)
+        await pilot.pause(0.1)
+        assert pilot.app.active_view == view
+
+    assert snap_compare(app_for(), terminal_size=(200, 60), run_before=run_before)
+
+
+def test_help_at_80x24_scrolls_to_the_last_key(snap_compare) -> None:
+    """Every key is reachable at 80x24: the help list scrolls by keyboard to its end (Quit is last)."""
+
+    async def run_before(pilot) -> None:
+        await loaded(pilot)
+        await pilot.press("question_mark", "end")
+        await pilot.pause(0.1)
+
+    assert snap_compare(app_for(), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_knob_form_at_80x24_shows_its_title_and_error(snap_compare) -> None:
+    """A bad value in the last field of the knob form: Enter keeps the form, and its title, the bad field
+    and the error are all in sight."""
+
+    async def run_before(pilot) -> None:
+        await loaded(pilot)
+        await pilot.press("k")
+        pilot.app.screen.query(Input).last().focus()  # staging_threads, at the bottom of the form
+        await pilot.press("ctrl+a", "ctrl+k", *"many", "enter")
+        await pilot.pause(0.1)
+
+    assert snap_compare(app_for(), terminal_size=(80, 24), run_before=run_before)
 
 
 def test_relaunch_dialog_at_80x24(snap_compare) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from fixtures import FixedFeed, sim_snapshot
+from fixtures import BIG_PID, SMALL_PID, FixedFeed, sim_snapshot
 from textual.widgets import DataTable, Static
 from tui_helpers import wait_for
 
@@ -56,31 +56,84 @@ async def test_latency_numbers_next_to_the_plots() -> None:
 
 
 async def test_processes_tab_sorts_and_filters() -> None:
-    """sim_snapshot's `big` holds 7 GiB on GPU 0 and 9 GiB on GPU 1 (one pid); the host sees its CPU/RSS."""
+    """sim_snapshot's `big` holds 7 GiB on GPU 0 and 9 GiB on GPU 1 (one pid); the host sees its CPU/RSS.
+    Every column sorts, either way; a filter that matches nothing says so."""
     from gpudash.records import ProcessSample
 
     snap = sim_snapshot(tick=2)
-    snap = replace(snap, processes=(ProcessSample(snap.ts, 4242, "big", 12.5, 3 * 2**30),
-                                    ProcessSample(snap.ts, 4343, "small", 1.0, 2**30)))
+    snap = replace(snap, processes=(ProcessSample(snap.ts, BIG_PID, "big", 12.5, 3 * 2**30),
+                                    ProcessSample(snap.ts, SMALL_PID, "small", 1.0, 2**30)))
     app = GpudashApp(FixedFeed([snap]))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.state.ticks == 1 and app.info is not None, what="the fixed feed")
         await pilot.press("9")
         await pilot.pause(0.05)
-        table = app.query_one("#processes-view").query_one(DataTable)
+        view = app.query_one("#processes-view")
+        table = view.query_one(DataTable)
 
         def shown() -> list[list[str]]:
             return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
 
-        assert shown() == [["1", "4242", "llama-server", "big", "9.0 GiB", "—", "12.5%", "3.0 GiB"],
-                           ["0", "4242", "llama-server", "big", "7.0 GiB", "—", "12.5%", "3.0 GiB"],
-                           ["—", "4343", "—", "small", "—", "—", "1.0%", "1.0 GiB"]]  # launched, on no GPU here
-        await pilot.press("o", "o", "o")  # VRAM -> SM% -> CPU% -> RSS
-        assert "sorted by RSS" in str(app.query_one("#processes-view .view-title", Static).content)
+        def title() -> str:
+            return str(view.query_one(".view-title", Static).content)
+
+        big, small = str(BIG_PID), str(SMALL_PID)
+        assert [str(c.label) for c in table.columns.values()] == ["GPU", "PID", "user", "VRAM", "SM%", "CPU%",
+                                                                   "RSS", "server", "command"]
+        assert shown() == [["1", big, "—", "9.0 GiB", "—", "12.5%", "3.0 GiB", "big", "llama-server"],
+                           ["0", big, "—", "7.0 GiB", "—", "12.5%", "3.0 GiB", "big", "llama-server"],
+                           ["—", small, "—", "—", "—", "1.0%", "1.0 GiB", "small", "—"]]  # launched, on no GPU here
+        await pilot.press("I")  # smallest VRAM first; a row without VRAM stays last either way
+        assert [r[3] for r in shown()] == ["7.0 GiB", "9.0 GiB", "—"] and "by VRAM smallest first" in title()
+        await pilot.press("I", "o", "o", "o")  # VRAM -> SM% -> CPU% -> RSS
+        assert "by RSS biggest first" in title() and [r[6] for r in shown()] == ["3.0 GiB", "3.0 GiB", "1.0 GiB"]
+        await pilot.press("O", "O", "O", "O")  # back past VRAM to the last column: the command
+        assert "by command A to Z" in title()
         await pilot.press("slash", *"small", "enter")
         await pilot.pause(0.05)
-        assert [r[1] for r in shown()] == ["4343"]
-        assert "1 of 3" in str(app.query_one("#processes-view .view-title", Static).content)
+        assert [r[1] for r in shown()] == [small]
+        assert "1 of 3" in title()
+        await pilot.press("slash", "ctrl+a", "ctrl+k", *"[nothing]", "enter")
+        await pilot.pause(0.05)
+        assert shown() == [] and "no match for '[nothing]'" in str(view.query_one(".empty", Static).content)
+
+
+async def test_processes_show_user_and_command_and_signal_one_the_user_owns(tmp_path) -> None:
+    """A real process of ours on the sim rig's GPU 0: the tab names its user and command (looked up with
+    psutil), and K sends it a signal after a dialog; the signal goes through the controller, as an event."""
+    import getpass
+    import subprocess
+    import sys
+
+    from gpudash.control import Controller
+    from gpudash.records import GpuProcessSample
+    from gpudash.telemetry.inbox import Inbox
+    from gpudash.tui.screens.dialogs import ChoiceScreen
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gpudash-test-marker"])
+    try:
+        snap = sim_snapshot(tick=0)
+        snap = replace(snap, gpu_processes=(GpuProcessSample(snap.ts, 0, proc.pid, 2**30, "python"),))
+        inbox = Inbox()
+        app = GpudashApp(FixedFeed([snap], controller=Controller(inbox=inbox)))
+        async with app.run_test(size=(160, 48)) as pilot:
+            await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
+            await pilot.press("9")
+            table = app.query_one("#processes-view").query_one(DataTable)
+            await wait_for(pilot, lambda: table.row_count and "gpudash-test-marker" in str(table.get_row_at(0)[-1]),
+                           what="the looked-up command")
+            assert str(table.get_row_at(0)[2]) == getpass.getuser()
+            await pilot.press("K")
+            assert isinstance(app.screen, ChoiceScreen)
+            assert f"pid {proc.pid}" in str(app.screen.query_one("#confirm-title", Static).content)
+            await pilot.press("t")  # SIGTERM
+            await wait_for(pilot, lambda: proc.poll() is not None, what="the process to exit")
+            events = inbox.poll().get("events", ())
+            assert [(e.kind, e.target, e.new, e.ok) for e in events] == [("process.signal", f"pid {proc.pid}",
+                                                                         "SIGTERM", True)]
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 async def test_pool_slab_lines_follow_the_selected_shard_at_80x24() -> None:
@@ -124,3 +177,61 @@ async def test_the_shard_table_fits_80_columns() -> None:
         assert table.virtual_size.width <= 80, [(c.label.plain, c.get_render_width(table)) for c in table.columns.values()]
         assert [str(c) for c in table.get_row_at(0)] == ["engine-gpu7", "relay", "768.0 MiB", "513.0 MiB", "200.0 MiB",
                                                          "12", "21.6%", "3"]
+
+
+async def test_history_says_interrupted_for_a_session_whose_writer_died(tmp_path) -> None:
+    """A recording with no end whose writer is gone reads `interrupted` in History's ended column, as the
+    CLI's history says, and at 80 columns that column stays."""
+    import subprocess
+    import sys
+
+    from gpudash.config import Config
+    from gpudash.store import Store
+    from gpudash.tui.feeds import FeedInfo
+
+    db = tmp_path / "h.db"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with Store.open(db) as store:
+        sid = store.begin_session("sim:h200", Config(), note="gpudash record")
+        store.db.execute("UPDATE sessions SET pid = ? WHERE id = ?", [gone.pid, sid])
+        store.db.conn.commit()
+
+    class DbFeed(FixedFeed):
+        def start(self, deliver) -> FeedInfo:
+            info = super().start(deliver)
+            info.db_path = str(db)
+            return info
+
+    app = GpudashApp(DbFeed([sim_snapshot(tick=0)]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
+        await pilot.press("7")
+        table = app.query_one("#history-view").query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1, what="the sessions list")
+        cols = [str(c.label) for c in table.columns.values()]
+        row = dict(zip(cols, (str(c) for c in table.get_row_at(0))))
+        assert row["ended"] == "interrupted" and row["source"] == "sim:h200", row
+
+
+def test_a_signal_to_a_supervised_server_or_a_gone_process_is_refused() -> None:
+    """The Processes tab's K goes through the controller, which signals only what it may: a server gpudash
+    supervises stops through its supervisor (or it would be restarted), and a pid that is gone is said."""
+    import os
+    import subprocess
+    import sys
+
+    from gpudash.control import Controller, SignalProcess
+
+    class Supervisor:
+        def pids(self) -> dict[int, str]:
+            return {os.getpid(): "big"}
+
+    c = Controller(supervisor=Supervisor())  # type: ignore[arg-type]
+    res = c.apply(SignalProcess(os.getpid(), "TERM"))
+    assert not res.ok and "server big, which gpudash supervises" in res.reason
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    res = c.apply(SignalProcess(gone.pid, "KILL"))
+    assert not res.ok and "has exited" in res.reason
+    assert "unknown signal" in c.apply(SignalProcess(gone.pid, "STOP")).reason

@@ -58,9 +58,15 @@ class ChoiceScreen(ModalScreen[str]):
 
 class HelpScreen(ModalScreen[None]):
     """Every key binding: its key (after remaps), its id (for [keys] in the config), what it does and
-    on which tabs."""
+    on which tabs. The list scrolls by keyboard (up/down, j/k, PageUp/PageDown, Home/End) at any size."""
 
-    BINDINGS = [Binding("escape,question_mark,q", "close", "Close", id="help.close")]
+    AUTO_FOCUS = "DataTable"  # the app focuses nothing by itself; the list must take the scroll keys
+    BINDINGS = [Binding("escape,question_mark,q", "close", "Close", id="help.close"),
+                Binding("j", "move(1)", "Down", show=False, id="help.down"),
+                Binding("k", "move(-1)", "Up", show=False, id="help.up"),
+                # the table's own Home/End scroll sideways; here they go to the first and the last key
+                Binding("home", "move(-1000)", "First", show=False, priority=True, id="help.first"),
+                Binding("end", "move(1000)", "Last", show=False, priority=True, id="help.last")]
 
     def __init__(self, rows: list[tuple[str, str, str, str]]) -> None:
         super().__init__(id="help")
@@ -68,12 +74,16 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="form help"):
-            yield Static("Keys (remap any of them in the config's \\[keys] by id, e.g. quit = \"ctrl+q\"). "
-                         "Esc closes.", classes="form-title")
-            table: DataTable[str] = DataTable(cursor_type="row")
+            yield Static(f"{len(self.rows)} keys (up/down, j/k, PgUp/PgDn, Home/End scroll; Esc closes). Remap "
+                         "any of them in the config's \\[keys] by id, e.g. quit = \"ctrl+q\".", classes="form-title")
+            table: DataTable[str] = DataTable(cursor_type="row", id="help-keys")
             table.add_columns("key", "id", "action", "where")
             table.add_rows(self.rows)
             yield table
+
+    def action_move(self, step: int) -> None:
+        table = self.query_one(DataTable)
+        table.move_cursor(row=max(0, min(table.row_count - 1, table.cursor_row + step)))
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Label, Static
@@ -10,14 +11,16 @@ from gpudash.tui.screens.forms import FormScreen
 
 
 class FilterForm(FormScreen):
-    def __init__(self, what: str, text: str) -> None:
+    """`rows`: what the table lists ("processes"); `fields`: what the text is looked for in."""
+
+    def __init__(self, rows: str, fields: str, text: str) -> None:
         super().__init__(id="filter-form")
-        self.what, self.text = what, text
+        self.rows, self.fields, self.text = rows, fields, text
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="form"):
-            yield Label(f"Show only {self.what} containing (empty: all). Enter: filter, Esc: cancel",
-                        classes="form-title")
+            yield Label(Text(f"Show only the {self.rows} whose {self.fields} contains this text (any case; "
+                             "empty: show all). Enter: filter, Esc: cancel"), classes="form-title")
             yield Input(self.text, id="filter-text")
             yield Static("", id="form-errors")
 

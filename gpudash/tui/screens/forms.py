@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -64,7 +65,9 @@ class FuncValidator(Validator):
 
 
 class FormScreen(ModalScreen[Any]):
-    """A form: Enter applies when every field is valid (dismissing with what `build` made), Esc cancels."""
+    """A form: Enter applies when every field is valid (dismissing with what `build` made), Esc cancels.
+    Its title and its errors line are docked (app.tcss), so on a short terminal only the fields scroll,
+    and Enter on a bad value brings that field into sight."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="form.cancel")]
     AUTO_FOCUS = "Input"
@@ -78,7 +81,7 @@ class FormScreen(ModalScreen[Any]):
             res = inp.validate(inp.value)
             if res is not None and not res.is_valid:
                 msgs.extend(res.failure_descriptions)
-        self.query_one("#form-errors", Static).update("\n".join(msgs) or "valid: Enter to apply")
+        self.query_one("#form-errors", Static).update(Text("\n".join(msgs) or "valid: Enter to apply"))
         self.query_one("#form-errors", Static).set_class(bool(msgs), "invalid")
         return not msgs
 
@@ -87,6 +90,12 @@ class FormScreen(ModalScreen[Any]):
             command = self.build()
             if command is not None:
                 self.dismiss(command)
+            return
+        # The errors line stays in sight (docked under the fields); the first bad field comes into sight too
+        bad = next((inp for inp in self.query(Input) if not getattr(inp.validate(inp.value), "is_valid", True)), None)
+        if bad is not None:
+            bad.focus()
+            bad.scroll_visible(animate=False)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -107,8 +116,10 @@ class KnobForm(FormScreen):
         with Vertical(classes="form"):
             yield Label("Engine knobs (sizes take 4MiB, 2.81MB or bytes). Enter: apply, Esc: cancel",
                         classes="form-title")
+            yield Label("MMA: the value the MMA multipath-transfer design measured best, which gpudash "
+                        "starts with.", classes="form-note")
             for k in EDITABLE_KNOBS:
-                yield Label(k)
+                yield Label(Text.assemble((k, "bold"), f": {KNOB[k].doc}"))
                 yield Input(fmt.knob(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
                             validate_on=["changed", "submitted"])
             for k in SWITCH_KNOBS:
@@ -146,8 +157,8 @@ class SplitForm(FormScreen):
     def compose(self) -> ComposeResult:
         current = ",".join(f"{r:g}" for r in (self.spec.split_ratios() or [1.0] * max(1, len(self.gpus))))
         with Vertical(classes="form"):
-            yield Label(f"Split ratios for {self.spec.name} on GPUs {','.join(map(str, self.gpus))} "
-                        "(re-launches it). Enter: apply, Esc: cancel", classes="form-title")
+            yield Label(Text(f"Split ratios for {self.spec.name} on GPUs {','.join(map(str, self.gpus))} "
+                             "(re-launches it). Enter: apply, Esc: cancel"), classes="form-title")
             yield Input(current, id="split-ratios", validators=[FuncValidator(self._check)],
                         validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
@@ -167,8 +178,8 @@ class ShareForm(FormScreen):
         with Vertical(classes="form"):
             now = "none set: it may use all of its GPUs' memory" if self.spec.share is None \
                 else f"now {self.spec.share:g}"
-            yield Label(f"Memory share for {self.spec.name}, 0-1 of each of its GPUs ({now}; re-launches it). "
-                        "Enter: apply, Esc: cancel", classes="form-title")
+            yield Label(Text(f"Memory share for {self.spec.name}, 0-1 of each of its GPUs ({now}; re-launches "
+                             "it). Enter: apply, Esc: cancel"), classes="form-title")
             yield Input(f"{1.0 if self.spec.share is None else self.spec.share:g}", id="share-value",
                         validators=[FuncValidator(parse_share)], validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
@@ -176,8 +187,8 @@ class ShareForm(FormScreen):
     def build(self) -> Command | None:
         share = parse_share(self.query_one("#share-value", Input).value)
         if share == self.spec.share:
-            self.query_one("#form-errors", Static).update(f"{self.spec.name} already has share {share:g}; "
-                                                          "edit it or press Esc")
+            self.query_one("#form-errors", Static).update(Text(f"{self.spec.name} already has share {share:g}; "
+                                                               "edit it or press Esc"))
             return None
         return SetShare(self.spec.name, share)
 
@@ -185,20 +196,34 @@ class ShareForm(FormScreen):
 class ShardForm(FormScreen):
     """The selected pool shard's capacity (live resize; the pool refuses what live allocations forbid)."""
 
-    def __init__(self, pool: str, shard: str, capacity: int, unassigned: int | None = None) -> None:
-        """`unassigned`: the pool's slab that no shard owns, as last sampled (None where unknown)."""
+    def __init__(self, pool: str, shard: str, capacity: int, unassigned: int | None = None, used: int = 0) -> None:
+        """`unassigned`: the pool's slab that no shard owns, as last sampled (None where unknown); `used`:
+        what the shard's live allocations hold (it cannot shrink below that)."""
         super().__init__(id="shard-form")
-        self.pool, self.shard, self.capacity, self.unassigned = pool, shard, capacity, unassigned
+        self.pool, self.shard, self.capacity, self.unassigned, self.used = pool, shard, capacity, unassigned, used
+
+    @property
+    def largest(self) -> int | None:
+        return None if self.unassigned is None else self.capacity + self.unassigned
+
+    def _check(self, text: str) -> None:
+        """A size the pool can take: no less than what is in use, no more than the shard plus the free slab."""
+        size = parse_size(text)
+        if size < self.used:
+            raise ValueError(f"{self.shard} holds {fmt.exact_size(self.used)} in live allocations: give at least that")
+        if self.largest is not None and size > self.largest:
+            raise ValueError(f"at most {fmt.exact_size(self.largest)}: its size plus the slab no shard owns")
 
     def compose(self) -> ComposeResult:
         room = "" if self.unassigned is None else (
-            f"; it can grow to {fmt.size(self.capacity + self.unassigned)} "
-            f"({fmt.size(self.unassigned)} of the slab is unassigned)")
+            f"; it can grow to {fmt.size(self.largest)} ({fmt.size(self.unassigned)} of the slab is unassigned)")
+        takes = f"from {fmt.exact_size(self.used)} to {fmt.exact_size(self.largest)}" if self.largest is not None \
+            else f"at least {fmt.exact_size(self.used)}"
         with Vertical(classes="form"):
-            yield Label(f"Capacity of shard {self.shard} in pool {self.pool}, now {fmt.size(self.capacity)}{room} "
-                        "(takes 256MiB, 1GiB or bytes). "
-                        "Enter: apply, Esc: cancel", classes="form-title")
-            yield Input(fmt.exact_size(self.capacity), id="shard-capacity", validators=[FuncValidator(parse_size)],
+            yield Label(Text(f"Capacity of shard {self.shard} in pool {self.pool}, now {fmt.size(self.capacity)}{room}. "
+                             f"Type a size {takes}, like {fmt.exact_size(self.capacity)}, or bytes. "
+                             "Enter: apply, Esc: cancel"), classes="form-title")
+            yield Input(fmt.exact_size(self.capacity), id="shard-capacity", validators=[FuncValidator(self._check)],
                         validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
 

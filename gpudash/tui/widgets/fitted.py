@@ -30,10 +30,12 @@ def _cells(value: Any) -> int:
 
 @dataclass(frozen=True)
 class Fit:
-    """Which columns show (indices), and the cell width some of them are narrowed to."""
+    """Which columns show (indices), the cell width some of them are narrowed to, and whether the last
+    one shown runs past the right edge."""
 
     shown: tuple[int, ...]
     narrowed: tuple[tuple[int, int], ...] = ()  # (column index, cells of content)
+    last_cut: bool = False
 
 
 def fit_columns(labels: Sequence[str], rows: Sequence[Sequence[Any]], drop: Sequence[str], width: int,
@@ -59,7 +61,13 @@ def fit_columns(labels: Sequence[str], rows: Sequence[Sequence[Any]], drop: Sequ
         if i in shown and need[i] > least + PADDING:
             need[i] = max(least + PADDING, need[i] - excess)
             narrowed.append((i, need[i] - PADDING))
-    return Fit(tuple(shown), tuple(narrowed))
+    return Fit(tuple(shown), tuple(narrowed), sum(need[i] for i in shown) > width)
+
+
+def _plain(value: Any) -> Any:
+    """A cell as it reads: DataTable takes a str as Rich markup, so text with brackets (a reason that names
+    [engine], a command line) goes in as Text."""
+    return Text(value) if isinstance(value, str) and "[" in value else value
 
 
 def _cut(value: Any, cells: int) -> Any:
@@ -93,6 +101,14 @@ class FittedTable(DataTable[Any]):
         self.add_columns(*self.labels)
 
     @property
+    def cut(self) -> tuple[str, ...]:
+        """Columns whose cells are cut short: narrowed ones (with "…"), and the last one at the edge."""
+        cut = [self.labels[i] for i, _ in self._fit.narrowed]
+        if self._fit.last_cut and self._fit.shown:
+            cut.append(self.labels[self._fit.shown[-1]])
+        return tuple(dict.fromkeys(cut))
+
+    @property
     def hidden(self) -> tuple[str, ...]:
         return tuple(label for i, label in enumerate(self.labels) if i not in self._fit.shown)
 
@@ -120,15 +136,14 @@ class FittedTable(DataTable[Any]):
         if fit != self._fit:  # columns only widen with their content: narrowed ones are made anew
             self.clear(columns=True)
             self.add_columns(*(self.labels[i] for i in fit.shown))
-            if fit.shown != self._fit.shown:
-                self.post_message(self.HiddenChanged(self))
             self._fit = fit
+            self.post_message(self.HiddenChanged(self))
         elif not force:
             return
         else:
             self.clear()
         narrow = dict(fit.narrowed)
-        self.add_rows([tuple(_cut(r[i], narrow[i]) if i in narrow else r[i] for i in fit.shown)
+        self.add_rows([tuple(_cut(r[i], narrow[i]) if i in narrow else _plain(r[i]) for i in fit.shown)
                        for r in self._rows or []])
 
 
@@ -140,10 +155,16 @@ def hidden_columns_line() -> Static:
 
 
 class NamesHiddenColumns:
-    """Mixed into a view that holds one FittedTable and its hidden_columns_line: keeps the line current."""
+    """Mixed into a view that holds one FittedTable and its hidden_columns_line: keeps the line current,
+    naming the columns hidden and those cut short. `CUT_HINT` says where a view shows cut text whole."""
+
+    CUT_HINT = "widen the terminal"
 
     def on_fitted_table_hidden_changed(self, message: FittedTable.HiddenChanged) -> None:
+        message.stop()
         line = self.query_one(".hidden-columns", Static)  # type: ignore[attr-defined]
-        hidden = message.table.hidden
-        line.update(f"not shown at this width: {', '.join(hidden)} (widen the terminal)" if hidden else "")
-        line.display = bool(hidden)
+        hidden, cut = message.table.hidden, message.table.cut
+        parts = ([f"not shown at this width: {', '.join(hidden)}"] if hidden else []) + \
+                ([f"cut short: {', '.join(cut)}"] if cut else [])
+        line.update(Text(f"{'; '.join(parts)} ({self.CUT_HINT})") if parts else "")
+        line.display = bool(parts)

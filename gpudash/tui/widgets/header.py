@@ -32,34 +32,38 @@ class SourceHeader(Static):
     rig: reactive[str] = reactive("")  # the rig's stored label ("nvml", "sim:<profile>"): the SIM badge
 
     def render(self) -> Text:
-        """Source, REC, warnings and the replay position always show; the words after the SIM badge only
-        when there is room, and the DB path takes what is left (the file name last to go)."""
+        """Source, the word "simulated" on a sim rig, REC, warnings and the replay position always show;
+        the longer words after the SIM badge only when there is room, and the DB path takes what is left
+        (the file name last to go). A replay's badge names the session; the rig badge names the rig."""
         width = self.size.width or 120
+        replay = self.source.startswith("replay:")
         t = Text(" gpudash ", style="bold reverse")
         t.append("  ")
-        if self.source.startswith("replay:"):
-            t.append(f" REPLAY {self.source.removeprefix('replay:')} ", style="bold white on blue")
+        if replay:
+            session = self.source.removeprefix("replay:").split(" (")[0]
+            t.append(f" REPLAY {session} ", style="bold white on blue")
             t.append(" ")
-        sim_words = False
         profile = sim_profile_of(self.rig)
         if profile is not None:
             t.append(f" SIM {profile} ", style="bold black on bright_yellow")
-            sim_words = True
-        elif "nvml" in self.source:
+        elif "nvml" in self.source or self.rig == "nvml":
             t.append(" real GPUs (NVML) ", style="bold white on dark_green")
-        elif not self.source.startswith("replay:"):
+        elif not replay:
             t.append(f" {self.source} ", style="bold white on blue")
         tail = Text("  ")
-        tail.append(" REC ● on " if self.recording else " REC off ",
-                    style="bold white on red" if self.recording else "dim")
+        if not replay:  # a replay records nothing
+            tail.append(" REC ● on " if self.recording else " REC off ",
+                        style="bold white on red" if self.recording else "dim")
         if self.warnings:
             tail.append(f"  ! {self.warnings} share warning{'s' if self.warnings > 1 else ''} ",
                         style="bold black on dark_orange")
         if self.position:
             tail.append(f"  {self.position}", style="bold")
         db = f"  DB {self.db_path}"
-        words = " simulated rig, not real GPUs "
-        if sim_words and t.cell_len + len(words) + tail.cell_len + min(len(db), 24) <= width:
+        if profile is not None:
+            words = " simulated rig, not real GPUs "
+            if t.cell_len + len(words) + tail.cell_len + min(len(db), 24) > width:
+                words = " simulated"
             t.append(words, style="bold bright_yellow")
         t.append_text(tail)
         room = width - t.cell_len - len("  DB ")

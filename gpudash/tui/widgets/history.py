@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,11 @@ from gpudash.tui.widgets.view import DashView
 HISTORY_POLL_S = 2.0  # the sessions list reloads this often while it is on screen
 
 
-def _clock(ts: float | None) -> str:
-    return "—" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
 class HistoryView(TableView):
     TITLE = "Recorded sessions (e: export the selected one, up/down: select)"
     EMPTY = "no recorded sessions in this DB"
     COLUMNS = ("id", "started", "ended", "duration", "source", "what", "rows")
-    DROP = ("ended", "rows", "what")  # the source stays: it says SIM
+    DROP = ("rows", "what", "ended")  # the source stays: it says SIM; ended says interrupted where it is
 
     sessions: list[Any] = []  # newest first (replaced, never mutated)
     cursor = 0
@@ -38,7 +33,7 @@ class HistoryView(TableView):
 
     def _show_sessions(self) -> None:
         """`what` is the session's note: which command recorded it (gpudash record, bench engine...)."""
-        rows = [(s.id, _clock(s.started), _clock(s.ended), fmt.duration(s.duration_s),
+        rows = [(s.id, fmt.clock(s.started), fmt.session_end(s.ended, s.state), fmt.duration(s.duration_s),
                  Text(s.source, style="bold yellow" if is_sim_label(s.source) else ""), s.note or fmt.NA,
                  sum(s.rows.values()))
                 for s in self.sessions]

@@ -3,6 +3,7 @@ over time, and TTFT vs hit as a scatter with the correlation."""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
@@ -51,14 +52,14 @@ class LatencyView(DashView):
         reqs = [r for r in recent if r.ok and r.ttft_s is not None]
         self.query_one("#corr", Static).update(summary_text(recent) if recent else "no probe requests yet")
         self.query_one("#cache-kinds", Static).update(
-            "prompt cache: " + cache_kinds.summary_text(cache_kinds.summary(reqs, state.events)) if reqs else
+            Text("prompt cache: " + cache_kinds.summary_text(cache_kinds.summary(reqs, state.events))) if reqs else
             "prompt cache: no probe requests yet", layout=False)
         t0 = reqs[0].ts if reqs else 0.0
         xs = [r.ts - t0 for r in reqs]
         ttft = [r.ttft_s * 1000 for r in reqs]
         hits = [(r.ts - t0, r.hit_fraction) for r in reqs if r.hit_fraction is not None]
         self._plot("#ttft-plot", "TTFT (ms) over time (s)", xs, ttft, scatter=False)
-        self._plot("#hit-plot", "prefix-cache hit fraction over time (s)",
+        self._plot("#hit-plot", "cache hit fraction over time (s)",
                    [h[0] for h in hits], [h[1] for h in hits], scatter=False)
         pairs = [(r.hit_fraction, r.ttft_s * 1000) for r in reqs if r.hit_fraction is not None]
         self._plot("#scatter-plot", "TTFT (ms) vs prefix-cache hit fraction",

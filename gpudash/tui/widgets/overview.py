@@ -10,11 +10,12 @@ from textual.app import ComposeResult
 from textual.containers import Container
 from textual.widgets import Static
 
-from gpudash.records import Event, GpuSample
+from gpudash.records import Event, GpuSample, HostSample
 from gpudash.telemetry.links import link_status
 from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.lines import TextLines
-from gpudash.tui.widgets.view import DashView
+from gpudash.tui.widgets.fitted import FittedTable
+from gpudash.tui.widgets.processes import ProcessesView, ShowsProcesses, cells, process_rows, shown_rows
 from gpudash import fmt
 
 
@@ -127,6 +128,21 @@ def card_lines(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list
     return lines
 
 
+def host_line(h: HostSample | None, width: int) -> Text:
+    """Host CPU and memory, and gpudash's own CPU and RSS, in one line of `width` cells: the bars go first
+    when it is narrow (80 columns keeps every number)."""
+    line = Text()
+    if h is None:
+        return line
+    mem = h.mem_used / h.mem_total if h.mem_used is not None and h.mem_total else None
+    cpu = None if h.cpu_pct is None else h.cpu_pct / 100
+    own = f"gpudash CPU {fmt.num(h.gpudash_cpu_pct, '.1f', '%')} RSS {fmt.size(h.gpudash_rss)}"
+    used = f"{fmt.size(h.mem_used)}/{fmt.size(h.mem_total)}"
+    wide = f"host CPU {_bar(cpu)} {fmt.num(h.cpu_pct, '.0f', '%')}   mem {_bar(mem)} {used}   {own}"
+    line.append(wide if len(wide) <= width else f"host CPU {fmt.num(h.cpu_pct, '.0f', '%')}  mem {used}  {own}")
+    return line
+
+
 class GpuCard(TextLines):
     """One GPU: its numbers, and TX / RX plots as a share of what the link can carry (last minute)."""
 
@@ -156,8 +172,13 @@ class GpuCard(TextLines):
         self.set_class(link_status(g).warn, "downgraded")
 
 
-class OverviewView(DashView):
-    """GPU cards in a grid of up to four columns, plus host CPU and memory; `g` and up/down select a card."""
+PROCS_SHOWN = 4  # the Overview's short process list: the biggest VRAM holders (9 shows them all)
+PROCS_MIN_HEIGHT = 30  # below this many rows the cards keep the whole view
+
+
+class OverviewView(ShowsProcesses):
+    """GPU cards in a grid of up to four columns, plus host CPU and memory, and under them (when there is
+    room) the processes holding the most VRAM, as nvitop lists them; `g` and up/down select a card."""
 
     selected_gpu = 0
 
@@ -166,10 +187,14 @@ class OverviewView(DashView):
         self._host = Static("waiting for the first sample…", id="host-line")
         self._grid = Container(id="gpu-grid")
         self._cards: dict[int, GpuCard] = {}  # held, not queried each tick (a query walks the DOM)
+        self._procs_title = Static("", id="overview-procs-title", classes="view-title")
+        self._procs = FittedTable(ProcessesView.COLUMNS, ProcessesView.DROP, id="overview-procs")
 
     def compose(self) -> ComposeResult:
         yield self._host
         yield self._grid
+        yield self._procs_title
+        yield self._procs
 
     def action_select(self, step: int) -> None:
         n = len(self.state.latest.gpus) if self.state.latest else 0
@@ -193,15 +218,22 @@ class OverviewView(DashView):
             self._grid.styles.grid_size_columns = 1 if count <= 1 else 2 if count <= 4 else 4
         for g in snap.gpus:
             self._cards[g.index].update_card(g, state, snap.is_sim, g.index == selected_gpu)
-        h = snap.host
-        line = Text()
-        if h is not None:
-            mem = h.mem_used / h.mem_total if h.mem_used is not None and h.mem_total else None
-            line.append(f"host CPU {_bar(None if h.cpu_pct is None else h.cpu_pct / 100)} "
-                        f"{fmt.num(h.cpu_pct, '.0f', '%')}   ")
-            line.append(f"mem {_bar(mem)} {fmt.size(h.mem_used)}/{fmt.size(h.mem_total)}   ")
-            line.append(f"gpudash CPU {fmt.num(h.gpudash_cpu_pct, '.1f', '%')} RSS {fmt.size(h.gpudash_rss)}")
+        line = host_line(snap.host, self._host.size.width or 120)
         if snap.errors:
             line.append(f"   {len(snap.errors)} source error(s): {snap.errors[0]}", style="bold red")
+        self._draw_processes(state)
         if line != self._host.content:
             self._host.update(line, layout=False)  # one fixed line
+
+    def _draw_processes(self, state: ViewState) -> None:
+        room = self.size.height >= PROCS_MIN_HEIGHT
+        self._procs_title.display = self._procs.display = room
+        if not room or state.latest is None:
+            return
+        self.look_up(state)
+        rows = process_rows(state.latest, state.proc_info)
+        top = shown_rows(rows, 0, "")[:PROCS_SHOWN]
+        more = f", {len(rows) - len(top)} more" if len(rows) > len(top) else ""
+        self._procs_title.update(f"Processes by VRAM ({len(top)} of {len(rows)}{more}; 9: all)" if rows
+                                 else "Processes: none on the GPUs")
+        self._procs.set_rows([cells(r) for r in top])

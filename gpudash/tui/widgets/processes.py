@@ -1,19 +1,27 @@
-"""Processes: what runs on the GPUs, as nvitop lists it (pid, name, the configured server it belongs to,
-VRAM, SM%, host CPU and RSS), sortable and filterable. Servers gpudash launched show even where the rig
-reports no GPU processes (a sim rig), with their GPU columns as NA."""
+"""Processes: what runs on the GPUs, as nvitop lists it (GPU, pid, user, VRAM, SM%, host CPU and RSS, the
+configured server it belongs to, the command), sortable by any column either way and filterable. Servers
+gpudash launched show even where the rig reports no GPU processes (a sim rig), with their GPU columns NA.
+A process gpudash supervises is stopped through its supervisor; one the user owns can be sent a signal."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from rich.text import Text
 from textual.widgets import Static
 
 from gpudash import fmt
+from gpudash.control import ServerAction, SignalProcess
 from gpudash.records import Snapshot
+from gpudash.tui import messages as msg
+from gpudash.tui.procinfo import ProcInfo, lookup
 from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.tables import TableView
+from gpudash.tui.widgets.view import DashView
+
+SIGNALS = (("t", "TERM", "SIGTERM: ask it to exit"), ("k", "KILL", "SIGKILL: end it now"),
+           ("i", "INT", "SIGINT: as Ctrl+C"), ("h", "HUP", "SIGHUP"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,50 +34,142 @@ class ProcRow:
     sm_pct: float | None
     cpu_pct: float | None
     rss: int | None
+    user: str = ""
+    command: str = ""
+
+    def text(self) -> str:
+        """What the filter searches: pid, name, user, command and server."""
+        return f"{self.pid} {self.name} {self.user} {self.command} {self.server or ''}".lower()
 
 
-# (title, key): the sort orders `o` cycles through; the biggest first, then by pid
-SORTS: tuple[tuple[str, Any], ...] = (
-    ("VRAM", lambda r: -(r.vram or 0)),
-    ("SM%", lambda r: -(r.sm_pct or 0.0)),
-    ("CPU%", lambda r: -(r.cpu_pct or 0.0)),
-    ("RSS", lambda r: -(r.rss or 0)),
-    ("GPU", lambda r: r.gpu if r.gpu is not None else 1 << 30),
-    ("PID", lambda r: r.pid),
+@dataclass(frozen=True, slots=True)
+class Sort:
+    column: str
+    value: Callable[[ProcRow], Any]  # None: not known (such rows come last, either way)
+    biggest_first: bool  # numbers sort biggest first, words from A, unless reversed
+
+
+# The sort orders `o` / `O` step through (the columns of the table); `I` reverses the one in use.
+SORTS: tuple[Sort, ...] = (
+    Sort("VRAM", lambda r: r.vram, True),
+    Sort("SM%", lambda r: r.sm_pct, True),
+    Sort("CPU%", lambda r: r.cpu_pct, True),
+    Sort("RSS", lambda r: r.rss, True),
+    Sort("GPU", lambda r: r.gpu, False),
+    Sort("PID", lambda r: r.pid, False),
+    Sort("user", lambda r: r.user or None, False),
+    Sort("server", lambda r: r.server, False),
+    Sort("command", lambda r: r.command or r.name or None, False),
 )
 
 
-def process_rows(snap: Snapshot) -> list[ProcRow]:
-    """GPU processes joined with the host's view of the same pids; launched servers not on a GPU too."""
+def process_rows(snap: Snapshot, info: dict[int, ProcInfo] | None = None) -> list[ProcRow]:
+    """GPU processes joined with the host's view of the same pids; launched servers not on a GPU too.
+    `info` adds user and command where they were looked up."""
     host = {p.pid: p for p in snap.processes}
+    info = info or {}
     rows = []
+
+    def who(pid: int) -> tuple[str, str]:
+        i = info.get(pid)
+        return (i.user, i.command) if i is not None else ("", "")
+
     for p in snap.gpu_processes:
         h = host.get(p.pid)
         rows.append(ProcRow(p.gpu_index, p.pid, p.name, p.server, p.used_bytes, p.sm_pct,
-                            h.cpu_pct if h else None, h.rss if h else None))
+                            h.cpu_pct if h else None, h.rss if h else None, *who(p.pid)))
     on_gpu = {p.pid for p in snap.gpu_processes}
-    rows.extend(ProcRow(None, h.pid, "", h.name, None, None, h.cpu_pct, h.rss)  # the host names it by server
+    rows.extend(ProcRow(None, h.pid, "", h.name, None, None, h.cpu_pct, h.rss, *who(h.pid))  # named by server
                 for h in snap.processes if h.pid not in on_gpu)
     return rows
 
 
-def shown_rows(rows: list[ProcRow], sort: int, text: str) -> list[ProcRow]:
-    """Rows whose name, server or pid contain `text` (any case), in sort order `sort`."""
+def shown_rows(rows: list[ProcRow], sort: int, text: str, reverse: bool = False) -> list[ProcRow]:
+    """Rows whose pid, name, user, command or server contain `text` (any case), in sort order `sort`
+    (reversed with `reverse`), ties by pid."""
     needle = text.strip().lower()
-    kept = [r for r in rows if not needle or needle in f"{r.pid} {r.name} {r.server or ''}".lower()]
-    return sorted(kept, key=lambda r: (SORTS[sort][1](r), r.pid))
+    kept = sorted((r for r in rows if not needle or needle in r.text()), key=lambda r: r.pid)
+    s = SORTS[sort]
+    known = [r for r in kept if s.value(r) is not None]
+    known.sort(key=s.value, reverse=s.biggest_first != reverse)  # stable: ties stay in pid order
+    return known + [r for r in kept if s.value(r) is None]
 
 
-class ProcessesView(TableView):
+def cells(r: ProcRow) -> tuple[Any, ...]:
+    """One row as the tables show it (the Overview's short list takes the same cells)."""
+    return (fmt.NA if r.gpu is None else r.gpu, r.pid, r.user or fmt.NA, fmt.size(r.vram),
+            fmt.num(r.sm_pct, ".0f", "%"), fmt.num(r.cpu_pct, ".1f", "%"), fmt.size(r.rss),
+            Text(r.server, style="bold") if r.server else fmt.NA, r.command or r.name or fmt.NA)
+
+
+class ShowsProcesses(DashView):
+    """A view with a process list: it has the users and commands of new pids looked up (live only)."""
+
+    def look_up(self, state: ViewState) -> None:
+        snap = state.latest
+        if snap is None or not state.live:
+            return
+        pids = {p.pid for p in snap.gpu_processes} | {p.pid for p in snap.processes}
+        new = sorted(pids - state.proc_asked)
+        if new:
+            state.proc_asked.update(new)
+            self.run_in_thread(lambda: self.post_message(msg.ProcessInfo(lookup(new))), "processes.lookup", "procs")
+
+    def on_process_info(self, message: msg.ProcessInfo) -> None:
+        message.stop()
+        self.state.proc_info.update(message.info)
+        if self.on_screen:
+            self.show(self.state)
+
+
+class ProcessesView(TableView, ShowsProcesses):
     TITLE = "Processes"
     EMPTY = "no processes on the GPUs"
-    COLUMNS = ("GPU", "PID", "name", "server", "VRAM", "SM%", "CPU%", "RSS")
+    COLUMNS = ("GPU", "PID", "user", "VRAM", "SM%", "CPU%", "RSS", "server", "command")
+    DROP = ("RSS", "SM%", "user")  # at 80 columns the command keeps the rest of the line
 
     sort = 0  # index into SORTS
+    reverse = False
     filter_text = ""
+    cursor = 0  # the selected row of those shown
+    _selected: tuple[int, int | None] | None = None  # (pid, GPU) of the selected row: it stays selected
+    _shown: list[ProcRow] = []
 
-    def action_sort_processes(self) -> None:
-        self.sort = (self.sort + 1) % len(SORTS)
+    def draw(self, state: ViewState) -> None:
+        snap = state.latest
+        self.look_up(state)
+        rows = process_rows(snap, state.proc_info) if snap is not None else []
+        shown = shown_rows(rows, self.sort, self.filter_text, self.reverse)
+        self._shown = shown
+        keys = [(r.pid, r.gpu) for r in shown]
+        if self._selected in keys:
+            self.cursor = keys.index(self._selected)
+        self.cursor = max(0, min(self.cursor, len(shown) - 1))
+        self._selected = keys[self.cursor] if shown else None
+        s = SORTS[self.sort]
+        order = "biggest first" if s.biggest_first != self.reverse else "smallest first"
+        if s.column in ("user", "server", "command"):
+            order = "Z to A" if self.reverse else "A to Z"
+        title = Text(f"Processes {len(shown)} of {len(rows)}, by {s.column} {order} (o/O: column, I: reverse)")
+        text = self.filter_text
+        title.append(f"  filter {text!r} (/)" if text else "  (/: filter)", style="bold magenta" if text else "")
+        self.query_one(".view-title", Static).update(title)
+        self.query_one(".empty", Static).update(Text(f"no match for {text!r} (/ changes the filter)") if rows and text
+                                                 else self.EMPTY)
+        self.fill([cells(r) for r in shown], self.cursor)
+
+    def action_select(self, step: int) -> None:
+        if self._shown:
+            self.cursor = (self.cursor + step) % len(self._shown)
+            self._selected = (self._shown[self.cursor].pid, self._shown[self.cursor].gpu)
+            self.show(self.state)
+
+    def action_sort_processes(self, step: int = 1) -> None:
+        self.sort = (self.sort + step) % len(SORTS)
+        self.show(self.state)
+
+    def action_reverse_processes(self) -> None:
+        self.reverse = not self.reverse
         self.show(self.state)
 
     def action_filter_processes(self) -> None:
@@ -80,17 +180,31 @@ class ProcessesView(TableView):
                 self.filter_text = text.strip()
                 self.show(self.state)
 
-        self.app.push_screen(FilterForm("processes whose pid, name or server", self.filter_text), done)
+        self.app.push_screen(FilterForm("processes", "pid, name, user, command or server", self.filter_text), done)
 
-    def draw(self, state: ViewState) -> None:
-        snap, sort, text = state.latest, self.sort, self.filter_text
-        rows = process_rows(snap) if snap is not None else []
-        shown = shown_rows(rows, sort, text)
-        title = Text(f"Processes: {len(shown)} of {len(rows)}, sorted by {SORTS[sort][0]} (o: next order)")
-        title.append(f"  filter: {text!r} (/: change)" if text else "  (/: filter)",
-                     style="bold magenta" if text else "")
-        self.query_one(".view-title", Static).update(title)
-        self.fill([(fmt.NA if r.gpu is None else r.gpu, r.pid, r.name or fmt.NA,
-                    Text(r.server, style="bold") if r.server else fmt.NA, fmt.size(r.vram),
-                    fmt.num(r.sm_pct, ".0f", "%"), fmt.num(r.cpu_pct, ".1f", "%"), fmt.size(r.rss))
-                   for r in shown])
+    def action_signal_process(self) -> None:
+        """`K`: stop a supervised server through its supervisor, or send a signal to a process the user owns
+        (after a dialog that names it)."""
+        from gpudash.tui.screens.dialogs import Choice, ChoiceScreen
+
+        if not self._shown:
+            self.notify("no process selected", severity="warning")
+            return
+        row = self._shown[self.cursor]
+        if row.server is not None and row.server in self.state.specs:
+            self.propose(ServerAction(row.server, "stop"))  # asks first, like x on Servers
+            return
+        info = self.state.proc_info.get(row.pid)
+        what = f"pid {row.pid} ({row.command or row.name or 'command unknown'}, user {row.user or 'unknown'})"
+        if info is None or not info.mine:
+            self.notify(f"{what}: gpudash signals only the servers it supervises and processes you own",
+                        severity="warning", timeout=8)
+            return
+        choices = [Choice(k, label, name) for k, name, label in SIGNALS] + [Choice("escape", "cancel", "")]
+
+        def answered(signal: str | None) -> None:
+            if signal:
+                self.propose(SignalProcess(row.pid, signal, row.command or row.name))
+
+        self.app.push_screen(ChoiceScreen(f"Send a signal to pid {row.pid}?", f"{what} is not a server gpudash "
+                                          "supervises. Choose the signal:", choices), answered)

@@ -99,7 +99,7 @@ class ServerPicker(DashView):
 
 
 class SplitView(ServerPicker, TableView):
-    TITLE = "Split balance: target ratio beside the memory each GPU holds, and the planner's split (p: apply)"
+    TITLE = "Split: target ratio vs memory held per GPU, and the planner's split (p: apply)"
     EMPTY = "no model is split across GPUs (set gpus / tensor_split in a [[servers]] entry)"
     COLUMNS = ("server", "GPU", "target", "held", "actual", "imbalance", "planned")
 
@@ -197,7 +197,7 @@ class ServersView(NamesHiddenColumns, ServerPicker):
                          fmt.num(s.requests_running if ready else None, ".0f"), kv))
         table.set_rows(rows)
         self.query_one(".empty", Static).display = not names
-        self.query_one("#sleep-times", Static).update(_sleep_times(state.events))
+        self.query_one("#sleep-times", Static).update(Text(_sleep_times(state.events)))
         selected = self.selected_server
         title = Text("Servers")
         if selected in names:
@@ -243,7 +243,7 @@ class ServersView(NamesHiddenColumns, ServerPicker):
     def on_log_tail(self, message: msg.LogTail) -> None:
         message.stop()
         if message.server == self.selected_server:
-            self.query_one("#log-title", Static).update(f"log: {message.server} (last {len(message.lines)} lines)")
+            self.query_one("#log-title", Static).update(Text(f"log: {message.server} (last {len(message.lines)} lines)"))
             log = self.query_one(Log)
             log.clear()
             log.write_lines(message.lines)

@@ -78,7 +78,7 @@ class EngineView(NamesHiddenColumns, DashView):
             empty.update(f"{len(paths)} engine paths, none has moved bytes yet" if paths
                          else "no engine paths reported yet")
         total = sum(p.gbps for p in paths)
-        knobs = "  ".join(f"{k}={fmt.knob(v)}" for k, v in state.knobs.items()) or "—"
+        knobs = "  ".join(f"{k}={fmt.knob_text(v)}" for k, v in state.knobs.items()) or "—"
         text = Text(f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all\n"
                     f"knobs: {knobs}")
         unsaved = state.unsaved_knobs()
@@ -169,7 +169,8 @@ class PoolsView(TableView):
             return
         s = shards[min(self.cursor, len(shards) - 1)]
         slab = next((p for p in self.state.latest.pools if p.pool == s.pool), None)
-        self.app.push_screen(ShardForm(s.pool, s.shard, s.capacity, slab.unassigned if slab else None), self.propose)
+        self.app.push_screen(ShardForm(s.pool, s.shard, s.capacity, slab.unassigned if slab else None, s.used or 0),
+                             self.propose)
 
 
 def slab_lines(pools: Sequence[PoolSample], shards: Sequence[PoolShardSample],
@@ -195,21 +196,55 @@ def event_row(e: Event) -> tuple[Any, ...]:
             _short(e.old), _short(e.new), status, e.reason or "")
 
 
-def _short(v: Any) -> str:
+def event_value(v: Any) -> str:
+    """An event's old or new value in words: a dict of knobs as name=value with sizes in binary units
+    (16 MiB, like every size on screen, where the raw JSON said 16777216)."""
     if v is None:
-        return "—"
-    s = v if isinstance(v, str) else json.dumps(v, default=str)
+        return fmt.NA
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={fmt.knob_text(x)}" for k, x in v.items())
+    return v if isinstance(v, str) else json.dumps(v, default=str)
+
+
+def _short(v: Any) -> str:
+    s = event_value(v)
     return s if len(s) <= 40 else s[:39] + "…"
 
 
+def event_text(e: Event) -> Text:
+    """One event in full, for the line under the table (the table cuts long values and reasons)."""
+    t = Text(f"{time.strftime('%H:%M:%S', time.localtime(e.ts))} {e.actor} {e.kind} {e.target}: ", style="bold")
+    t.append(f"{event_value(e.old)} -> {event_value(e.new)}")
+    t.append("  ok" if e.ok else "  refused", style="green" if e.ok else "bold red")
+    if e.reason:
+        t.append(f": {e.reason}")
+    return t
+
+
 class EventsView(TableView):
-    TITLE = "Events: every change and launcher happening, newest first"
+    TITLE = "Events: every change and launcher happening, newest first (up/down: select)"
     EMPTY = "no events yet"
     COLUMNS = ("time", "actor", "kind", "target", "old", "new", "status", "reason")
     DROP = ("actor",)  # old and new are what an event says: they stay (narrowed), the reason is cut at the edge
     SQUEEZE = {"old": 12, "new": 16}
     SHOWN = 200
+    CUT_HINT = "the selected event is in full below"
+
+    cursor = 0  # rows from the newest
+    _shown: list[Event] = []
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        yield Static("", id="event-detail")
 
     def draw(self, state: ViewState) -> None:
-        events = list(state.events)[-self.SHOWN:]
-        self.fill([event_row(e) for e in reversed(events)])
+        events = list(reversed(list(state.events)[-self.SHOWN:]))
+        self._shown = events
+        self.cursor = min(self.cursor, max(0, len(events) - 1))
+        self.fill([event_row(e) for e in events], self.cursor)
+        self.query_one("#event-detail", Static).update(event_text(events[self.cursor]) if events else "")
+
+    def action_select(self, step: int) -> None:
+        if self._shown:
+            self.cursor = (self.cursor + step) % len(self._shown)
+            self.show(self.state)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import atexit
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -157,20 +158,45 @@ def cuda_driver_version() -> str | None:
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`fn(*args)`, or NA when NVML says the value is unavailable for this GPU (or NVML was shut down).
     Counted in flight, so that shutdown() waits for it."""
-    global _in_flight
-    with _lock:
-        if _closing:
-            return NA
-        _in_flight += 1
+    if not _enter():
+        return NA
     try:
         return fn(*args, **kwargs)
     except pynvml.NVMLError:
         return NA
     finally:
-        with _idle:
-            _in_flight -= 1
-            if _closing and _in_flight == 0:
-                _idle.notify_all()
+        _leave()
+
+
+@contextmanager
+def in_flight() -> Iterator[bool]:
+    """The NVML calls made inside the block count in flight, as call()'s do, for code that needs NVML's
+    exceptions (xid.py's event set); yields False, and the block should call nothing, once NVML is shut down."""
+    if not _enter():
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        _leave()
+
+
+def _enter() -> bool:
+    """Counts one more call in flight; False (nothing counted) once shutdown() has begun."""
+    global _in_flight
+    with _lock:
+        if _closing:
+            return False
+        _in_flight += 1
+        return True
+
+
+def _leave() -> None:
+    global _in_flight
+    with _idle:
+        _in_flight -= 1
+        if _closing and _in_flight == 0:
+            _idle.notify_all()
 
 
 _VERSION_SUFFIXES = ("_v3", "_v2", "_v1")
@@ -510,7 +536,7 @@ class NvmlSource:
         self._notes: tuple[str, ...] = () if not uncalibrated else (
             f"nvml: PCIe counters of GPU {', '.join(map(str, uncalibrated))} uncalibrated; assuming "
             f"{DEFAULT_WIRE_OVERHEAD} wire bytes per payload byte (run python -m gpudash.telemetry.pcie_calibration)",)
-        self.xids = XidWatcher({d.index: d.handle for d in self.devices})
+        self.xids = XidWatcher({d.index: d.handle for d in self.devices}, guard=in_flight)
 
     def _rates(self) -> dict[int, tuple[float, float] | None]:
         out = dict(zip(self.counter_gpus, self._tick_rates.update(self.counters.totals())))

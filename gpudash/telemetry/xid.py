@@ -10,6 +10,8 @@ no permission, a container without the event device), the watcher says so once a
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import pynvml
@@ -49,13 +51,21 @@ def _address(handle: Any) -> int | None:
 class XidWatcher:
     """Registers every GPU for the WATCHED events it supports, and turns queued events into Events."""
 
-    def __init__(self, handles: dict[int, Any]) -> None:
-        """`handles`: NVML device handle per GPU index."""
+    def __init__(self, handles: dict[int, Any],
+                 guard: Callable[[], AbstractContextManager[bool]] = lambda: nullcontext(True)) -> None:
+        """`handles`: NVML device handle per GPU index; `guard`: what counts this watcher's NVML calls in
+        flight (nvml.in_flight, so that NVML is not shut down under one), yielding False once it is down."""
         self.notes: list[str] = []
         self.watching: dict[int, int] = {}  # GPU index -> the event types registered
         self._handles = handles
         self._index = {_address(h): i for i, h in handles.items()}
+        self._guard = guard
         self._set: Any = None
+        with guard() as up:
+            if up:
+                self._register(handles)
+
+    def _register(self, handles: dict[int, Any]) -> None:
         try:
             self._set = pynvml.nvmlEventSetCreate()
         except pynvml.NVMLError as err:
@@ -76,17 +86,18 @@ class XidWatcher:
     def poll(self, ts: float) -> tuple[Event, ...]:
         """The events queued since the last poll (at most MAX_PER_TICK), never waiting for one."""
         out: list[Event] = []
-        while self._set is not None and len(out) < MAX_PER_TICK:
-            try:
-                data = pynvml.nvmlEventSetWait_v2(self._set, 0)
-            except pynvml.NVMLError as err:
-                if err.value == pynvml.NVML_ERROR_GPU_IS_LOST:  # the wait's own word that a GPU is gone
-                    out += self._lost(ts)
-                if err.value != pynvml.NVML_ERROR_TIMEOUT:  # TIMEOUT: the set is empty
-                    self.notes.append(f"nvml: reading Xid events failed ({err}); they are no longer watched")
-                    self.close()
-                break
-            out.append(self._event(data, ts))
+        with self._guard() as up:
+            while up and self._set is not None and len(out) < MAX_PER_TICK:
+                try:
+                    data = pynvml.nvmlEventSetWait_v2(self._set, 0)
+                except pynvml.NVMLError as err:
+                    if err.value == pynvml.NVML_ERROR_GPU_IS_LOST:  # the wait's own word that a GPU is gone
+                        out += self._lost(ts)
+                    if err.value != pynvml.NVML_ERROR_TIMEOUT:  # TIMEOUT: the set is empty
+                        self.notes.append(f"nvml: reading Xid events failed ({err}); they are no longer watched")
+                        self._free()
+                    break
+                out.append(self._event(data, ts))
         return tuple(out)
 
     def _lost(self, ts: float) -> list[Event]:
@@ -116,6 +127,12 @@ class XidWatcher:
         return notes
 
     def close(self) -> None:
+        with self._guard() as up:
+            if up:
+                self._free()
+            self._set = None  # NVML shut down: the driver freed the set with it
+
+    def _free(self) -> None:
         if self._set is not None:
             try:
                 pynvml.nvmlEventSetFree(self._set)

@@ -1,6 +1,6 @@
 """NVML's life in gpudash, over a faked pynvml (no GPU needed), as nvitop's libnvml keeps it: a function
 whose newest C symbol the driver lacks falls back to its older `_v3` / `_v2` variant, and nvmlShutdown
-runs once at exit, only after the NVML calls in flight have returned."""
+runs once at exit, only after the NVML calls in flight have returned (the Xid watcher's included)."""
 
 from __future__ import annotations
 
@@ -124,3 +124,42 @@ def test_without_a_driver_shutdown_has_nothing_to_do(fresh, monkeypatch) -> None
 
 def _raise(err: Exception) -> None:
     raise err
+
+
+def test_the_xid_watcher_s_calls_count_in_flight_too(fresh, monkeypatch) -> None:
+    """The event set's calls need NVML's exceptions, so they go through nvml.in_flight rather than call():
+    shutdown waits for a wait in progress, and after it the watcher calls NVML no more."""
+    from gpudash.telemetry.xid import WATCHED, XidWatcher
+
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def wait(event_set, timeout_ms):
+        entered.set()
+        release.wait(5)
+        order.append("wait returned")
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)  # the set is empty
+
+    for name, fn in (("nvmlEventSetCreate", lambda: "set"), ("nvmlDeviceGetSupportedEventTypes", lambda h: 0xFFFF),
+                     ("nvmlDeviceRegisterEvents", lambda h, mask, s: None), ("nvmlEventSetWait_v2", wait),
+                     ("nvmlEventSetFree", lambda s: order.append("freed")),
+                     ("nvmlShutdown", lambda: order.append("nvmlShutdown"))):
+        monkeypatch.setattr(pynvml, name, fn)
+    assert nvml._init() is None
+    watcher = XidWatcher({0: "h"}, guard=nvml.in_flight)
+    assert watcher.watching == {0: sum(WATCHED) & 0xFFFF}
+    poll = threading.Thread(target=watcher.poll, args=(1.0,))
+    poll.start()
+    assert entered.wait(5)
+    closer = threading.Thread(target=nvml.shutdown)
+    closer.start()
+    time.sleep(0.2)
+    assert order == []  # NVML stays up under the event wait
+    release.set()
+    poll.join(5)
+    closer.join(5)
+    assert order == ["wait returned", "nvmlShutdown"]
+    entered.clear()
+    assert watcher.poll(2.0) == () and not entered.is_set()  # NVML is down: no wait is made
+    watcher.close()
+    assert "freed" not in order  # the set went with NVML

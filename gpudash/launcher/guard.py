@@ -7,8 +7,10 @@ file, run as a script in a fresh interpreter (`-S`, stdlib only), never as Pytho
 of gpudash. The shim
 1. sets PR_SET_PDEATHSIG (SIGTERM when gpudash goes; it survives the exec, so the server gets it at once);
 2. starts a keeper: a small process in the server's group, nobody's child, that waits for gpudash or the
-   server to end. If gpudash goes first it sends SIGTERM to the whole group, waits a grace period, then
-   SIGKILL: a server that ignores SIGTERM goes too, and so do its children;
+   server to end, whichever comes first (when gpudash is killed the server often dies of its death
+   signal at the same moment, so the order tells nothing). Then it sends SIGTERM to the whole group,
+   waits up to a grace period for the group's other members to go, then SIGKILL: a server that ignores
+   SIGTERM goes too, and so do its children, also those of a server that crashed or was stopped;
 3. execs the server, keeping the pid, so gpudash sees the server's own pid and exit status.
 The death signal is tied to the parent *thread*, so every server is spawned from one long-lived thread.
 """
@@ -52,17 +54,49 @@ def _shim(parent: int, grace_s: float, argv: list[str]) -> int:
 
 
 def _keep(parent: int, server: int, grace_s: float) -> None:
-    """The keeper's life: nothing while both live; when gpudash goes, the server's group goes."""
+    """The keeper's life: nothing while both live; when either goes, the server's whole group goes."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a stop's SIGTERM is for the server
         signal.signal(sig, signal.SIG_IGN)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # no hold on the server's log pipe
         os.dup2(null, fd)
-    if _first_to_end(parent, server, None) == parent:
+    first = _first_to_end(parent, server, None)
+    if os.getpgrp() == server:  # the server leads its group (as gpudash starts it): all of it goes
+        _end_group(server, grace_s)
+    elif first == parent:  # started without a group of its own: only the server, and only for gpudash
         _signal_group(server, signal.SIGTERM)
         _first_to_end(server, server, grace_s)
-        _signal_group(server, signal.SIGKILL)  # the server if still there, its children, and this keeper
+        _signal_group(server, signal.SIGKILL)
     os._exit(0)
+
+
+def _end_group(pgid: int, grace_s: float) -> None:
+    """SIGTERM to the group, up to `grace_s` for its members other than this keeper to end, then SIGKILL
+    (the server if still there, its children, and this keeper). The group's id cannot be reused by a new
+    process meanwhile: the keeper's own membership keeps it taken."""
+    import time
+
+    _signal_group(pgid, signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    while _others_in_group(pgid) and time.monotonic() < end:
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _others_in_group(pgid: int) -> bool:
+    """Whether a live process other than this one is in process group `pgid` (zombies do not count)."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 def _first_to_end(a: int, b: int, timeout_s: float | None) -> int | None:

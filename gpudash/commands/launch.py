@@ -56,8 +56,10 @@ def launch(config: Config, sim: str | None, no_sim: bool, db: str | None, no_rec
     feed = LiveFeed(config, rig, path, record=not no_record)
     app = GpudashApp(feed, keys=config.keys, config_path=Path(
         click.get_current_context().find_root().obj.get("config_path") or default_config_path()))
-    # SIGTERM (systemd, kill) quits like the quit key, so the servers stop and the session closes.
-    signal.signal(signal.SIGTERM, lambda signum, frame: app.call_later(app.exit))
+    # SIGTERM (systemd, kill) and SIGHUP (a dropped ssh) quit like the quit key, so the servers stop, the
+    # session closes and the terminal leaves the alternate screen.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: app.call_later(app.exit))
     try:
         app.run()
     finally:

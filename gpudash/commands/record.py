@@ -1,6 +1,6 @@
 """`gpudash record`: headless recording of every tick into SQLite, optionally served to Prometheus.
 
-Runs until the duration ends or SIGINT/SIGTERM arrives; either way the sampler stops, the writer
+Runs until the duration ends or SIGINT/SIGTERM/SIGHUP arrives; either way the sampler stops, the writer
 flushes, and the session row gets its end time. Everything that can fail because of the user's input
 (port taken, DB unusable, bad --prometheus) is checked before the session starts, so a refused run
 leaves nothing behind.
@@ -73,6 +73,12 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
     path = db_path(cfg, db)
     progress = _Progress()
     with ExitStack() as running:
+        # From the start, so a signal during start-up also ends in a closed session. SIGHUP (a dropped
+        # ssh) is a stop like SIGTERM; the terminal it came from may be gone, so nothing more is printed.
+        stop, hung_up = threading.Event(), threading.Event()
+        previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: (hung_up.set(), stop.set()))
+        running.callback(_restore_signals, previous)
         prom = _start_prometheus(listen or cfg.prometheus.listen, cfg, path)
         if prom:
             running.callback(prom.close)
@@ -90,9 +96,6 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
         writer, sid = session.recording.writer, session.recording.session_id
         assert writer is not None and sid is not None
 
-        stop = threading.Event()
-        previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-        running.callback(_restore_signals, previous)
         if not quiet:
             where = f", Prometheus on {prom.host}:{prom.port}" if prom else ""
             click.echo(f"gpudash record: session {sid} [{rig}] every {sampler.interval_s:g} s into {path}{where}",
@@ -107,14 +110,14 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
                 break
             if now >= next_status:
                 next_status += STATUS_EVERY_S
-                if not quiet:
+                if not quiet and not hung_up.is_set():
                     _status(sid, rig.label, progress, writer, now - started)
             stop.wait(min(next_status, end or next_status) - now)
         try:
             session.close()  # the sampler stops, the writer flushes, the session row gets its end time
         except StoreError as err:
             raise click.ClickException(f"{err}; session {sid} holds the rows written before it") from None
-    if not quiet:
+    if not quiet and not hung_up.is_set():
         click.echo(f"gpudash record: session {sid} closed: {progress.ticks} ticks, {writer.rows_written} rows "
                    f"in {fmt.duration(time.monotonic() - started)}", err=True)
 

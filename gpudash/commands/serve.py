@@ -1,8 +1,8 @@
 """`gpudash serve`: start the configured servers (or the embedded demo), probe and record them, headless.
 
 Servers start one after another, each once the previous is healthy; while they run, every tick (GPU,
-host, server /metrics, probe requests, supervisor events) goes into SQLite. Ctrl-C or SIGTERM stops the
-probe, then every server (no process left behind), then closes the session. A server that cannot start
+host, server /metrics, probe requests, supervisor events) goes into SQLite. Ctrl-C, SIGTERM or SIGHUP stops
+the probe, then every server (no process left behind), then closes the session. A server that cannot start
 ends the command with one sentence and exit code 2, after stopping the ones already started.
 """
 
@@ -96,10 +96,11 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
         session.recording.set(True)
         writer, sid = session.recording.writer, session.recording.session_id
         assert writer is not None and sid is not None
-        # While servers load, SIGTERM interrupts like Ctrl-C (KeyboardInterrupt), so the finally below still
-        # stops what was started; once all are up, both signals just end the wait.
+        # While servers load, SIGTERM and SIGHUP (a dropped ssh) interrupt like Ctrl-C (KeyboardInterrupt), so
+        # the finally below still stops what was started; once all are up, the signals just end the wait.
         previous = {signal.SIGINT: signal.getsignal(signal.SIGINT),
-                    signal.SIGTERM: signal.signal(signal.SIGTERM, signal.default_int_handler)}
+                    signal.SIGTERM: signal.signal(signal.SIGTERM, signal.default_int_handler),
+                    signal.SIGHUP: signal.signal(signal.SIGHUP, signal.default_int_handler)}
         sampler.start()
         if not quiet:
             what = "the demo server (no [[servers]] configured)" if stack.demo else f"{len(stack.specs)} server(s)"

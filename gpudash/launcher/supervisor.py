@@ -34,6 +34,7 @@ from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.logparse import LogFacts, parse_line
+from gpudash.launcher.server_logs import instance_log, point_latest
 from gpudash.launcher.sleep import Action, SleepError, SleepResult
 from gpudash.private_fs import private_dir, private_file
 from gpudash.proctree import descendants
@@ -103,7 +104,7 @@ class Supervisor:
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudash-spawn")
         self._pids_seen: tuple[float, tuple[tuple[str, int], ...], dict[int, str]] = (0.0, (), {})
         self._servers: dict[str, _Server] = {
-            s.name: _Server(s, self._log_dir / f"{s.name}.log") for s in specs if not s.attached
+            s.name: _Server(s, instance_log(self._log_dir, s.name)) for s in specs if not s.attached
         }
 
     # ---- queries -------------------------------------------------------------------------------------
@@ -389,6 +390,7 @@ class Supervisor:
             raise
         private_dir(self._log_dir)
         log = open(private_file(srv.log_path), "a", encoding="utf-8", errors="replace")
+        point_latest(srv.log_path, name)
         log.write(f"=== gpudash {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(redact_args(cmd.argv))}\n")
         log.flush()
         try:
@@ -403,12 +405,12 @@ class Supervisor:
             cause = f"could not execute '{cmd.argv[0]}': {err.strerror}"
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=cause)
             raise LaunchError(name, cause) from None
-        with self._lock:
-            srv.spec, srv.port, srv.proc = spec, port, proc
+        with self._lock:  # a new tail: the old process's last lines (its reader may still run) stay in the old one
+            srv.spec, srv.port, srv.proc, srv.tail = spec, port, proc, deque(maxlen=TAIL_LINES)
             srv.state, srv.started, srv.facts = "relaunching" if relaunch else "loading", None, LogFacts()
         self._event(actor_kind, name, old=old, new=_spec_dict(spec))
         secrets = secret_values(cmd.env, cmd.argv)
-        srv.reader = threading.Thread(target=self._read_log, args=(srv, proc, log, secrets), daemon=True,
+        srv.reader = threading.Thread(target=self._read_log, args=(srv, proc, log, secrets, srv.tail), daemon=True,
                                       name=f"gpudash-log-{name}")
         srv.reader.start()
         url = f"http://{url_host(spec.host)}:{port}/health"
@@ -442,7 +444,8 @@ class Supervisor:
             if srv.state == "relaunching":
                 srv.state = "stopped"
 
-    def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO, secrets: tuple[str, ...]) -> None:
+    def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO, secrets: tuple[str, ...],
+                  tail: deque) -> None:
         """Reader thread: copy the server's output to its log file and tail, its secrets masked (a server
         may print its own arguments); it owns (and closes) the file."""
         assert proc.stdout is not None
@@ -452,7 +455,7 @@ class Supervisor:
                 log.write(line)
                 log.flush()
                 with self._lock:
-                    srv.tail.append(line.rstrip("\n"))
+                    tail.append(line.rstrip("\n"))
                     restores = srv.facts.cache_restores
                     srv.facts = parse_line(line, srv.facts)
                     restored = srv.facts.cache_restores > restores

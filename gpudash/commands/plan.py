@@ -51,8 +51,8 @@ def _model(cfg: Config, model_gb: float | None) -> tuple[int, str]:
     found = next(((s, p) for s in cfg.servers if not s.attached and (p := kind_of(s).model_file(s)) is not None),
                  None)
     if found is None:
-        usage_error("no model size: no configured server serves one model file (a llama.cpp GGUF; vLLM models "
-                    "are not one file); pass --model-gb G")
+        usage_error("no model size: no llama.cpp server is configured (vLLM models are not one GGUF file); "
+                    "pass --model-gb G")
     spec, path = found
     if not path.is_file():
         usage_error(f"no model size: server {spec.name}'s model {path} is not a file; fix its `model` or "

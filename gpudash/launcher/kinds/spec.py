@@ -187,7 +187,7 @@ def _spec_class(data: dict[str, Any]) -> type[ServerSpec]:
         if data.get("url") is not None:
             return ServerSpec
         kind = DEFAULT_KIND
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise ValueError(f"kind {kind!r} is not one gpudash knows; use one of: {', '.join(KINDS)}")
     return KINDS[kind].spec_class
 

@@ -222,7 +222,8 @@ def test_dies_while_loading(running_a, tmp_path, llama_server) -> None:
     with pytest.raises(LaunchError) as err:
         sup.start_all()
     msg = str(err.value)
-    assert msg.startswith("server 'b': exited with code") and "while loading" in msg and "b.log" in msg
+    assert msg.startswith("server 'b': exited with code") and "while loading" in msg
+    assert f"(full log: {sup.log_path('b')})" in msg  # this instance's own log of b
     assert sup.states()[1].state == "crashed"
     _assert_a_untouched(sup, pids)
 

@@ -140,6 +140,9 @@ def _from_cai(obj: Any, arg: str, classify: Callable[[int], tuple[int, int | Non
 
 def _from_numpy(arr: np.ndarray, arg: str,
                 classify: Callable[[int], tuple[int, int | None, int]]) -> Span:
+    if arr.dtype.hasobject:  # its bytes are Python object pointers: bytes copied over them crash the interpreter
+        raise EngineArgumentError(f"{arg} is a numpy array of dtype {arr.dtype}, which holds references to Python "
+                                  "objects, not plain data; pass an array of a numeric dtype (e.g. uint8)")
     if not arr.flags.c_contiguous:
         raise _contig_error(arg)
     ptr = arr.__array_interface__["data"][0]

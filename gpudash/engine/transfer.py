@@ -62,6 +62,8 @@ def _positive(nbytes: Any) -> int:
     n = _as_int(nbytes)
     if n is None or n <= 0:
         raise EngineArgumentError(f"nbytes must be a positive integer, got {nbytes!r}")
+    if n >= 2**63:  # no memory is that large, and the C ABI's sizes end there
+        raise EngineArgumentError(f"nbytes={n} is larger than any memory (the limit is 2**63 - 1)")
     return n
 
 
@@ -160,6 +162,8 @@ class TransferEngine:
         self._ptr = ctypes.c_void_p()
         kn = N.Knobs.of(self._knobs)
         self.profile = cfg.profile if cfg.backend == "sim" else None
+        self._sim_device: dict[int, tuple[int, int]] = {}  # sim device memory held: ptr -> (gpu, bytes)
+        self._sim_lock = threading.RLock()  # re-entrant: a buffer's finalizer may run inside it (GC)
         if cfg.backend == "sim":
             rig = get_profile(cfg.profile)
             n = len(rig.gpus)
@@ -291,15 +295,31 @@ class TransferEngine:
         """sim: numpy memory standing in for device/pinned memory, tracked by the sim until freed or,
         if the buffer is dropped without free(), until numpy frees the memory (so a later allocation
         at the same address is never mistaken for it)."""
-        arr = page_aligned(nbytes)
-        ptr = arr.__array_interface__["data"][0]
         what = f"allocating {nbytes} bytes on GPU {gpu}" if kind == N.MEM_DEVICE else f"allocating {nbytes} pinned bytes"
-        N.check(N.call("ge_sim_track", self._ptr, ptr, nbytes, kind, gpu), what)
+        with self._sim_lock:
+            if kind == N.MEM_DEVICE:  # a simulated card holds what its profile says, as a real one would
+                card = self._rig.gpus[gpu]
+                held = sum(n for g, n in self._sim_device.values() if g == gpu)
+                if held + nbytes > card.memory_bytes:
+                    raise EngineError(f"{what}: out of memory (GPU {gpu}, sim {card.name}, holds {card.memory_bytes} "
+                                      f"bytes, {held} in use)", N.ENOMEM, "GE_ENOMEM")
+            try:
+                arr = page_aligned(nbytes)
+            except (MemoryError, ValueError):
+                raise EngineError(f"{what}: out of memory (the host memory standing in for it)", N.ENOMEM,
+                                  "GE_ENOMEM") from None
+            ptr = arr.__array_interface__["data"][0]
+            N.check(N.call("ge_sim_track", self._ptr, ptr, nbytes, kind, gpu), what)
+            if kind == N.MEM_DEVICE:
+                self._sim_device[ptr] = (gpu, nbytes)
         fin = weakref.finalize(arr.base, self._sim_untrack, ptr, kind)
         fin.atexit = False
         return arr, ptr
 
     def _sim_untrack(self, ptr: int, kind: int) -> None:
+        if kind == N.MEM_DEVICE:
+            with self._sim_lock:
+                self._sim_device.pop(ptr, None)
         if self._gate.enter_cleanup():  # else the engine is freed, and its tracking with it
             try:
                 N.call("ge_sim_untrack", self._ptr, ptr, kind)  # already untracked by free(): nothing to do

@@ -106,6 +106,10 @@ REFUSED = {
     "gpu out of range": (SERVER + "gpus = [0, 99]\n", "servers.0.gpus.1"),
     "unresolvable host": (SERVER + 'host = "locahost.invalid"\n', "servers.0.host"),
     "deep nesting": ("a = " + "[" * 2000 + "]" * 2000 + "\n", "nested too deeply"),
+    "env name with =": (SERVER + 'env = { "A=B" = "x" }\n', "servers.0.env"),
+    "empty env name": (SERVER + 'env = { "" = "x" }\n', "servers.0.env"),
+    "NUL in an env value": (SERVER + 'env = { A = "x\\u0000y" }\n', "servers.0.env"),
+    "NUL in extra_args": (SERVER + 'extra_args = ["--x", "a\\u0000b"]\n', "servers.0.extra_args"),
 }
 
 
@@ -132,3 +136,22 @@ def test_secrets_do_not_change_what_config_show_prints(tmp_path: Path) -> None:
     assert r.exit_code == 0 and "hf_abc" in r.output
     cfg = validate(tomllib.loads(SERVER + 'env = { HF_TOKEN = "hf_abc" }\n'))
     assert "hf_abc" not in to_toml(cfg, redacted=True)
+
+
+def test_a_bad_env_or_argument_stops_serve_before_any_server_starts(tmp_path: Path) -> None:
+    """Through `gpudash serve`: one line, exit 2, no traceback (these used to pass the config and crash
+    serve when it started the server)."""
+    from hostile_helpers import gpudash
+
+    marker = tmp_path / "started"
+    exe = tmp_path / "vllm"
+    exe.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    exe.chmod(0o755)
+    for extra in ('env = { "A=B" = "x" }', 'extra_args = ["a\\u0000b"]'):
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f'[[servers]]\nname = "v"\nkind = "vllm"\nmodel = "m"\nbinary = "{exe}"\n{extra}\n')
+        r = gpudash("--config", str(cfg), "serve", "--db", str(tmp_path / "g.db"), "--sim", "h200", "--quiet",
+                    home=tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "servers.0." in r.stderr, r.stderr
+        assert not marker.exists()

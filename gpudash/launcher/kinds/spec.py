@@ -99,6 +99,29 @@ class ServerSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables for the server process."""
 
+    @field_validator("extra_args")
+    @classmethod
+    def _args_exec_can_pass(cls, v: list[str]) -> list[str]:
+        """A NUL byte cannot cross exec(): refused here, not as a traceback when the server starts."""
+        for i, arg in enumerate(v):
+            if "\0" in arg:
+                raise ValueError(f"extra_args[{i}] holds a NUL byte, which no command-line argument can carry; "
+                                 "remove it")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_exec_can_pass(cls, v: dict[str, str]) -> dict[str, str]:
+        """Names as the environment block spells them (NAME=value): not empty, no '=', no NUL; no NUL in
+        a value. The value itself is never quoted in the message: it may be a secret."""
+        for name, value in v.items():
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"env name {name!r} is not a variable name (it is empty or holds '=' or a NUL "
+                                 "byte); use a name like HF_HOME")
+            if "\0" in value:
+                raise ValueError(f"env {name} holds a NUL byte, which no environment variable can carry; remove it")
+        return v
+
     engine: Literal["none", "preload"] = "none"
     """"preload": run the server with the transfer engine inside it (libgpudash_preload.so in LD_PRELOAD, as
     `gpudash run` does), so the engine carries its CUDA host<->device copies, starting with the [engine]

@@ -34,12 +34,36 @@ def summary_text(requests: list) -> str:
     c = s.correlation
     return (f"TTFT median {ms(s.ttft_median_ms)}  p90 {ms(s.ttft_p90_ms)}  |  hit rate {rate} "
             f"({s.hits} hits: median {ms(s.hit_ttft_median_ms)}; {s.misses} misses: median "
-            f"{ms(s.miss_ttft_median_ms)})  |  n={s.requests}, {s.failed} failed\n"
+            f"{ms(s.miss_ttft_median_ms)})  |  n={s.requests}, {s.failed} failed"
+            f"{f' (last: {s.last_error})' if s.last_error else ''}  (the probe's requests)\n"
             f"TTFT vs prefix-cache hit: Pearson {r(c.pearson)}  Spearman {r(c.spearman)}  n={c.n}")
+
+
+def server_text(servers: list) -> str:
+    """What each server says of itself, no probe needed: TTFT quantiles from its own histogram (vLLM) over
+    the last scrape interval, and its prefix-cache hit rate since it started, with vLLM's host-memory KV
+    cache as a hit source of its own. Unknown figures show as a dash, never as 0."""
+    lines = []
+    for s in servers:
+        def ms(x: float | None) -> str:
+            return "—" if x is None else f"{x * 1000:.0f}"
+
+        def share(hits: float | None, queries: float | None) -> str:
+            return f"{hits / queries:.0%}" if hits is not None and queries else "—"
+
+        origin = f", {s.origin}" if s.origin != "managed" else ""
+        line = (f"{s.server} ({s.kind}{origin}), from its own metrics: TTFT p50/p90/p99 {ms(s.ttft_p50_s)}/"
+                f"{ms(s.ttft_p90_s)}/{ms(s.ttft_p99_s)} ms, mean {ms(s.ttft_mean_s)} ms; "
+                f"prefix-cache hits {share(s.prefix_cache_hits, s.prefix_cache_queries)}")
+        if s.external_prefix_cache_queries is not None:
+            line += f" + host KV cache {share(s.external_prefix_cache_hits, s.external_prefix_cache_queries)}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 class LatencyView(DashView):
     def compose(self) -> ComposeResult:
+        yield Static("", id="server-own")
         yield Static("no probe requests yet", id="corr")
         yield Static("prompt cache: no probe requests yet", id="cache-kinds")
         with Horizontal(id="latency-series"):
@@ -50,7 +74,11 @@ class LatencyView(DashView):
     def draw(self, state: ViewState) -> None:
         recent = list(state.requests)[-SHOWN:]
         reqs = [r for r in recent if r.ok and r.ttft_s is not None]
-        self.query_one("#corr", Static).update(summary_text(recent) if recent else "no probe requests yet")
+        servers = list(state.latest.servers) if state.latest is not None else []
+        self.query_one("#server-own", Static).update(Text(server_text(servers)), layout=False)
+        self.query_one("#corr", Static).update(summary_text(recent) if recent else (
+            "no probe requests yet: the figures and plots below need the probe (off for attached servers unless "
+            "their entry says probe = true)"))
         self.query_one("#cache-kinds", Static).update(
             Text("prompt cache: " + cache_kinds.summary_text(cache_kinds.summary(reqs, state.events))) if reqs else
             "prompt cache: no probe requests yet", layout=False)

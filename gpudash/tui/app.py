@@ -190,8 +190,8 @@ class GpudashApp(App[None]):
         def read() -> None:
             sizes = {}
             for spec in specs:
-                p = Path(spec.model).expanduser()
-                if p.is_file():
+                p = Path(spec.model).expanduser() if spec.model else None  # an attached server names no file
+                if p is not None and p.is_file():
                     sizes[spec.name] = p.stat().st_size
             self.post_message(msg.ModelSizes(sizes))
 
@@ -213,6 +213,8 @@ class GpudashApp(App[None]):
             return
         self.header.warnings = len(self.state.warnings)
         self.view.show(self.state)
+        if self.view.KEYS_FOLLOW_STATE:
+            self.refresh_keys()
         if self.player is not None:
             p = self.player
             self.header.position = (f"tick {p.index + 1}/{len(p.snaps)}  {p.speed:g}x"
@@ -367,7 +369,8 @@ class GpudashApp(App[None]):
         view = self.active_view
         pending = self.changes.pending
         if pending is None:
-            items = [(self.key_of(a), self._label(a)) for a in ACTIONS if a.show and a.available(self.replay, view)]
+            items = [(self.key_of(a), self._label(a)) for a in ACTIONS if a.show and a.available(self.replay, view)
+                     and (a.target is None or self.view.offers(a.method))]
             note = None
         else:  # the bar is about the pending change until it is applied or discarded
             items = [(self.key_of(BY_ID["apply"]), "apply"), (self.key_of(BY_ID["discard"]), "discard")]

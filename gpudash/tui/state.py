@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from gpudash.advisor.planner import PlanError, SplitPlan, plan_split
 from gpudash.advisor.rates import RatesUnavailable, budgets_from_samples
 from gpudash.config import ServerSpec
+from gpudash.launcher.logparse import says_no_gpu_offload
 from gpudash.records import GPU_FAULT_KINDS, Event, RequestSample, Snapshot
 from gpudash.shares import ShareWarning, share_warnings
 from gpudash.telemetry.links import link_status
@@ -119,6 +120,7 @@ class ViewState:
         self.live = False  # a running rig (not a recording): its pids are processes that run now
         self.proc_info: dict[int, Any] = {}  # pid -> procinfo.ProcInfo (user, command), looked up live only
         self.proc_asked: set[int] = set()  # pids looked up, or being looked up
+        self.server_warnings: dict[str, tuple[str, ...]] = {}  # per server: what its log warned since it started
         self.latest: Snapshot | None = None
         # per GPU: (TX, RX) history as a fraction of what the link could carry at that tick
         self.link_history: dict[int, tuple[deque[float], deque[float]]] = {}
@@ -219,9 +221,17 @@ class ViewState:
         sticky = tuple(w for ws in self._start_warnings.values() for w in ws)
         self.warnings = tuple(w for w in found if w.kind != "low_free_at_start") + sticky
 
+    def runs_on_cpu(self, server: str) -> bool:
+        """Whether the server's build said it cannot use GPUs (splits, shares and -ngl do nothing there)."""
+        return any(says_no_gpu_offload(w) for w in self.server_warnings.get(server, ()))
+
     def _apply_change(self, e: Event) -> None:
         if not e.ok:
             return
+        if e.kind in ("server.start", "server.restart"):  # a new process: its own warnings
+            self.server_warnings.pop(e.target, None)
+        elif e.kind == "server.warning":
+            self.server_warnings[e.target] = (*self.server_warnings.get(e.target, ()), str(e.new))
         if e.kind == "engine.knobs" and isinstance(e.new, dict):
             self.knobs = {**self.knobs, **e.new}
         elif e.kind in ("server.split", "server.share") and e.target in self.specs:

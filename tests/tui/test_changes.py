@@ -176,3 +176,31 @@ async def test_a_pending_change_too_long_for_the_footer_gets_a_line_of_its_own_a
         await pilot.press("escape")
         await pilot.pause(0.05)
         assert bar.size.height == 1 and "pending" not in footer(app)
+
+
+async def test_a_share_outside_0_1_stays_in_its_form() -> None:
+    app, _ = make_app({"big": SPECS["big"]})
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("3", "m", "ctrl+a", "ctrl+k", *"1.5", "enter")
+        assert isinstance(app.screen, ShareForm)
+        assert "memory share 1.5 is outside (0, 1]" in str(app.screen.query_one("#form-errors", Static).content)
+        assert app.changes.pending is None
+
+
+async def test_planned_split_is_proposed_with_p_and_confirmed_first() -> None:
+    """16 GB + 24 GB sim rig, `big` split 1,1 over both: `p` proposes the planner's -ts in the re-launch
+    dialog (applying it is tests/test_control.py's, with a real supervisor)."""
+    specs = {"big": SPECS["big"].model_copy(update={"tensor_split": [1.0, 1.0]})}
+    app, _ = make_app(specs, profile="rtx5080+rtx3090")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("2")
+        await wait_for(pilot, lambda: "planner -ts" in str(app.query_one("#split-advice", Static).content),
+                       what="the planner's split")
+        advice = str(app.query_one("#split-advice", Static).content)
+        assert "big: -ts 1,1 now" in advice and "follows free memory" in advice  # current, planned and why
+        await pilot.press("p")
+        assert isinstance(app.screen, ChoiceScreen)
+        assert "Re-launch big with split -ts" in dialog_text(app) and "on GPUs 0,1" in dialog_text(app)
+        assert isinstance(app.changes.pending, SetSplit)

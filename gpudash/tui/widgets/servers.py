@@ -13,6 +13,7 @@ from textual.widgets import Log, Static
 from gpudash.advisor.planner import SplitPlan
 from gpudash.config import ServerSpec
 from gpudash.control import ServerAction, SetSplit
+from gpudash.launcher.logparse import says_no_gpu_offload
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers, ts_ratios
 from gpudash.tui.widgets.fitted import FittedTable, NamesHiddenColumns, hidden_columns_line
@@ -23,10 +24,30 @@ from gpudash import fmt
 LOG_POLL_S = 1.0
 
 
+GPU_ACTIONS = ("edit_split", "apply_plan", "edit_share")  # nothing a server does on the CPU alone
+
+
 class ServerPicker(DashView):
-    """A view with a selected server (the first one seen until `s` picks another) and the keys that change it."""
+    """A view with a selected server (the first one seen until `s` picks another) and the keys that change it.
+    A server whose build cannot use GPUs is offered no GPU action (split, plan, share)."""
 
     selected_server: str | None = None
+    KEYS_FOLLOW_STATE = True
+
+    def offers(self, method: str) -> bool:
+        return method not in GPU_ACTIONS or not self._on_cpu(self.selected_server)
+
+    def _on_cpu(self, server: str | None) -> bool:
+        return server is not None and self.state.runs_on_cpu(server)
+
+    def _gpu_refusal(self, server: str) -> bool:
+        """Say so (and True) when `server` runs a build that cannot use GPUs."""
+        if not self._on_cpu(server):
+            return False
+        said = next((w for w in self.state.server_warnings[server] if says_no_gpu_offload(w)), "")
+        self.notify(f"{server} runs on the CPU: its llama.cpp build has no GPU offload (its log: {said}); "
+                    "splits and memory shares do nothing there", severity="warning", timeout=10)
+        return True
 
     def shown(self, previous: DashView | None) -> None:
         if isinstance(previous, ServerPicker) and previous.selected_server not in (None, self.selected_server):
@@ -46,6 +67,7 @@ class ServerPicker(DashView):
             return
         self.selected_server = cycle(names, self.selected_server, step)
         self.show(self.state)
+        self.app.refresh_keys()  # the GPU keys follow the selected server
         self.selection_moved()
 
     def action_select_server(self) -> None:
@@ -64,7 +86,7 @@ class ServerPicker(DashView):
         from gpudash.tui.screens.forms import SplitForm
 
         spec = self._selected_spec()
-        if spec is None:
+        if spec is None or self._gpu_refusal(spec.name):
             return
         gpus = self.state.server_gpus(spec)
         if gpus is None:
@@ -80,6 +102,8 @@ class ServerPicker(DashView):
             self.notify("no model is split across GPUs: nothing to plan", severity="warning")
             return
         spec = next((s for s in servers if s.name == self.selected_server), servers[0])
+        if self._gpu_refusal(spec.name):
+            return
         plan = recommend_split(spec, snap, state.model_bytes.get(spec.name))
         if isinstance(plan, str):
             self.notify(f"{spec.name}: {plan}", severity="warning", timeout=8)
@@ -94,7 +118,7 @@ class ServerPicker(DashView):
         from gpudash.tui.screens.forms import ShareForm
 
         spec = self._selected_spec()
-        if spec is not None:
+        if spec is not None and not self._gpu_refusal(spec.name):
             self.app.push_screen(ShareForm(spec), self.propose)
 
 
@@ -107,6 +131,7 @@ class SplitView(ServerPicker, TableView):
         yield from super().compose()
         yield Static("", id="split-advice")
         yield Static("", id="share-warnings")
+        yield Static("", id="server-warnings")
 
     def draw(self, state: ViewState) -> None:
         snap = state.latest
@@ -114,6 +139,9 @@ class SplitView(ServerPicker, TableView):
         advice = Text()
         if snap is not None:
             for spec in split_servers(state.specs.values(), len(snap.gpus)):
+                if state.runs_on_cpu(spec.name):  # no GPU holds it: no balance, no plan
+                    advice.append_text(_cpu_line(spec))
+                    continue
                 plan = recommend_split(spec, snap, state.model_bytes.get(spec.name))
                 planned = {s.index: s.ratio for s in plan.shares} if not isinstance(plan, str) else {}
                 for r in split_balance(spec, snap):
@@ -126,6 +154,9 @@ class SplitView(ServerPicker, TableView):
         self.fill(rows)
         self.query_one("#split-advice", Static).update(advice, layout=False)
         self.query_one("#share-warnings", Static).update(warnings_text(state.warnings))
+        warned = self.query_one("#server-warnings", Static)
+        warned.update(server_warnings_text(state.server_warnings))
+        warned.display = bool(state.server_warnings)
 
 
 def _advice_line(spec: ServerSpec, plan: SplitPlan | str) -> Text:
@@ -140,6 +171,25 @@ def _advice_line(spec: ServerSpec, plan: SplitPlan | str) -> Text:
         t.append(" (already applied)" if same else " (p: apply)")
         t.append(f": {plan.reason}")
     t.append("\n")
+    return t
+
+
+def _cpu_line(spec: ServerSpec) -> Text:
+    """A split server whose build runs on the CPU: its -ts does nothing, and there is nothing to plan."""
+    ts = ",".join(f"{r:g}" for r in spec.split_ratios() or ()) or "equal"
+    t = Text(f"{spec.name}: -ts {ts} has no effect: ", style="bold")
+    t.append("its llama.cpp build runs on the CPU (no GPU offload; see the server warnings below)\n",
+             style="bold yellow")
+    return t
+
+
+def server_warnings_text(warnings: dict[str, tuple[str, ...]]) -> Text:
+    """What the servers' logs warned since they started, one line each (nothing when none did)."""
+    lines = [(name, w) for name, ws in warnings.items() for w in ws]
+    if not lines:
+        return Text()
+    t = Text(f"server warnings ({len(lines)}):\n", style="bold yellow")
+    t.append("\n".join(f"  ! {name}: {w}" for name, w in lines), style="yellow")
     return t
 
 

@@ -35,6 +35,12 @@ class DashView(Vertical):
         super().__init__(*children, id=id)
         self.state = ViewState()
 
+    KEYS_FOLLOW_STATE = False  # True: which keys it offers depends on what it shows (the app asks `offers`)
+
+    def offers(self, method: str) -> bool:
+        """Whether the footer offers this view's action `method` now (its key still answers, saying why not)."""
+        return True
+
     def show(self, state: ViewState) -> None:
         """Draw `state` (the app calls this for the view on screen only)."""
         self.state = state

@@ -64,6 +64,8 @@ class Supervisor(Protocol):
 
     def refusal(self, name: str, action: str) -> str | None: ...
 
+    def attach(self, spec: ServerSpec) -> None: ...
+
     def pids(self) -> dict[int, str]: ...
 
 
@@ -240,6 +242,30 @@ class ServerAction(ControlCommand):
 
 
 @dataclass(frozen=True)
+class AttachServer(ControlCommand):
+    """Read a server found on the GPUs for the rest of this run (attached: gpudash never signals it)."""
+
+    server: str
+    kind: str
+    url: str
+
+    def describe(self) -> str:
+        return f"attach {self.server} ({self.kind} at {self.url}) for this run"
+
+    def event(self) -> tuple[str, str, Any]:
+        return "server.attach", self.server, {"kind": self.kind, "url": self.url}
+
+    def perform(self, c: Controller) -> tuple[Any, Any]:
+        if c.supervisor is None:
+            raise Refused("no servers are supervised by this gpudash, so none can be attached")
+        try:
+            c.supervisor.attach(ServerSpec(name=self.server, kind=self.kind, url=self.url))
+        except Exception as err:  # noqa: BLE001 - a bad name or URL is the refusal
+            raise Refused(f"cannot attach {self.server}: {err}") from None
+        return None, self.url
+
+
+@dataclass(frozen=True)
 class SetRecording(ControlCommand):
     """Turn recording to the store on or off."""
 
@@ -277,7 +303,8 @@ class SignalProcess(ControlCommand):
         return c._signal(self.pid, self.signal)
 
 
-Command = SetEngineKnobs | SetSplit | SetShare | SetShardSize | ServerAction | SetRecording | SignalProcess
+Command = (SetEngineKnobs | SetSplit | SetShare | SetShardSize | ServerAction | SetRecording | SignalProcess
+           | AttachServer)
 
 
 @dataclass(frozen=True)

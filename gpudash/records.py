@@ -158,6 +158,7 @@ class ServerSample:
     external_prefix_cache_queries: float | None = None
     external_prefix_cache_hits: float | None = None
     error: str | None = None  # why the last read failed (attached: unreachable, not a server), one line
+    url: str | None = None  # where an attached or found server is read (a launched one: host and port)
 
 
 @dataclass(frozen=True, slots=True)

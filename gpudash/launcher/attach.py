@@ -155,7 +155,7 @@ class AttachedServers:
     def _sample(self, name: str, a: _Attached, now: float, **fields: Any) -> ServerSample:
         local = a.local[0] if a.local is not None else None
         return ServerSample(ts=now, server=name, kind=a.kind.name if a.kind else "unknown", state=a.state,
-                            pid=local, origin="attached", error=a.error, **fields)
+                            pid=local, origin="attached", error=a.error, url=a.spec.url, **fields)
 
     def _read(self, name: str, http: Scraper) -> None:
         """One background read: kind (first time), /metrics and what else the kind reads; state and backoff."""

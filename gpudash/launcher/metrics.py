@@ -8,11 +8,14 @@ rate arithmetic in counters.py. A kind's rates need the previous scrape of the s
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from gpudash.launcher.counters import Prev
+from gpudash.launcher.discovery import Found, find_servers
 from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.scrape_http import Scraper, ScrapeError
 from gpudash.records import ServerSample
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 SCRAPE_TIMEOUT_S = 0.3  # per read
 SCRAPE_DEADLINE_S = 0.6  # per whole answer: a tick scrapes twice (/metrics, /slots) within its second
 SCRAPE_WORKERS = 8
+FIND_EVERY_S = 10.0  # how often the GPUs' processes are looked through for servers gpudash does not know
 
 
 class ServerSource:
@@ -35,8 +39,15 @@ class ServerSource:
 
     name = "servers"
 
-    def __init__(self, supervisor: Supervisor, timeout_s: float = SCRAPE_TIMEOUT_S):
+    def __init__(self, supervisor: Supervisor, timeout_s: float = SCRAPE_TIMEOUT_S,
+                 gpu_pids: Callable[[], list[tuple[int, int]]] | None = None):
+        """`gpu_pids` lists the real GPUs' processes (NVML): servers among them that gpudash neither runs nor
+        reads show as "found" rows, looked for in the background every FIND_EVERY_S."""
         self._sup = supervisor
+        self._gpu_pids = gpu_pids
+        self._found: list[Found] = []
+        self._finding: Future | None = None
+        self._found_at = -FIND_EVERY_S
         self._http = Scraper(timeout_s, SCRAPE_DEADLINE_S)
         self._prev: dict[str, Prev] = {}
         # Servers are scraped in parallel, so one slow server does not push the others past the tick.
@@ -61,10 +72,33 @@ class ServerSource:
                 except (ScrapeError, ValueError) as err:
                     failed.append(f"{st.server}: /metrics scrape failed: {err}")
                     out.append(st)
+        out += self._found_rows({s.server for s in out}, {s.pid for s in out if s.pid is not None})
         result: dict[str, tuple] = {"servers": tuple(out)}
         if failed:
             result["errors"] = tuple(failed)
         return result
+
+    def _found_rows(self, names: set[str], pids: set[int]) -> list[ServerSample]:
+        """The servers found on the GPUs at the last look (started anew when due, never waited for)."""
+        if self._gpu_pids is None:
+            return []
+        now = time.monotonic()
+        if (self._finding is None or self._finding.done()) and now - self._found_at >= FIND_EVERY_S:
+            self._found_at = now
+            known = set(self._sup.pids())
+            self._finding = self._pool.submit(self._find, known)
+        ts = time.time()
+        return [ServerSample(ts=ts, server=f.name, kind=f.kind, state="found", pid=f.pid,
+                             port=urlsplit(f.url).port, origin="found", error=f.hint, url=f.url)
+                for f in self._found if f.name not in names and f.pid not in pids]
+
+    def _find(self, known: set[int]) -> None:
+        assert self._gpu_pids is not None
+        self._found = find_servers(self._gpu_pids(), known=known)
+
+    def found(self) -> list[Found]:
+        """The servers found at the last look (to attach one, or write its entry)."""
+        return list(self._found)
 
     def _scrape(self, st: ServerSample) -> ServerSample:
         base = self._sup.base_url(st.server)

@@ -55,7 +55,7 @@ class LaunchStack:
             self.specs = default_servers(config)
         self.supervisor = Supervisor(self.specs, inbox, log_dir or default_log_dir(), gpu_memory=gpu_memory,
                                      preload_knobs=file_knobs(config.engine))
-        self.source = ServerSource(self.supervisor)
+        self.source = ServerSource(self.supervisor, gpu_pids=gpu_pids)
         self.probe = ProbeRunner(self.supervisor, config.probe, inbox) if config.probe.enabled else None
         self.cuda_build = CudaAutoBuild.plan(self.specs, config.llama.source, inbox, self._relaunch_if_running) \
             if config.llama.cuda_build == "auto" else None

@@ -85,8 +85,8 @@ def read_until(source: ServerSource, name: str, cond, timeout_s: float = 20.0) -
     """Poll like the sampler does until the server's sample meets `cond`."""
     deadline = time.monotonic() + timeout_s
     while True:
-        st = next(s for s in source.poll()["servers"] if s.server == name)
-        if cond(st):
+        st = next((s for s in source.poll()["servers"] if s.server == name), None)  # a found row comes later
+        if st is not None and cond(st):
             return st
         assert time.monotonic() < deadline, f"{name} never got there; last: {st}"
         time.sleep(0.1)

@@ -78,3 +78,29 @@ def test_no_config_on_a_busy_box_attaches_instead_of_the_demo(llama_outside, tmp
     assert proc.poll() is None
     idle = LaunchStack(Config(), Inbox(), tmp_path / "logs2", gpu_pids=lambda: [])
     assert idle.demo and idle.specs[0].name == "demo"
+
+
+@pytest.mark.llama
+def test_a_found_server_shows_as_a_row_and_one_command_attaches_it(llama_outside, events, tmp_path) -> None:  # noqa: F811
+    from gpudash.control import AttachServer, Controller
+    from gpudash.launcher.metrics import ServerSource
+    from gpudash.launcher.supervisor import Supervisor
+    from test_attach import read_until
+
+    proc, url = llama_outside
+    sup = Supervisor([], events.inbox, tmp_path / "logs")
+    source = ServerSource(sup, gpu_pids=lambda: [(0, proc.pid)])
+    try:
+        found = read_until(source, f"llamacpp-{proc.pid}", lambda s: s.state == "found")
+        assert (found.origin, found.pid, found.url, found.error) == ("found", proc.pid, url, None)
+        result = Controller(supervisor=sup, inbox=events.inbox).apply(AttachServer(found.server, found.kind, url))
+        assert result.ok and result.event.kind == "server.attach"
+        st = read_until(source, found.server, lambda s: s.state == "ready")
+        assert (st.origin, st.kind, st.url) == ("attached", "llama.cpp", url)
+        rows = [s for s in source.poll()["servers"] if s.server == found.server]
+        assert len(rows) == 1  # attached now, no longer listed as found
+        again = Controller(supervisor=sup, inbox=events.inbox).apply(AttachServer(found.server, "llama.cpp", url))
+        assert not again.ok and "configured already" in again.reason
+    finally:
+        source.close()
+    assert proc.poll() is None

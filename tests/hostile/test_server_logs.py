@@ -5,7 +5,6 @@ vLLM double behind a `vllm` that says which run it is."""
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
 from pathlib import Path

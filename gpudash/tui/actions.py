@@ -106,6 +106,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("server_restart", "R", "server", "Restart", ("restart",), mode="live", target=ServersView),
     Action("server_sleep", "z", "server", "Sleep (vLLM)", ("sleep",), mode="live", target=ServersView),
     Action("server_wake", "w", "server", "Wake (vLLM)", ("wake",), mode="live", target=ServersView),
+    Action("attach_found", "A", "attach_found", "Attach found", mode="live", target=ServersView),
+    Action("write_found", "W", "write_found", "Write found to config", mode="live", target=ServersView),
     Action("edit_split", "t", "edit_split", "Split ratios", mode="live", target=ServerPicker),
     Action("apply_plan", "p", "apply_plan", "Planned split", mode="live", target=ServerPicker),
     Action("edit_share", "m", "edit_share", "Memory share", mode="live", target=ServerPicker),

@@ -12,8 +12,9 @@ from textual.widgets import Log, Static
 
 from gpudash.advisor.planner import SplitPlan
 from gpudash.config import ServerSpec
-from gpudash.control import ServerAction, SetSplit
+from gpudash.control import AttachServer, ServerAction, SetSplit
 from gpudash.launcher.logparse import says_no_gpu_offload
+from gpudash.records import ServerSample
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers, ts_ratios
 from gpudash.tui.widgets.fitted import FittedTable, NamesHiddenColumns, hidden_columns_line
@@ -241,7 +242,9 @@ class ServersView(NamesHiddenColumns, ServerPicker):
                      "relaunching": "bold magenta"}.get(s.state, "")
             ready = s.state == "ready"  # only a serving server has rates; anything else would be stale
             kv = "not reported" if ready and s.kv_cache_usage is None else fmt.pct(s.kv_cache_usage if ready else None)
-            rows.append((name, s.kind, Text(s.state, style=style), s.port or "—",
+            # an attached server is only read: its state says so, and why a read failed (unreachable, ...)
+            shown = s.state if s.origin == "managed" else f"{s.error or s.state} ({s.origin})"
+            rows.append((name, s.kind, Text(shown, style=style), s.port or "—",
                          fmt.duration(s.uptime_s if ready else None), fmt.num(state.tokens_per_s(name), ".1f"),
                          fmt.num(s.prompt_tokens_per_s if ready else None, ".1f"), s.restarts, s.relaunches,
                          fmt.num(s.requests_running if ready else None, ".0f"), kv))
@@ -263,6 +266,44 @@ class ServersView(NamesHiddenColumns, ServerPicker):
             self.notify("no server selected (s selects one)", severity="warning")
             return
         self.propose(ServerAction(self.selected_server, action))  # type: ignore[arg-type]
+
+    def _selected_found(self) -> ServerSample | None:
+        """The selected row when it is a server found on the GPUs (else it says what to select)."""
+        snap = self.state.latest
+        row = next((s for s in (snap.servers if snap else ()) if s.server == self.selected_server), None)
+        if row is None or row.origin != "found" or row.url is None:
+            self.notify("select a found server first (s): one gpudash neither runs nor reads", severity="warning")
+            return None
+        return row
+
+    def action_attach_found(self) -> None:
+        """`A`: read the selected found server for the rest of this run (never signalled: attached)."""
+        row = self._selected_found()
+        if row is not None:
+            self.propose(AttachServer(row.server, row.kind, str(row.url)))
+
+    def action_write_found(self) -> None:
+        """`W`: write the selected found server's [[servers]] entry (name, kind, url) into the config file."""
+        row = self._selected_found()
+        path = self.state.config_path
+        if row is None:
+            return
+        if path is None:
+            self.notify("no config file to write into (this run was started without one)", severity="warning")
+            return
+        entry = {"name": row.server, "kind": row.kind, "url": str(row.url)}
+
+        def write() -> None:
+            from gpudash.config import ConfigError, save_server
+
+            try:
+                save_server(path, entry)
+                said, severity = f"wrote [[servers]] {row.server} (url {row.url}) into {path}", "information"
+            except (ConfigError, OSError, ValueError) as err:
+                said, severity = f"cannot write {row.server} into {path}: {err}", "error"
+            self.app.call_from_thread(self.notify, said, severity=severity)
+
+        self.run_in_thread(write, "config.save_server", "config")
 
     # ---- the log tail: a chain (fetch in a worker -> show -> set_timer) while the view is on screen ----
 

@@ -13,7 +13,8 @@ How to add a view (a tab):
    Up/down run the view's `action_select(step)`.
 4. A change goes up as `self.propose(command)`; blocking work runs in `self.run_in_thread(fn, name)` and
    posts a message back to the view (a failure reaches the app's one error handler).
-Then add its snapshot test at 80x24 and 120x40 in tests/tui/test_snapshots.py.
+5. tests/tui/test_snapshots.py snapshots every VIEWS row at 80x24: run that test once with
+   --snapshot-update, read the new SVG's text, and commit it.
 """
 
 from __future__ import annotations

@@ -186,6 +186,9 @@ class AttachedServers:
     def _tell_kind(self, get: Any) -> ServerKind:
         """The kind of an attached server from its /metrics families, else from its /v1/models owner."""
         status, body = get("/metrics")
+        if status in (401, 403):
+            raise ScrapeError(f"GET /metrics answered HTTP {status}: the server wants an API key; name the "
+                              "environment variable that holds it in the entry's api_key_env (or check its value)")
         if status == 200:
             try:
                 found = kind_recognising(families(body.decode("utf-8", "replace")))
@@ -193,16 +196,18 @@ class AttachedServers:
                 found = None
             if found is not None:
                 return found
-        status, body = get("/v1/models")
+        models_status, body = get("/v1/models")
         try:
-            owners = {str(m.get("owned_by")) for m in json.loads(body).get("data", [])} if status == 200 else set()
+            data = json.loads(body).get("data", []) if models_status == 200 else []
+            owners = {str(m.get("owned_by")) for m in data}
         except (ValueError, AttributeError, TypeError):
             owners = set()
         for k in KINDS.values():
             if k.models_owner in owners:
                 return k
         raise NotAServer(f"its /metrics has no {' or '.join(k.metric_prefix for k in KINDS.values())} families "
-                         f"and its /v1/models names no known owner (GET /metrics: HTTP {status})")
+                         f"and its /v1/models names no known owner (GET /metrics: HTTP {status}, GET /v1/models: HTTP "
+                         f"{models_status})")
 
     def _failed(self, name: str, state: str, error: str) -> None:
         a = self._servers[name]

@@ -282,3 +282,29 @@ def test_url_entries_are_checked_when_the_config_loads(monkeypatch) -> None:
         {"url": "http://h:1", "api_key": "x"})
     spec = validate({"servers": [{"name": "a", "url": "http://h:1/", "api_key_env": "MY_KEY"}]}).servers[0]
     assert (spec.url, spec.kind, spec.attached, spec.probe) == ("http://h:1", None, True, None)
+
+
+@pytest.mark.llama
+def test_an_api_key_comes_from_the_named_variable_and_never_shows(llama_server, tiny_model, events, tmp_path,
+                                                                 monkeypatch) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    key = "sk-attach-test-0123456789"
+    argv = [llama_server, "-m", str(tiny_model), "--host", "127.0.0.1", "--port", str(port), "--metrics",
+            "-c", "512", "--api-key", key]
+    for proc in started_outside(argv, url):
+        assert httpx.get(f"{url}/metrics", trust_env=False).status_code == 401  # the key guards /metrics
+        monkeypatch.setenv("ATTACH_KEY", key)
+        monkeypatch.setenv("WRONG_KEY", "sk-not-the-key-000")
+        sup = Supervisor([ServerSpec(name="good", url=url, api_key_env="ATTACH_KEY"),
+                          ServerSpec(name="bad", url=url, api_key_env="WRONG_KEY")], events.inbox, tmp_path / "logs")
+        source = ServerSource(sup)
+        try:
+            good = read_until(source, "good", lambda s: s.state == "ready")
+            bad = read_until(source, "bad", lambda s: s.state == UNREACHABLE)
+        finally:
+            source.close()
+        assert good.kind == "llama.cpp" and good.error is None
+        assert "401" in bad.error and key not in bad.error and "sk-not-the-key-000" not in bad.error
+        assert key not in sup.refusal("good", "split")  # its command line is quoted with the key masked
+        assert "--api-key ***" in sup.refusal("good", "split")

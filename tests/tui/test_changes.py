@@ -204,3 +204,14 @@ async def test_planned_split_is_proposed_with_p_and_confirmed_first() -> None:
         assert isinstance(app.screen, ChoiceScreen)
         assert "Re-launch big with split -ts" in dialog_text(app) and "on GPUs 0,1" in dialog_text(app)
         assert isinstance(app.changes.pending, SetSplit)
+
+
+async def test_k_on_a_supervised_server_s_process_stops_it_through_the_supervisor() -> None:
+    """A process gpudash supervises gets no raw signal (its supervisor would restart it): K asks to stop
+    the server, as x on Servers does."""
+    app, inbox = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("9", "K")
+        assert isinstance(app.screen, ChoiceScreen) and "Stop big?" in dialog_text(app)
+        assert app.changes.pending == ServerAction("big", "stop")

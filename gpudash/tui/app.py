@@ -72,7 +72,7 @@ class GpudashApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield SourceHeader(id="header")
-        with TabbedContent(id="views", initial="overview"):
+        with TabbedContent(id="views", initial=VIEWS[0].id):
             for view in VIEWS:
                 with TabPane(view.title, id=view.id):
                     yield view.widget(id=f"{view.id}-view")
@@ -101,7 +101,7 @@ class GpudashApp(App[None]):
 
     @property
     def active_view(self) -> str:
-        return (self._views.active if self._alive() else "") or "overview"
+        return (self._views.active if self._alive() else "") or VIEWS[0].id
 
     @property
     def view(self) -> DashView:

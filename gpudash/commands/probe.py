@@ -86,7 +86,8 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
         _fail_if_all_failed(url, samples)
         return
     c = s.correlation
-    click.echo(f"{url}: {s.requests} requests ({s.failed} failed), concurrency {concurrency}, "
+    failed = f"{s.failed} failed, last: {s.last_error}" if s.failed else "0 failed"
+    click.echo(f"{url}: {s.requests} requests ({failed}), concurrency {concurrency}, "
                f"shared prefix {shared_prefix:g}")
     click.echo(f"  TTFT median {_ms(s.ttft_median_ms)}, p90 {_ms(s.ttft_p90_ms)}; "
                f"server prompt time median {_ms(s.server_prompt_median_ms)}")

@@ -8,7 +8,10 @@ GPUs in all) plus two generated inference servers per box with probe TTFTs. Debi
     CPU time, and `gpudash fleet --help` beside it: the start-up (interpreter, imports, config) alone;
   * read_fleet() alone (the queries and the assembly), median of 10;
   * the Fleet view's refresh at 1 s: a separate process that reads the fleet once a second for
-    --cpu-seconds and builds its rows (what the view's worker does), its CPU share of one core.
+    --cpu-seconds and builds its rows (what the view's worker does), its CPU share of one core;
+  * the real `gpudash launch --sim h200` in tmux (bench_tui's helpers): its CPU on the Fleet tab and on
+    the Events tab, each for --cpu-seconds, while every box's utilisation moves each second (so rows
+    change at every scrape); the difference is the tab's own cost (reads, rows, table).
 Printed beside the issue's targets (ratio = measured / target, <= 1 is met).
 
 Run: .venv/bin/python benchmarks/bench_fleet.py [--boxes 100] [--cpu-seconds 20]
@@ -23,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "fleet"))  # the tests' way to start a private Prometheus
 sys.path.insert(0, str(REPO / "tests" / "cli"))
 from fleet_helpers import start_prometheus, stop, wait_for  # noqa: E402
+
+import bench_tui as tui  # noqa: E402  (its private tmux server and screen helpers)
 
 from gpudash.config import Config  # noqa: E402
 from gpudash.fleet.boxes import read_fleet  # noqa: E402
@@ -46,12 +52,12 @@ from gpudash.fleet.cells import box_cells
 from gpudash.fleet.boxes import read_fleet
 from gpudash.fleet.client import PrometheusClient
 client = PrometheusClient(sys.argv[1])
-read_fleet(client)  # warm: imports and the connection are not the refresh's cost
+read_fleet(client, detail=False)  # warm: imports and the connection are not the refresh's cost
 c0, w0 = time.process_time(), time.monotonic()
 while time.monotonic() < w0 + float(sys.argv[2]):
     t0 = time.monotonic()
-    fleet = read_fleet(client)
-    rows = [box_cells(b, fleet.ts) for b in fleet.boxes]
+    fleet = read_fleet(client, detail=False)
+    rows = [box_cells(b) for b in fleet.boxes]
     time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
 print((time.process_time() - c0) / (time.monotonic() - w0))
 """
@@ -78,7 +84,59 @@ def box_snapshot(base: Snapshot, box: int, tick: int) -> Snapshot:
     now = time.time()
     requests = tuple(RequestSample(now - 5, f"srv{k}", ttft_s=0.05 * (1 + (box + k) % 7), total_s=0.3, prompt_tokens=100,
                                    cached_tokens=60) for k in range(2))
-    return dataclasses.replace(base, ts=now, tick=tick, servers=servers, requests=requests)
+    gpus = tuple(dataclasses.replace(g, ts=now, util_pct=float((tick * 7 + box + g.index) % 100)) for g in base.gpus)
+    return dataclasses.replace(base, ts=now, tick=tick, gpus=gpus, servers=servers, requests=requests)
+
+
+class Moving:
+    """Feeds every box a new tick each second (utilisation moves), so the fleet's figures change at the
+    scrape interval as a live fleet's do, and the Fleet tab has rows to repaint."""
+
+    def __init__(self, sinks: list, bases: list) -> None:
+        self.sinks, self.bases = sinks, bases
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        tick = 2
+        while not self.stop.wait(1.0):
+            for i, sink in enumerate(self.sinks):
+                sink(box_snapshot(self.bases[i], i, tick))
+            tick += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+def tab_cpu(url: str, tmp: str, seconds: float) -> tuple[float, float]:
+    """CPU share of one core of the real `gpudash launch --sim h200` in a terminal (tmux, 160x48), reading
+    the fleet at `url` every second: on the Fleet tab, then on the Events tab (the fleet is read only
+    while its tab is on screen: the difference is the tab's cost)."""
+    import psutil
+
+    cfg = Path(tmp) / "tab.toml"
+    cfg.write_text(f'[sampling]\ninterval_s = 0.5\n\n[probe]\nenabled = false\n\n[fleet]\nprometheus = "{url}"\n')
+    session = "fleet-tab"
+    tui.tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "48",
+             f"exec env -u COLUMNS -u LINES {tui.GPUDASH} --config {cfg} launch --sim h200 --no-record")
+    pid = int(tui.tmux("list-panes", "-t", session, "-F", "#{pane_pid}").split()[0])
+    try:
+        tui.wait_for(session, "GPU0", 60)
+        shares = []
+        for key, needle in (("0", "100 of 100 boxes"), ("8", "Events")):
+            tui.tmux("send-keys", "-t", session, key)
+            tui.wait_for(session, needle, 30)
+            time.sleep(3)
+            proc = psutil.Process(pid)
+            c0, t0 = proc.cpu_times(), time.perf_counter()
+            time.sleep(seconds)
+            c1, t1 = proc.cpu_times(), time.perf_counter()
+            shares.append(((c1.user - c0.user) + (c1.system - c0.system)) / (t1 - t0))
+    finally:
+        tui.stop(session, pid)
+    return shares[0], shares[1]
 
 
 def command_times(args: list[str], cwd: str, runs: int = 5) -> tuple[list[float], list[float]]:
@@ -129,6 +187,11 @@ def main() -> None:
             loop = subprocess.run([sys.executable, "-c", REFRESH_LOOP, prom.url, str(args.cpu_seconds)], cwd=tmp,
                                   check=True, capture_output=True, text=True)
             refresh_cpu = float(loop.stdout.strip())
+            moving = Moving(sinks, bases)
+            try:
+                on_fleet, on_events = tab_cpu(prom.url, tmp, args.cpu_seconds)
+            finally:
+                moving.close()
         finally:
             stop(prom.proc)
             for s in sinks:
@@ -147,6 +210,10 @@ def main() -> None:
             print(f"{name:<52}{got:>11.3f}s{target:>9.1f}s{got / target:>8.2f}")
     print(f"{'Fleet refresh at 1 s, CPU of one core':<52}{refresh_cpu * 100:>11.2f}%{2.0:>9.1f}%"
           f"{refresh_cpu * 100 / 2.0:>8.2f}")
+    tab = on_fleet - on_events
+    print(f"{'gpudash launch (sim h200), on the Fleet tab':<52}{on_fleet * 100:>11.2f}%")
+    print(f"{'  the same process on the Events tab':<52}{on_events * 100:>11.2f}%")
+    print(f"{'  the Fleet tab itself (difference)':<52}{tab * 100:>11.2f}%{2.0:>9.1f}%{tab * 100 / 2.0:>8.2f}")
 
 
 if __name__ == "__main__":

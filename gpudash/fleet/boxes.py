@@ -80,14 +80,20 @@ def _by(rows: Iterable[dict[str, Any]], *labels: str) -> dict[tuple[str, ...], f
     return {tuple(r["metric"].get(k, "") for k in labels): _value(r) for r in rows}
 
 
-def read_fleet(client: PrometheusClient, job: str | None = None, now: float | None = None) -> Fleet:
-    """Every box, asked in one instant query (queries.combined); PrometheusError if it fails."""
-    matchers = queries.job_matcher(job) if job else ""
-    exprs = {**{f"box.{k}": v for k, v in queries.BOX.items()}, **{f"server.{k}": v for k, v in queries.SERVER.items()}}
+def read_fleet(client: PrometheusClient, job: str | None = None, now: float | None = None, *, detail: bool = True,
+               instance: str | None = None) -> Fleet:
+    """Every box (or the one `instance`), asked in one instant query (queries.combined); PrometheusError if
+    it fails. Without `detail` the servers carry their state only (what a list of boxes shows)."""
+    matchers = ",".join(m for m in (queries.job_matcher(job) if job else "",
+                                    queries.instance_matcher(instance) if instance else "") if m)
+    servers = queries.SERVER if detail else {"state": queries.SERVER["state"]}
+    exprs = {**{f"box.{k}": v for k, v in queries.BOX.items()}, **{f"server.{k}": v for k, v in servers.items()}}
     exprs = {k: queries.fill(v, matchers) for k, v in exprs.items()}
-    exprs["alerts"] = queries.ALERTS
+    # Alerts by instance only: a rule that aggregates (by instance, server) drops the job label.
+    exprs["alerts"] = queries.fill(queries.ALERTS, queries.instance_matcher(instance) if instance else "")
     at = time.time() if now is None else now
-    answers: dict[str, list[dict[str, Any]]] = {k: [] for k in exprs}
+    answers: dict[str, list[dict[str, Any]]] = {f"server.{k}": [] for k in queries.SERVER}
+    answers.update({k: [] for k in exprs})
     for row in client.query(queries.combined(exprs), at):
         part = answers.get(row["metric"].pop(queries.TAG, ""))
         if part is not None:

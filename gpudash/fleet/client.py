@@ -78,7 +78,8 @@ class PrometheusClient:
         deadline = time.monotonic() + self.timeout_s
         body = bytearray()
         try:
-            with self._http.stream("GET", path, params=params) as r:
+            # POST, as Prometheus' API allows: a long query goes in a form body, not the URL
+            with self._http.stream("POST", path, data=params) as r:
                 for piece in r.iter_bytes():
                     body += piece
                     if len(body) > self.max_bytes:

@@ -34,7 +34,7 @@ SERVER = {
     "kv": "max by (instance, server) (gpudash_server_kv_cache_usage_ratio{sel})",
     "tokens_per_s": "max by (instance, server) (gpudash_server_generation_tokens_per_second{sel})",
 }
-ALERTS = 'ALERTS{alertstate="firing"}'
+ALERTS = 'ALERTS{alertstate="firing",sel}'
 
 # Per GPU of one box, for the drill-down's range plots (`{sel}` holds the box's instance matcher).
 GPU_SERIES = {
@@ -55,8 +55,10 @@ def combined(exprs: dict[str, str]) -> str:
 
 
 def fill(expr: str, matchers: str = "") -> str:
-    """The expression with `matchers` (PromQL label matchers without braces, "" for none) in every selector."""
-    return expr.replace("{sel}", "{" + matchers + "}" if matchers else "")
+    """The expression with `matchers` (PromQL label matchers without braces, "" for none) in every selector
+    (`{sel}`, or `,sel}` inside a selector that has matchers of its own)."""
+    return expr.replace(",sel}", "," + matchers + "}" if matchers else "}").replace(
+        "{sel}", "{" + matchers + "}" if matchers else "")
 
 
 def instance_matcher(instance: str) -> str:

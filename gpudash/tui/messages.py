@@ -140,3 +140,4 @@ class BoxHistory(Message):
     instance: str
     series: dict[str, dict[str, list[tuple[float, float]]]] | None
     error: str | None
+    box: Any = None  # the box read again with its servers' figures (gpudash.fleet.boxes.FleetBox)

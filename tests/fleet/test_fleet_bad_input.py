@@ -26,7 +26,8 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name): the client POSTs its queries, as the API allows
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
         try:
             getattr(self, "_" + self.server.mode)()  # type: ignore[attr-defined]
         except (BrokenPipeError, ConnectionResetError):

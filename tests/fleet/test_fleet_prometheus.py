@@ -125,11 +125,12 @@ def test_fleet_lists_every_target_with_its_figures(fleet_rig: FleetRig) -> None:
 
 @pytest.mark.anyio
 async def test_the_fleet_tab_lists_sorts_filters_and_opens_a_box(fleet_rig: FleetRig) -> None:
-    from textual.widgets import DataTable, Static
+    from textual.widgets import Static
 
     from gpudash.config import Config
     from gpudash.tui.app import GpudashApp
-    from gpudash.tui.widgets.fleet import BoxScreen
+    from gpudash.tui.widgets.fleet import BoxScreen, FleetView
+    from gpudash.tui.widgets.lines import TextLines
 
     class Feed(FixedFeed):
         config = Config.model_validate({"fleet": {"prometheus": fleet_rig.prom.url}})
@@ -138,17 +139,18 @@ async def test_the_fleet_tab_lists_sorts_filters_and_opens_a_box(fleet_rig: Flee
     async with app.run_test(size=(160, 48)) as pilot:
         await tui_wait(pilot, lambda: app.info is not None, what="the feed")
         await pilot.press("0")
-        view = app.query_one("#fleet-view")
-        table = view.query_one(DataTable)
+        view = app.query_one("#fleet-view", FleetView)
 
         def cells(label: str) -> list[str]:
-            col = [str(c.label) for c in table.columns.values()].index(label)
-            return [str(table.get_row_at(i)[col]) for i in range(table.row_count)]
+            return [r[label] for r in view.rows]
 
         def title() -> str:
             return str(view.query_one(".view-title", Static).content)
 
-        await tui_wait(pilot, lambda: table.row_count == len(fleet_rig.boxes), timeout=20, what="every box")
+        await tui_wait(pilot, lambda: len(view.rows) == len(fleet_rig.boxes), timeout=20, what="every box")
+        lines = [line.plain for line in view.query_one("#fleet-lines", TextLines).lines]
+        assert lines[0].split()[:4] == ["box", "host", "rig", "state"] and len(lines) == 1 + len(fleet_rig.boxes)
+        assert all(len(line) <= 160 for line in lines)
         assert "6 of 6 boxes" in title() and "by state" in title()
         states = cells("state")
         assert states[0] == "down" and "no gpudash" in states and states.count("up") == 4  # needing a look first
@@ -157,7 +159,7 @@ async def test_the_fleet_tab_lists_sorts_filters_and_opens_a_box(fleet_rig: Flee
         vllm = next(i for i, w in fleet_rig.boxes.items() if w == "vllm")
         assert "by alerts" in title() and cells("box")[0] == vllm
         await pilot.press("slash", *"8xh20", "enter")
-        await tui_wait(pilot, lambda: table.row_count == 1, what="the filter")
+        await tui_wait(pilot, lambda: len(view.rows) == 1, what="the filter")
         assert cells("rig") == ["sim:8xh20"] and "1 of 6" in title()
         await pilot.press("enter")
         await tui_wait(pilot, lambda: isinstance(app.screen, BoxScreen), what="the box screen")

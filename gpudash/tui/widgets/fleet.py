@@ -17,7 +17,7 @@ from typing import Any, Callable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid
+from textual.containers import Grid, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
@@ -27,11 +27,13 @@ from gpudash.fleet.boxes import DOWN, NO_GPUDASH, STALE, Fleet, FleetBox
 from gpudash.fleet.cells import COLUMNS, SERVER_COLUMNS, box_cells, server_cells
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState
-from gpudash.tui.widgets.fitted import FittedTable
-from gpudash.tui.widgets.tables import TableView
+from gpudash.tui.widgets.fitted import FittedTable, fit_columns
+from gpudash.tui.widgets.lines import TextLines
+from gpudash.tui.widgets.view import DashView
 
 HISTORY_REFRESH_S = 15.0  # the drill-down's range plots (the last hour, 30 s steps) are asked again this often
 _STATE_ORDER = {DOWN: 0, STALE: 1, NO_GPUDASH: 2}
+STATE_STYLE = {DOWN: "bold red", STALE: "yellow", NO_GPUDASH: "yellow"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +75,14 @@ def shown_boxes(boxes: tuple[FleetBox, ...], sort: int, text: str) -> list[Fleet
     return known + [b for b in kept if s.value(b) is None]
 
 
-class FleetView(TableView):
-    TITLE = "Fleet"
-    EMPTY = "no boxes yet"
+class FleetView(DashView):
+    """The rows are lines of one TextLines (gpudash/tui/widgets/lines.py), which repaints only the lines
+    whose text changed: a DataTable re-renders every visible cell on any change (its render cache is keyed
+    on a table-wide update count), and a fleet's rows change at every read somewhere."""
+
     COLUMNS = COLUMNS
-    DROP = ("host", "rig", "servers", "RX", "VRAM")
+    DROP = ("host", "rig", "servers", "VRAM", "PCIe TX / RX")  # given way in this order on a narrow screen
+    RIGHT = ("GPUs", "util")
 
     sort = 1  # by state: down and stale boxes first
     filter_text = ""
@@ -93,6 +98,15 @@ class FleetView(TableView):
         super().__init__(*children, id=id)
         self._client: Any = None
         self._client_lock = threading.Lock()
+        self._head: Text | None = None
+        self.rows: list[dict[str, str]] = []  # the cells of the boxes shown, in order (what the lines say)
+
+    def compose(self) -> ComposeResult:
+        yield Static("Fleet", classes="view-title")
+        yield Static("", classes="empty")
+        with VerticalScroll(id="fleet-scroll"):
+            yield TextLines(id="fleet-lines")
+        yield Static("", classes="hidden-columns")
 
     def shown(self, previous: Any) -> None:
         if fleet_settings(self.app) is not None and fleet_settings(self.app).prometheus and not self._polling:
@@ -120,7 +134,7 @@ class FleetView(TableView):
         from gpudash.fleet.boxes import PrometheusError, read_fleet
 
         try:
-            self.post_message(msg.FleetRead(read_fleet(self.client(), job), None))
+            self.post_message(msg.FleetRead(read_fleet(self.client(), job, detail=False), None))
         except PrometheusError as err:
             self.post_message(msg.FleetRead(None, str(err)))
 
@@ -137,20 +151,26 @@ class FleetView(TableView):
             self.error = message.error
             self.stale_since = self.stale_since or time.time()
         if self.on_screen:
-            self.show(self.state)
+            self.show(self.state)  # repaints only the title line and the rows whose text changed
         self.set_timer(fleet_settings(self.app).refresh_s, self._poll)
 
     def on_unmount(self) -> None:
         if self._client is not None:
             self._client.close()
 
+    def _title(self, head: Text) -> None:
+        if head != self._head:  # an unchanged title is not laid out again
+            self._head = head
+            self.query_one(".view-title", Static).update(head)
+
     def draw(self, state: ViewState) -> None:
-        title = self.query_one(".view-title", Static)
         settings = fleet_settings(self.app)
+        empty = self.query_one(".empty", Static)
         if settings is None or not settings.prometheus:
-            title.update(Text("Fleet: no Prometheus set ([fleet] prometheus, or launch --fleet URL)"))
-            self.query_one(".empty", Static).update("gpudash asks no Prometheus until one is set")
-            self.fill([])
+            self._title(Text("Fleet: no Prometheus set ([fleet] prometheus, or launch --fleet URL)"))
+            empty.update("gpudash asks no Prometheus until one is set")
+            empty.display = True
+            self._lines([], [])
             return
         boxes = self.fleet.boxes if self.fleet is not None else ()
         shown = shown_boxes(boxes, self.sort, self.filter_text)
@@ -169,17 +189,51 @@ class FleetView(TableView):
             head.append(f"\nstale since {fmt.clock(self.stale_since)}: {self.error}", style="bold red")
         elif self.fleet is None:
             head.append("\nasking Prometheus…", style="italic")
-        title.update(head)
-        empty = self.query_one(".empty", Static)
+        self._title(head)
+        empty.display = not shown
         empty.update(f"no box matches {self.filter_text!r}" if boxes else "no boxes yet")
-        now = time.time()
-        rows = []
-        for b in shown:
-            cells = box_cells(b, now)
-            status = cells["state"]
-            style = "bold red" if b.status == DOWN else "yellow" if b.status in (STALE, NO_GPUDASH) else ""
-            rows.append(tuple(Text(status, style=style) if c == "state" else cells[c] for c in COLUMNS))
-        self.fill(rows, self.cursor)
+        self.rows = [box_cells(b) for b in shown]
+        self._lines(self.rows, shown)
+
+    def _lines(self, rows: list[dict[str, str]], boxes: list[FleetBox]) -> None:
+        """The header and one line per box, in the columns that fit (fit_columns drops DROP's in order)."""
+        scroll = self.query_one("#fleet-scroll", VerticalScroll)
+        cells = [[r[c] for c in self.COLUMNS] for r in rows]
+        fit = fit_columns(self.COLUMNS, cells, self.DROP, max(20, scroll.size.width))
+        widths = {i: max([len(self.COLUMNS[i]), *(len(c[i]) for c in cells)]) for i in fit.shown}
+
+        width = max(20, scroll.size.width)
+
+        def line(values: list[str], style: str = "") -> Text:
+            text = Text(style=style, no_wrap=True, overflow="ellipsis")
+            for i in fit.shown:
+                v = values[i]
+                text.append((v.rjust if self.COLUMNS[i] in self.RIGHT else v.ljust)(widths[i]) + "  ")
+            text.truncate(width, overflow="ellipsis")  # one screen line each: the edge cuts the last column
+            return text
+
+        out = [line(list(self.COLUMNS), "bold")] if rows else []
+        for n, (c, b) in enumerate(zip(cells, boxes)):
+            text = line(c, "reverse" if n == self.cursor else "")
+            state = STATE_STYLE.get(b.status)
+            if state:
+                at = sum(widths[i] + 2 for i in fit.shown if i < self.COLUMNS.index("state"))
+                text.stylize(state, at, at + len(c[self.COLUMNS.index("state")]))
+            out.append(text)
+        lines = self.query_one("#fleet-lines", TextLines)
+        grew = len(out) != len(lines.lines)
+        lines.show(out)
+        if grew:
+            lines.refresh(layout=True)
+        top, height = scroll.scroll_offset.y, max(1, scroll.size.height)
+        row = self.cursor + 1  # under the header line
+        if rows and not top <= row < top + height:
+            scroll.scroll_to(y=max(0, row - height + 1) if row >= top + height else row - 1, animate=False)
+        hidden = [self.COLUMNS[i] for i in range(len(self.COLUMNS)) if i not in fit.shown] if rows else []
+        note = self.query_one(".hidden-columns", Static)
+        note.display = bool(hidden)
+        if hidden:
+            note.update(f"not shown at this width: {', '.join(hidden)} (widen the terminal)")
 
     def action_select(self, step: int) -> None:
         if self._shown:
@@ -229,22 +283,28 @@ class BoxScreen(Screen[None]):
         yield Static("Esc: back to the fleet", id="box-keys")
 
     def on_mount(self) -> None:
+        self._servers()
+        self._draw()
+        self._load()
+
+    def _servers(self) -> None:
         b = self.box
         self.query_one("#box-servers", FittedTable).set_rows(
             [tuple(server_cells(b, s)[c] for c in SERVER_COLUMNS[1:]) for s in b.servers])
-        self._draw()
-        self._load()
 
     def _load(self) -> None:
         instance = self.box.instance
 
         def read() -> None:
-            from gpudash.fleet.boxes import PrometheusError, read_box_history
+            from gpudash.fleet.boxes import PrometheusError, read_box_history, read_fleet
 
+            client = self.view.client()
             try:
-                self.post_message(msg.BoxHistory(instance, read_box_history(self.view.client(), instance), None))
+                boxes = read_fleet(client, instance=instance).boxes  # its servers with TTFT, hit rate, KV
+                self.post_message(msg.BoxHistory(instance, read_box_history(client, instance), None,
+                                                 boxes[0] if boxes else None))
             except PrometheusError as err:
-                self.post_message(msg.BoxHistory(instance, None, str(err)))
+                self.post_message(msg.BoxHistory(instance, None, str(err), None))
 
         self.run_worker(read, name="fleet.box_history", group="fleet-box", thread=True, exit_on_error=False)
 
@@ -254,6 +314,9 @@ class BoxScreen(Screen[None]):
             self.series, self.error = message.series, None
         else:
             self.error = message.error
+        if message.box is not None:
+            self.box = message.box
+            self._servers()
         self._draw()
         self.set_timer(HISTORY_REFRESH_S, self._load)
 

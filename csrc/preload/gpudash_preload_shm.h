@@ -1,7 +1,8 @@
 /* The two shared-memory blocks between a preloaded process (libgpudash_preload.so) and gpudash.
  *
- * The preloaded process creates both with shm_open (mode 0600) when it first enters a copy door (so
- * processes that never copy, like a shell under `gpudash run`, leave none), and unlinks them at exit:
+ * The preloaded process creates both with shm_open (O_EXCL, mode 0600) when it first enters a copy door
+ * (so processes that never copy, like a shell under `gpudash run`, leave none), and unlinks them at exit
+ * (unless GPUDASH_PRELOAD_KEEP_FOR names its parent, `gpudash run --stats`, which reads and removes them):
  *   GPUDASH_PRELOAD_STATS_FMT  "/gpudash-preload-stats-<pid>"  written by the process, read by gpudash
  *   GPUDASH_PRELOAD_KNOBS_FMT  "/gpudash-preload-knobs-<pid>"  written by gpudash, read by the process
  * Nothing else crosses the process boundary: if gpudash dies, the server keeps working with the knobs
@@ -9,6 +10,8 @@
  *
  * Both blocks use a sequence lock: the writer makes `seq` odd, writes, then makes it even again (with
  * release ordering); a reader copies the block and retries while `seq` was odd or changed meanwhile.
+ * /dev/shm is every local user's, so the library never maps a block (one truncated under a mapping would
+ * give its host program SIGBUS): it writes and reads with pwrite/pread, as gpudash does.
  */
 #ifndef GPUDASH_PRELOAD_SHM_H
 #define GPUDASH_PRELOAD_SHM_H

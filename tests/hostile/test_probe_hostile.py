@@ -112,7 +112,7 @@ def test_cancel_ends_requests_in_flight(hostile: HostileServer) -> None:
 
 
 class _OneServer:
-    """The two questions ProbeRunner asks a Supervisor, answered for one hostile server."""
+    """The questions ProbeRunner asks a Supervisor, answered for one hostile server."""
 
     def __init__(self, url: str):
         self.url = url
@@ -123,6 +123,12 @@ class _OneServer:
 
     def base_url(self, name: str) -> str:
         return self.url
+
+    def probed(self, name: str) -> bool:
+        return True
+
+    def auth(self, name: str) -> dict[str, str]:
+        return {}
 
 
 def test_the_probe_thread_outlives_bad_answers(hostile: HostileServer) -> None:

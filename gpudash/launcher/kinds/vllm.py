@@ -67,11 +67,14 @@ class VllmSpec(ServerSpec):
     serve /sleep and /wake_up (`gpudash server sleep|wake NAME`, the Servers view's sleep/wake keys)."""
 
     def memory_share(self) -> tuple[float | None, str]:
-        """gpu_memory_utilization, else share, else vLLM's default (vLLM always reserves it)."""
+        """gpu_memory_utilization, else share, else vLLM's default (vLLM always reserves it); unknown for
+        an attached server, whose flags are its own."""
         if self.gpu_memory_utilization is not None:
             return self.gpu_memory_utilization, "gpu_memory_utilization"
         if self.share is not None:
             return self.share, "share"
+        if self.attached:  # its own command line decides, which gpudash does not set
+            return None, ""
         return DEFAULT_UTIL, "vLLM default"
 
     @model_validator(mode="after")

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, VerticalScroll
+from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
@@ -99,13 +99,14 @@ class FleetView(DashView):
         self._client: Any = None
         self._client_lock = threading.Lock()
         self._head: Text | None = None
+        self._note = ""
+        self.top = 0  # the first box on the page shown
         self.rows: list[dict[str, str]] = []  # the cells of the boxes shown, in order (what the lines say)
 
     def compose(self) -> ComposeResult:
         yield Static("Fleet", classes="view-title")
         yield Static("", classes="empty")
-        with VerticalScroll(id="fleet-scroll"):
-            yield TextLines(id="fleet-lines")
+        yield TextLines(id="fleet-lines")
         yield Static("", classes="hidden-columns")
 
     def shown(self, previous: Any) -> None:
@@ -154,6 +155,10 @@ class FleetView(DashView):
             self.show(self.state)  # repaints only the title line and the rows whose text changed
         self.set_timer(fleet_settings(self.app).refresh_s, self._poll)
 
+    def on_resize(self) -> None:
+        if self.on_screen:  # the page holds as many boxes as the new height does
+            self.show(self.state)
+
     def on_unmount(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -196,13 +201,18 @@ class FleetView(DashView):
         self._lines(self.rows, shown)
 
     def _lines(self, rows: list[dict[str, str]], boxes: list[FleetBox]) -> None:
-        """The header and one line per box, in the columns that fit (fit_columns drops DROP's in order)."""
-        scroll = self.query_one("#fleet-scroll", VerticalScroll)
+        """The header and a line per box of the page the cursor is on, in the columns that fit
+        (fit_columns drops DROP's in order). Only the lines on screen are rendered: with a hundred boxes
+        whose figures all move, rendering the off-screen ones was most of the tab's cost."""
+        lines = self.query_one("#fleet-lines", TextLines)
+        width, page = max(20, lines.size.width), max(1, lines.size.height - 1)
+        if not self.top <= self.cursor < self.top + page:
+            self.top = self.cursor if self.cursor < self.top else self.cursor - page + 1
+        self.top = max(0, min(self.top, len(rows) - page))
         cells = [[r[c] for c in self.COLUMNS] for r in rows]
-        fit = fit_columns(self.COLUMNS, cells, self.DROP, max(20, scroll.size.width))
+        fit = fit_columns(self.COLUMNS, cells, self.DROP, width)
         widths = {i: max([len(self.COLUMNS[i]), *(len(c[i]) for c in cells)]) for i in fit.shown}
-
-        width = max(20, scroll.size.width)
+        state_at = sum(widths[i] + 2 for i in fit.shown if i < self.COLUMNS.index("state"))
 
         def line(values: list[str], style: str = "") -> Text:
             text = Text(style=style, no_wrap=True, overflow="ellipsis")
@@ -213,27 +223,25 @@ class FleetView(DashView):
             return text
 
         out = [line(list(self.COLUMNS), "bold")] if rows else []
-        for n, (c, b) in enumerate(zip(cells, boxes)):
-            text = line(c, "reverse" if n == self.cursor else "")
-            state = STATE_STYLE.get(b.status)
-            if state:
-                at = sum(widths[i] + 2 for i in fit.shown if i < self.COLUMNS.index("state"))
-                text.stylize(state, at, at + len(c[self.COLUMNS.index("state")]))
+        for n in range(self.top, min(len(rows), self.top + page)):
+            text = line(cells[n], "reverse" if n == self.cursor else "")
+            style = STATE_STYLE.get(boxes[n].status)
+            if style:
+                text.stylize(style, state_at, state_at + len(cells[n][self.COLUMNS.index("state")]))
             out.append(text)
-        lines = self.query_one("#fleet-lines", TextLines)
-        grew = len(out) != len(lines.lines)
         lines.show(out)
-        if grew:
-            lines.refresh(layout=True)
-        top, height = scroll.scroll_offset.y, max(1, scroll.size.height)
-        row = self.cursor + 1  # under the header line
-        if rows and not top <= row < top + height:
-            scroll.scroll_to(y=max(0, row - height + 1) if row >= top + height else row - 1, animate=False)
         hidden = [self.COLUMNS[i] for i in range(len(self.COLUMNS)) if i not in fit.shown] if rows else []
+        if len(rows) > page:
+            hidden_note = f"boxes {self.top + 1}-{min(len(rows), self.top + page)} of {len(rows)} (up/down)"
+        else:
+            hidden_note = ""
         note = self.query_one(".hidden-columns", Static)
-        note.display = bool(hidden)
-        if hidden:
-            note.update(f"not shown at this width: {', '.join(hidden)} (widen the terminal)")
+        text = "; ".join(filter(None, [hidden_note, f"not shown at this width: {', '.join(hidden)} (widen the "
+                                                   "terminal)" if hidden else ""]))
+        note.display = bool(text)
+        if text != self._note:
+            self._note = text
+            note.update(text)
 
     def action_select(self, step: int) -> None:
         if self._shown:

@@ -100,3 +100,46 @@ async def test_a_bad_prometheus_is_stale_since_and_nothing_else_stalls(down: boo
         await pilot.press("1")  # the Overview answers at once while the fleet's reads keep failing
         await pilot.pause(0.05)
         assert app.active_view == "overview" and time.monotonic() - t1 < 1.5
+
+
+async def test_sixty_boxes_at_80x24_page_with_the_cursor() -> None:
+    """Only the page the cursor is on is drawn; moving past its end turns the page. The fleet here is
+    records handed to the view (no Prometheus answers: its reads fail, the rows stay, marked stale)."""
+    from gpudash.fleet.boxes import Fleet, FleetBox
+    from gpudash.tui import messages as msg
+    from gpudash.tui.widgets.fleet import FleetView
+    from gpudash.tui.widgets.lines import TextLines
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = Config.model_validate({"fleet": {"prometheus": f"http://127.0.0.1:{port}", "timeout_s": 0.5}})
+    boxes = tuple(FleetBox(f"box{i:02d}:9400", "gpudash", "up", gpus=8, util=i / 100, rig="sim:8xh20")
+                  for i in range(60))
+    app = GpudashApp(ConfiguredFeed(config))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the feed")
+        await pilot.press("0")
+        view = app.query_one("#fleet-view", FleetView)
+        view.sort = 0  # by box name
+        view.post_message(msg.FleetRead(Fleet("http://x", 0.0, boxes), None))
+        await wait_for(pilot, lambda: len(view.rows) == 60, what="the boxes")
+        lines = view.query_one("#fleet-lines", TextLines)
+
+        def page() -> list[str]:
+            return [line.plain.split()[0] for line in lines.lines[1:]]
+
+        first = page()
+        assert first[0] == "box00:9400" and 5 < len(first) < 24 and all(len(x.plain) <= 80 for x in lines.lines)
+        note = str(view.query_one(".hidden-columns", Static).content)
+        assert f"boxes 1-{len(first)} of 60" in note
+        for _ in range(30):  # down to the end of the page, and one more
+            if view.top:
+                break
+            await pilot.press("down")
+            await pilot.pause(0.02)
+        top, shown = view.top, page()
+        assert top == 1 and shown[0] == "box01:9400" and shown[-1] == f"box{view.cursor:02d}:9400"
+        await pilot.press("up")  # back up inside the page: it stays
+        await pilot.pause(0.05)
+        assert view.top == top and page() == shown

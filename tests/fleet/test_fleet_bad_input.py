@@ -138,3 +138,9 @@ def test_a_bad_fleet_url_in_the_config_is_one_clear_line(tmp_path: Path) -> None
     config.write_text('[fleet]\nprometheus = "ftp://x"\n')
     proc = run(tmp_path, "--config", str(config), "fleet")
     assert proc.returncode == 2 and "fleet.prometheus" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_bad_fleet_url_for_launch_is_a_usage_error_before_the_screen(tmp_path: Path) -> None:
+    proc = run(tmp_path, "launch", "--sim", "h200", "--no-record", "--fleet", "prometheus.lan:9090")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--fleet: 'prometheus.lan:9090' is not Prometheus' base URL" in proc.stderr

@@ -20,6 +20,7 @@ import click
 from gpudash import fmt
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
+from gpudash.hangup import silence_gone_terminal
 from gpudash.records import Snapshot
 
 STATUS_EVERY_S = 5.0
@@ -74,10 +75,10 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
     progress = _Progress()
     with ExitStack() as running:
         # From the start, so a signal during start-up also ends in a closed session. SIGHUP (a dropped
-        # ssh) is a stop like SIGTERM; the terminal it came from may be gone, so nothing more is printed.
-        stop, hung_up = threading.Event(), threading.Event()
+        # ssh) is a stop like SIGTERM; the terminal it came from is gone, so output to it goes nowhere.
+        stop = threading.Event()
         previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: (hung_up.set(), stop.set()))
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: (silence_gone_terminal(), stop.set()))
         running.callback(_restore_signals, previous)
         prom = _start_prometheus(listen or cfg.prometheus.listen, cfg, path)
         if prom:
@@ -110,14 +111,14 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
                 break
             if now >= next_status:
                 next_status += STATUS_EVERY_S
-                if not quiet and not hung_up.is_set():
+                if not quiet:
                     _status(sid, rig.label, progress, writer, now - started)
             stop.wait(min(next_status, end or next_status) - now)
         try:
             session.close()  # the sampler stops, the writer flushes, the session row gets its end time
         except StoreError as err:
             raise click.ClickException(f"{err}; session {sid} holds the rows written before it") from None
-    if not quiet and not hung_up.is_set():
+    if not quiet:
         click.echo(f"gpudash record: session {sid} closed: {progress.ticks} ticks, {writer.rows_written} rows "
                    f"in {fmt.duration(time.monotonic() - started)}", err=True)
 

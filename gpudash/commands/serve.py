@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpudash.commands.common import db_option, db_path, get_config, resolve_rig, sim_options, usage_error
+from gpudash.hangup import silence_gone_terminal
 from gpudash.records import RequestSample, Snapshot
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
         # the finally below still stops what was started; once all are up, the signals just end the wait.
         previous = {signal.SIGINT: signal.getsignal(signal.SIGINT),
                     signal.SIGTERM: signal.signal(signal.SIGTERM, signal.default_int_handler),
-                    signal.SIGHUP: signal.signal(signal.SIGHUP, signal.default_int_handler)}
+                    signal.SIGHUP: signal.signal(signal.SIGHUP, _hung_up_while_starting)}
         sampler.start()
         if not quiet:
             what = "the demo server (no [[servers]] configured)" if stack.demo else f"{len(stack.specs)} server(s)"
@@ -115,6 +116,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
         if failure is None and not stop.is_set():
             for s in previous:
                 signal.signal(s, lambda *_: stop.set())
+            signal.signal(signal.SIGHUP, lambda *_: (silence_gone_terminal(), stop.set()))
             if not quiet:
                 for name in stack.supervisor.specs():
                     log = stack.supervisor.log_path(name)
@@ -137,6 +139,11 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
         usage_error(failure)
     if not quiet:
         click.echo(f"gpudash serve: stopped all servers; session {sid} closed ({writer.rows_written} rows)", err=True)
+
+
+def _hung_up_while_starting(signum: int, frame: Any) -> None:
+    silence_gone_terminal()
+    signal.default_int_handler(signum, frame)
 
 
 def _status(stack: LaunchStack, requests: _Requests) -> None:

@@ -100,3 +100,36 @@ def test_a_hung_up_dashboard_restores_the_terminal_and_closes_its_session(tmp_pa
     assert seen.rfind(ALT_OFF) > seen.rfind(ALT_ON), "the terminal was left in the alternate screen"
     sid, ended, ticks = _session(db)
     assert ended is not None and ticks > 0
+
+
+def test_a_terminal_that_goes_away_ends_record_and_serve_cleanly(tmp_path: Path) -> None:
+    """The real hang-up: gpudash runs on a terminal (its controlling tty) that then goes away, as an ssh
+    session's does. After it every write to that terminal fails; the commands still stop cleanly, exit 0,
+    and close their sessions."""
+    exe, pidfile = vllm_with_a_child(tmp_path)
+    cfg = server_config(tmp_path, exe)
+    for what, ready in (("record", "SELECT count(*) FROM ticks"),
+                        ("serve", "SELECT count(*) FROM events WHERE kind = 'server.ready'")):
+        db = tmp_path / f"{what}.db"
+        argv = [sys.executable, *ENTRY, "--config", str(cfg), what, "--sim", "h200", "--db", str(db)]
+        pid, master = pty.fork()  # the child's controlling terminal is this pty
+        if pid == 0:
+            os.execve(argv[0], argv, cli_env(tmp_path))
+        seen = drain_pty(master)
+        try:
+            end = time.monotonic() + WAIT_S
+            while not (_query(db, ready) and _query(db, ready)[0][0]) and time.monotonic() < end:
+                time.sleep(0.05)
+            assert _query(db, ready)[0][0], bytes(seen[-2000:])
+        finally:
+            os.close(master)  # the terminal goes away: the kernel hangs up its session
+        end = time.monotonic() + WAIT_S
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < end:
+            time.sleep(0.05)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, f"{what}: {done}"
+        sid, ended, ticks = _session(db)
+        assert ended is not None and ticks > 0, what
+    kill_all([int(pidfile.read_text())] if pidfile.exists() else [])

@@ -102,19 +102,20 @@ def test_a_hung_up_dashboard_restores_the_terminal_and_closes_its_session(tmp_pa
     assert ended is not None and ticks > 0
 
 
-def test_a_terminal_that_goes_away_ends_record_and_serve_cleanly(tmp_path: Path) -> None:
+def test_a_terminal_that_goes_away_ends_record_serve_and_launch_cleanly(tmp_path: Path) -> None:
     """The real hang-up: gpudash runs on a terminal (its controlling tty) that then goes away, as an ssh
     session's does. After it every write to that terminal fails; the commands still stop cleanly, exit 0,
     and close their sessions."""
     exe, pidfile = vllm_with_a_child(tmp_path)
     cfg = server_config(tmp_path, exe)
     for what, ready in (("record", "SELECT count(*) FROM ticks"),
-                        ("serve", "SELECT count(*) FROM events WHERE kind = 'server.ready'")):
+                        ("serve", "SELECT count(*) FROM events WHERE kind = 'server.ready'"),
+                        ("launch", "SELECT count(*) FROM ticks")):
         db = tmp_path / f"{what}.db"
         argv = [sys.executable, *ENTRY, "--config", str(cfg), what, "--sim", "h200", "--db", str(db)]
         pid, master = pty.fork()  # the child's controlling terminal is this pty
         if pid == 0:
-            os.execve(argv[0], argv, cli_env(tmp_path))
+            os.execve(argv[0], argv, {**cli_env(tmp_path), "TERM": "xterm-256color"})
         seen = drain_pty(master)
         try:
             end = time.monotonic() + WAIT_S

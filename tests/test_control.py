@@ -11,7 +11,7 @@ import pytest
 
 from gpudash.config import ServerSpec
 from gpudash.control import (AttachServer, Controller, ServerAction, SetEngineKnobs, SetRecording, SetShardSize,
-                             SetShare, SetSplit, describe, relaunches)
+                             SetShare, SetSplit, SignalProcess, describe, relaunches)
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.telemetry.inbox import Inbox
 
@@ -183,6 +183,7 @@ def test_each_command_carries_its_description_event_and_relaunch_flag() -> None:
         (ServerAction("big", "start"), "start big", ("server.start.request", "big", "start"), False),
         (ServerAction("big", "stop"), "stop big", ("server.stop.request", "big", "stop"), True),
         (SetRecording(False), "turn recording off", ("recording", "store", False), False),
+        (SignalProcess(123, "TERM"), "send SIGTERM to pid 123", ("process.signal", "pid 123", "SIGTERM"), False),
         (AttachServer("llamacpp-7", "llama.cpp", "http://127.0.0.1:8080"),
          "attach llamacpp-7 (llama.cpp at http://127.0.0.1:8080) for this run",
          ("server.attach", "llamacpp-7", {"kind": "llama.cpp", "url": "http://127.0.0.1:8080"}), False),

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Literal, Mapping
 import platformdirs
 import tomli_w
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError, ValidationInfo,
-                      create_model, field_validator, model_validator)
+                      create_model, field_validator)
 
 from gpudash import APP_NAME
 from gpudash.engine.config import KNOB, KNOB_TABLE, KnobValueError

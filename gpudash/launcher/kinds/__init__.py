@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from gpudash.launcher.kinds.base import ServerKind
 from gpudash.launcher.kinds.llama_cpp import LlamaCpp
-from gpudash.launcher.kinds.spec import KINDS, ServerSpec, kind_declaring
+from gpudash.launcher.kinds.spec import KINDS, ServerSpec
 from gpudash.launcher.kinds.vllm import Vllm
 
 KINDS.update({k.name: k for k in (LlamaCpp(), Vllm())})
 
-__all__ = ["KINDS", "ServerKind", "ServerSpec", "kind_declaring", "kind_named", "kind_of", "kind_recognising",
-           "kind_running"]
+__all__ = ["KINDS", "ServerKind", "ServerSpec", "kind_named", "kind_of", "kind_recognising", "kind_running"]
 
 
 def kind_named(name: str) -> ServerKind:

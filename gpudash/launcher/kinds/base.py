@@ -163,11 +163,11 @@ class ServerKind(ABC):
         """Why the server cannot be put to sleep (at `level`), or None when it can."""
         return f"{self.label} has no sleep mode"
 
-    def sleep(self, base_url: str, level: int, headers: dict[str, str] | None = None) -> Any:
+    def sleep(self, base_url: str, level: int) -> Any:
         """Put the server to sleep at `level` (SleepResult); SleepError when it refuses."""
         raise NotImplementedError(f"{self.label} has no sleep mode")
 
-    def wake(self, base_url: str, headers: dict[str, str] | None = None) -> Any:
+    def wake(self, base_url: str) -> Any:
         """Wake a sleeping server (SleepResult); SleepError when it refuses."""
         raise NotImplementedError(f"{self.label} has no sleep mode")
 

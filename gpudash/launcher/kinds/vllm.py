@@ -238,10 +238,10 @@ class Vllm(ServerKind):
                     "(weights dropped)")
         return None
 
-    def sleep(self, base_url: str, level: int, headers: dict[str, str] | None = None) -> Any:
+    def sleep(self, base_url: str, level: int) -> Any:
         return sleep_http.sleep_or_wake(base_url, "sleep", level)
 
-    def wake(self, base_url: str, headers: dict[str, str] | None = None) -> Any:
+    def wake(self, base_url: str) -> Any:
         return sleep_http.sleep_or_wake(base_url, "wake")
 
     def matches(self, cmdline: Sequence[str]) -> bool:

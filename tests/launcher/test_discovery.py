@@ -104,3 +104,15 @@ def test_a_found_server_shows_as_a_row_and_one_command_attaches_it(llama_outside
     finally:
         source.close()
     assert proc.poll() is None
+
+
+def test_an_attached_server_on_another_host_makes_the_gpu_views_say_they_show_this_box_only(tmp_path) -> None:
+    from gpudash.config import Config
+
+    cfg = Config.model_validate({"servers": [{"name": "far", "url": "http://192.0.2.10:8000"},
+                                             {"name": "near", "url": "http://127.0.0.1:8000"}]})
+    stack = LaunchStack(cfg, Inbox(), tmp_path / "logs")
+    try:
+        assert stack.notes() == ["far run(s) on another host: the GPU views show this box's GPUs only"]
+    finally:
+        stack.close()

@@ -140,6 +140,7 @@ async def test_sixty_boxes_at_80x24_page_with_the_cursor() -> None:
             await pilot.pause(0.02)
         top, shown = view.top, page()
         assert top == 1 and shown[0] == "box01:9400" and shown[-1] == f"box{view.cursor:02d}:9400"
+        assert len(shown) == len(first)  # the page keeps its size
         await pilot.press("up")  # back up inside the page: it stays
         await pilot.pause(0.05)
         assert view.top == top and page() == shown

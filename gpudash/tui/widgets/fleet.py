@@ -75,6 +75,16 @@ def shown_boxes(boxes: tuple[FleetBox, ...], sort: int, text: str) -> list[Fleet
     return known + [b for b in kept if s.value(b) is None]
 
 
+class FleetLines(TextLines):
+    """The Fleet's lines: a new height is a new page size (a resize, or the lines above it changing
+    height), so the view draws its page again."""
+
+    def on_resize(self) -> None:
+        view = self.parent
+        if isinstance(view, FleetView) and view.on_screen:
+            view.show(view.state)
+
+
 class FleetView(DashView):
     """The rows are lines of one TextLines (gpudash/tui/widgets/lines.py), which repaints only the lines
     whose text changed: a DataTable re-renders every visible cell on any change (its render cache is keyed
@@ -106,7 +116,7 @@ class FleetView(DashView):
     def compose(self) -> ComposeResult:
         yield Static("Fleet", classes="view-title")
         yield Static("", classes="empty")
-        yield TextLines(id="fleet-lines")
+        yield FleetLines(id="fleet-lines")
         yield Static("", classes="hidden-columns")
 
     def shown(self, previous: Any) -> None:
@@ -154,10 +164,6 @@ class FleetView(DashView):
         if self.on_screen:
             self.show(self.state)  # repaints only the title line and the rows whose text changed
         self.set_timer(fleet_settings(self.app).refresh_s, self._poll)
-
-    def on_resize(self) -> None:
-        if self.on_screen:  # the page holds as many boxes as the new height does
-            self.show(self.state)
 
     def on_unmount(self) -> None:
         if self._client is not None:

@@ -116,3 +116,16 @@ def test_an_attached_server_on_another_host_makes_the_gpu_views_say_they_show_th
         assert stack.notes() == ["far run(s) on another host: the GPU views show this box's GPUs only"]
     finally:
         stack.close()
+
+
+def test_status_lists_found_servers_and_none_on_a_simulated_rig(tmp_path, monkeypatch) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from gpudash.cli import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    r = CliRunner().invoke(main, ["status", "--sim", "h200", "--json", "--window", "0.05"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["found_servers"] == []  # a simulated rig's processes are modelled, not servers

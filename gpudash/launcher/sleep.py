@@ -2,8 +2,8 @@
 
 vLLM serves POST /sleep?level=N, POST /wake_up and GET /is_sleeping only when it runs with
 `--enable-sleep-mode` and `VLLM_SERVER_DEV_MODE=1` (the launcher sets both from `enable_sleep_mode`).
-Level 0 (vLLM 0.33) only pauses scheduling, level 1 moves the weights to host memory and drops the KV
-cache, level 2 drops both. The time a call
+Level 0 only pauses scheduling (vLLM pull request 33195, in 0.33), level 1 moves the weights to host
+memory and drops the KV cache, level 2 drops both. The time a call
 takes is the model-switching cost the transfer engine is meant to cut, so every call is timed.
 """
 

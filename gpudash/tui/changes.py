@@ -11,16 +11,29 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from gpudash.control import Command, ServerAction, SetShare, SetSplit, describe, relaunches
+from gpudash.control import Command, Controller, ServerAction, SetShare, SetSplit, describe, relaunches
 from gpudash.records import Event
 from gpudash.tui import messages as msg
-from gpudash.tui.actions import BY_ID
+from gpudash.tui.actions import BY_ID, Action
 from gpudash.tui.screens.dialogs import Choice, ChoiceScreen
+from gpudash.tui.state import ViewState
 
-if TYPE_CHECKING:
-    from gpudash.tui.app import GpudashApp
+
+class ChangeHost(Protocol):
+    """What a ChangeFlow uses of the app that owns it (the app imports this module, so not the app itself)."""
+
+    state: ViewState
+
+    @property
+    def controller(self) -> Controller | None: ...
+    def in_thread(self, fn: Any, name: str, group: str = "default") -> None: ...
+    def key_of(self, a: Action) -> str: ...
+    def notify(self, message: str, **kwargs: Any) -> None: ...
+    def push_screen(self, screen: Any, callback: Any = None, **kwargs: Any) -> Any: ...
+    def refresh_keys(self) -> None: ...
+    def refresh_views(self) -> None: ...
 
 LATER = Choice("l", "later (stays pending)", "later")
 
@@ -50,7 +63,7 @@ def consequence(command: Command, gpus: list[int] | None = None) -> tuple[str, s
 class ChangeFlow:
     """The pending change of one app, and the dialogs around it; the app's footer and header show it."""
 
-    def __init__(self, app: GpudashApp) -> None:
+    def __init__(self, app: ChangeHost) -> None:
         self.app = app
         self.pending: Command | None = None
 

@@ -31,9 +31,11 @@ def row_counts(path: Path) -> dict[str, int]:
 
 
 def layout(path: Path) -> dict[str, tuple]:
-    """Every table's columns (name, type, not null) and indices: what two files must share to be the same schema."""
+    """Every table's columns (name, type, not null) and indices: what two files must share to be the same schema.
+    Columns are compared by name: SQLite appends a column that a migration adds, while a new file lays the
+    1-minute tier out with text columns first, so a record's new text field stands elsewhere in each."""
     db = sqlite_utils.Database(path)
-    return {t: (tuple((c.name, c.type, c.notnull) for c in db[t].columns),
+    return {t: (tuple(sorted((c.name, c.type, c.notnull) for c in db[t].columns)),
                 tuple(sorted(tuple(i.columns) for i in db[t].indexes)))
             for t in db.table_names() if t != "schema_version"}
 

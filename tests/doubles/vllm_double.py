@@ -16,6 +16,11 @@ tests/launcher/samples, made from those sources, pin the details):
   `usage.prompt_tokens_details.cached_tokens`;
 * automatic prefix caching in blocks of 16 tokens (one token = one whitespace-separated word), with
   prompt processing time proportional to the uncached tokens, so hits have lower TTFT;
+* a GPU prefix cache of `--num-gpu-blocks-override` blocks at most (least recently used evicted) and, with
+  `--kv-offloading-size`, a host-memory copy of every block (the native CPU offload): a prompt's blocks
+  after its GPU hits are looked up there, counted as vllm:external_prefix_cache_queries / _hits and as
+  vllm:prompt_tokens_by_source{source="external_kv_transfer"} (names and help texts as vLLM 0.33's
+  loggers.py writes them);
 * GET /metrics with the families of vllm/v1/metrics/loggers.py that gpudash reads, one series per
   data-parallel engine (labels model_name, engine; requests go round-robin over the engines):
   vllm:num_requests_running / waiting, vllm:engine_sleep_state{sleep_state}, vllm:kv_cache_usage_perc,
@@ -35,6 +40,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -51,14 +57,17 @@ class Engine:
     """Prefix cache bookkeeping, sleep state and metrics, shared by the handler threads."""
 
     def __init__(self, model: str, prefix_caching: bool, details: bool, engines: int = 1,
-                 sleep_mode: bool = False, sleep_delay: float = 0.05, wake_delay: float = 0.1):
+                 sleep_mode: bool = False, sleep_delay: float = 0.05, wake_delay: float = 0.1,
+                 gpu_blocks: int | None = None, offloading: bool = False):
         self.model = model
         self.prefix_caching = prefix_caching
         self.details = details
         self.sleep_mode = sleep_mode
         self.sleep_delay, self.wake_delay = sleep_delay, wake_delay
         self.sleep_level = 0  # 0: awake
-        self.blocks: set[int] = set()
+        self.blocks: OrderedDict[int, None] = OrderedDict()  # GPU blocks, least recently used first
+        self.gpu_blocks = gpu_blocks  # --num-gpu-blocks-override: beyond it the oldest block is evicted
+        self.host: set[int] | None = set() if offloading else None  # --kv-offloading-size: every block stored
         self.lock = threading.Lock()
         self.turn = 0
         r = self.registry = CollectorRegistry()
@@ -81,6 +90,11 @@ class Engine:
         self.cached = Counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
                               labels, registry=r)
         self.gen = Counter("vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=r)
+        # With a KV connector (the native CPU offload of --kv-offloading-size): what it was asked and had
+        self.ext_queries = Counter("vllm:external_prefix_cache_queries", "External prefix cache queries, in terms "
+                                   "of number of queried tokens.", labels, registry=r) if offloading else None
+        self.ext_hits = Counter("vllm:external_prefix_cache_hits", "External prefix cache hits, in terms of number "
+                                "of cached tokens.", labels, registry=r) if offloading else None
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               labels, registry=r,
                               buckets=(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5))
@@ -120,22 +134,38 @@ class Engine:
             self._publish_sleep()
 
     def admit(self, tokens: list[str], lv: dict[str, str]) -> int:
-        """Cached tokens for this prompt (whole blocks already seen), then remember its blocks."""
+        """Cached tokens for this prompt: whole blocks the GPU cache holds, then (with a KV offload) the blocks
+        after those that host memory holds; then remember its blocks (the GPU cache evicts its least
+        recently used block past its size, the host keeps every one)."""
         hashes = [hash(tuple(tokens[: (i + 1) * BLOCK])) for i in range(len(tokens) // BLOCK)]
         with self.lock:
-            cached = 0
+            local = external = 0
             if self.prefix_caching:
                 for h in hashes:
                     if h not in self.blocks:
                         break
-                    cached += BLOCK
-                self.blocks.update(hashes)
+                    local += BLOCK
+                if self.host is not None:
+                    for h in hashes[local // BLOCK:]:
+                        if h not in self.host:
+                            break
+                        external += BLOCK
+                    self.ext_queries.labels(**lv).inc(len(tokens) - local)  # type: ignore[union-attr]
+                    self.ext_hits.labels(**lv).inc(external)  # type: ignore[union-attr]
+                    self.host.update(hashes)
+                for h in hashes:
+                    self.blocks[h] = None
+                    self.blocks.move_to_end(h)
+                while self.gpu_blocks is not None and len(self.blocks) > self.gpu_blocks:
+                    self.blocks.popitem(last=False)
+            cached = local + external
             self.queries.labels(**lv).inc(len(tokens))
-            self.hits.labels(**lv).inc(cached)
+            self.hits.labels(**lv).inc(local)
             self.prompt.labels(**lv).inc(len(tokens))
             self.cached.labels(**lv).inc(cached)
             self.by_source.labels(**lv, source="local_compute").inc(len(tokens) - cached)
-            self.by_source.labels(**lv, source="local_cache_hit").inc(cached)
+            self.by_source.labels(**lv, source="local_cache_hit").inc(local)
+            self.by_source.labels(**lv, source="external_kv_transfer").inc(external)
             self.kv.labels(**lv).set(min(1.0, len(self.blocks) * BLOCK / 100_000))
         return cached
 
@@ -298,6 +328,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--max-model-len", type=str, default=None)
     s.add_argument("--max-num-seqs", type=int, default=None)
     s.add_argument("--kv-offloading-size", type=float, default=None)
+    s.add_argument("--num-gpu-blocks-override", type=int, default=None)
     s.add_argument("--kv-offloading-backend", choices=["native", "lmcache"], default="native")
     s.add_argument("--enforce-eager", action=EnableDisable, default=False)
     s.add_argument("--enable-prefix-caching", action=EnableDisable, default=True)
@@ -319,7 +350,8 @@ def main(argv: list[str] | None = None) -> None:
     time.sleep(args.load_delay)
     engine = Engine(args.model, args.enable_prefix_caching, args.enable_prompt_tokens_details,
                     engines=args.data_parallel_size, sleep_mode=args.enable_sleep_mode,
-                    sleep_delay=args.sleep_delay, wake_delay=args.wake_delay)
+                    sleep_delay=args.sleep_delay, wake_delay=args.wake_delay,
+                    gpu_blocks=args.num_gpu_blocks_override, offloading=args.kv_offloading_size is not None)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
     server.daemon_threads = True
     print(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)", flush=True)

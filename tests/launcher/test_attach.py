@@ -308,3 +308,29 @@ def test_an_api_key_comes_from_the_named_variable_and_never_shows(llama_server, 
         assert "401" in bad.error and key not in bad.error and "sk-not-the-key-000" not in bad.error
         assert key not in sup.refusal("good", "split")  # its command line is quoted with the key masked
         assert "--api-key ***" in sup.refusal("good", "split")
+
+
+def test_vllm_host_memory_kv_hits_are_a_hit_source_of_their_own(events, tmp_path) -> None:
+    """The double with a 4-block GPU cache and a KV offload: prompt A, then B (which evicts A from the GPU),
+    then A again, whose blocks come from host memory: external hits, not GPU prefix-cache hits."""
+    from gpudash.tui.widgets.latency import server_text
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, str(DOUBLE), "serve", "org/model", "--host", "127.0.0.1", "--port", str(port),
+            "--load-delay", "0", "--kv-offloading-size", "1", "--num-gpu-blocks-override", "4"]
+    for proc in started_outside(argv, url):
+        sup = Supervisor([ServerSpec(name="v", url=url)], events.inbox, tmp_path / "logs")
+        source = ServerSource(sup)
+        try:
+            read_until(source, "v", lambda s: s.state == "ready")
+            for words in ("alpha " * 64, "beta " * 64, "alpha " * 64):
+                r = httpx.post(f"{url}/v1/completions", json={"model": "org/model", "prompt": words, "max_tokens": 1},
+                               timeout=30, trust_env=False)
+                assert r.status_code == 200
+            st = read_until(source, "v", lambda s: (s.external_prefix_cache_hits or 0) > 0)
+        finally:
+            source.close()
+        assert (st.external_prefix_cache_queries, st.external_prefix_cache_hits) == (192, 64)
+        assert st.prefix_cache_hits == 0  # the GPU cache had evicted A: every hit came from host memory
+        assert "+ host KV cache 33%" in server_text([st])

@@ -133,7 +133,9 @@ class ServerSample:
     ts: float
     server: str
     kind: str  # a kind's name (gpudash/launcher/kinds/), "unknown" for an attached server not yet read
-    state: str  # "starting" | "loading" | "relaunching" | "ready" | "crashed" | "stopped" | "backoff"
+    # launched: "starting" | "loading" | "relaunching" | "ready" | "sleeping" | "crashed" | "stopped" | "backoff";
+    # attached: "attaching" | "ready" | "sleeping" | "unreachable" | "not a llama-server/vLLM"; found: "found"
+    state: str
     pid: int | None = None
     port: int | None = None
     uptime_s: float | None = None

@@ -124,6 +124,8 @@ async def test_sixty_boxes_at_80x24_page_with_the_cursor() -> None:
         view.sort = 0  # by box name
         view.post_message(msg.FleetRead(Fleet("http://x", 0.0, boxes), None))
         await wait_for(pilot, lambda: len(view.rows) == 60, what="the boxes")
+        await wait_for(pilot, lambda: "stale since" in title(app), what="the first failed read")  # title settled
+        await pilot.pause(0.1)
         lines = view.query_one("#fleet-lines", TextLines)
 
         def page() -> list[str]:

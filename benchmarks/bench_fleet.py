@@ -40,6 +40,7 @@ import bench_tui as tui  # noqa: E402  (its private tmux server and screen helpe
 from gpudash.config import Config  # noqa: E402
 from gpudash.fleet.boxes import read_fleet  # noqa: E402
 from gpudash.fleet.client import PrometheusClient  # noqa: E402
+from gpudash.labels import sim_label  # noqa: E402
 from gpudash.records import RequestSample, ServerSample, Snapshot  # noqa: E402
 from gpudash.telemetry.factory import build_sources  # noqa: E402
 from gpudash.telemetry.prometheus import PrometheusSink  # noqa: E402
@@ -67,7 +68,8 @@ def rig_snapshots() -> dict[str, Snapshot]:
     """One real tick of each simulated rig (two polls, so rates are measured)."""
     out = {}
     for profile in PROFILES:
-        sampler = Sampler(build_sources(f"sim:{profile}", Config()), 0.2, f"sim:{profile}")
+        label = sim_label(profile)
+        sampler = Sampler(build_sources(label, Config()), 0.2, label)
         try:
             sampler.poll_once()
             time.sleep(0.2)

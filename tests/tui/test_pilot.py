@@ -97,7 +97,8 @@ async def test_a_cpu_build_is_offered_no_gpu_action_and_a_restart_relaunches(liv
         assert ("relaunching", None) in seen  # not `ready` with a running uptime while it re-launches
         big = next(s for s in app.state.latest.servers if s.server == "big")
         assert (big.relaunches, big.restarts) == (1, 0)  # asked for, not a crash
-        assert ("server.restart.request", True) in kinds(app)
+        # the request's event is recorded once apply returns: it can reach the view a tick after the new process
+        await wait_for(pilot, lambda: ("server.restart.request", True) in kinds(app), what="the restart's event")
         await pilot.press("8")
         assert "server.warning" in table_text(app, "#events-view")
         db = live_feed.db_path

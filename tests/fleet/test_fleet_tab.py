@@ -146,3 +146,40 @@ async def test_sixty_boxes_at_80x24_page_with_the_cursor() -> None:
         await pilot.press("up")  # back up inside the page: it stays
         await pilot.pause(0.05)
         assert view.top == top and page() == shown
+
+
+async def test_a_tick_leaves_the_fleet_as_it_is_and_a_read_redraws_it() -> None:
+    """The app redraws the view on screen at every tick; the Fleet draws from its own reads, so a tick
+    leaves its rows as they are (redrawing them twice a second was most of the tab's CPU) and a read,
+    a key or a new size draws them again."""
+    from gpudash.fleet.boxes import Fleet, FleetBox
+    from gpudash.tui import messages as msg
+    from gpudash.tui.widgets.fleet import FleetView
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # refused: the view's own reads fail and keep the rows it was handed
+    config = Config.model_validate({"fleet": {"prometheus": f"http://127.0.0.1:{port}", "timeout_s": 0.5}})
+
+    def fleet(n: int) -> Fleet:
+        return Fleet("http://x", 0.0, tuple(FleetBox(f"box{i}:9400", "gpudash", "up", gpus=1) for i in range(n)))
+
+    app = GpudashApp(ConfiguredFeed(config))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the feed")
+        await pilot.press("0")
+        view = app.query_one("#fleet-view", FleetView)
+        view.post_message(msg.FleetRead(fleet(3), None))
+        await wait_for(pilot, lambda: len(view.rows) == 3, what="the boxes")
+        await wait_for(pilot, lambda: "stale since" in title(app), what="the first failed read")
+        await pilot.pause(0.1)
+        drawn = view.rows
+        assert app.view is view
+        for _ in range(5):
+            app.refresh_views()  # what every tick does
+            await pilot.pause(0.02)
+        assert view.rows is drawn  # not drawn again
+        await pilot.press("down")
+        await wait_for(pilot, lambda: view.rows is not drawn, what="the cursor's redraw")
+        view.post_message(msg.FleetRead(fleet(4), None))
+        await wait_for(pilot, lambda: len(view.rows) == 4, what="the new read's rows")

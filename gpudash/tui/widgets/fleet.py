@@ -112,6 +112,8 @@ class FleetView(DashView):
         self._note = ""
         self.top = 0  # the first box on the page shown
         self.rows: list[dict[str, str]] = []  # the cells of the boxes shown, in order (what the lines say)
+        self._drawn_fleet: Fleet | None = None  # what the lines were last drawn from (draw skips a repeat)
+        self._drawn_from: tuple | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("Fleet", classes="view-title")
@@ -183,6 +185,13 @@ class FleetView(DashView):
             empty.display = True
             self._lines([], [])
             return
+        # The app redraws the view on screen at every tick, but the Fleet draws from its own reads alone:
+        # only a read, a key or a new size changes what it shows (the redraw was most of the tab's CPU).
+        drawn_from = (self.error, self.stale_since, self.sort, self.filter_text, self.cursor,
+                      self.query_one("#fleet-lines", TextLines).size)
+        if self.fleet is self._drawn_fleet and drawn_from == self._drawn_from:
+            return
+        self._drawn_fleet, self._drawn_from = self.fleet, drawn_from
         boxes = self.fleet.boxes if self.fleet is not None else ()
         shown = shown_boxes(boxes, self.sort, self.filter_text)
         self._shown = shown

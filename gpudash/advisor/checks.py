@@ -16,7 +16,8 @@ from gpudash.advisor.facts import DoctorFacts
 from gpudash.advisor.llama_build import LlamaBuild
 from gpudash.config import ServerSpec
 from gpudash.launcher import cache_kinds
-from gpudash.launcher.kinds.vllm import EAGER_SHARE_THRESHOLD, VllmSpec
+from gpudash.launcher.kinds import ServerKind, kind_of
+from gpudash.launcher.kinds.vllm import EAGER_SHARE_THRESHOLD
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts
 from gpudash.shares import server_gpus, share_and_origin, shares_per_gpu
 
@@ -232,22 +233,27 @@ def check_shares(f: DoctorFacts) -> CheckResult:
     return _result("shares", title, "pass", evidence)
 
 
+def _kind(spec: ServerSpec) -> ServerKind | None:
+    """The server's kind, None for an attached server that has not said it yet."""
+    return kind_of(spec) if spec.kind is not None else None
+
+
 def check_enforce_eager(f: DoctorFacts) -> CheckResult:
     """Three or more vLLM servers on one GPU while one of them keeps CUDA graphs (no --enforce-eager)."""
     title = f"--enforce-eager when {EAGER_SHARE_THRESHOLD}+ vLLM servers share a GPU"
-    per_gpu: dict[int, list[VllmSpec]] = {}
+    per_gpu: dict[int, list[tuple[ServerSpec, bool | None]]] = {}  # (server, its eager switch)
     for s in f.servers:
-        if isinstance(s, VllmSpec):
+        if (kind := _kind(s)) is not None and kind.eager_field:
             for i in _server_gpus(s, f.topology):
-                per_gpu.setdefault(i, []).append(s)
+                per_gpu.setdefault(i, []).append((s, getattr(s, kind.eager_field)))
     crowded = {i: ss for i, ss in per_gpu.items() if len(ss) >= EAGER_SHARE_THRESHOLD}
     if not crowded:
         most = max((len(ss) for ss in per_gpu.values()), default=0)
         return _result("enforce_eager", title, "pass", f"at most {most} vLLM server(s) on any GPU")
-    bad = sorted({s.name for ss in crowded.values() for s in ss if s.enforce_eager is False})
+    bad = sorted({s.name for ss in crowded.values() for s, eager in ss if eager is False})
     evidence = [
-        f"GPU {i}: " + ", ".join(f"{s.name} (enforce_eager={'unset, launcher adds it' if s.enforce_eager is None else s.enforce_eager})"
-                                 for s in ss) for i, ss in sorted(crowded.items())]
+        f"GPU {i}: " + ", ".join(f"{s.name} (enforce_eager={'unset, launcher adds it' if eager is None else eager})"
+                                 for s, eager in ss) for i, ss in sorted(crowded.items())]
     if bad:
         return _result("enforce_eager", title, "fail", evidence,
                        f"set enforce_eager = true (or remove enforce_eager = false) for {', '.join(bad)}: each "
@@ -352,8 +358,9 @@ def check_nccl_mixed(f: DoctorFacts) -> CheckResult:
         users.append(f"llama-server {f.llama.binary} links NCCL")
     idx = {i for a, b in pairs for i in (a.index, b.index)}
     for s in f.servers:
-        if isinstance(s, VllmSpec) and (s.tensor_parallel_size or 1) > 1 and len(idx & set(_server_gpus(s, topo))) > 1:
-            users.append(f"vLLM server {s.name} runs tensor parallel {s.tensor_parallel_size} over NCCL")
+        ranks = kind.nccl_ranks(s) if (kind := _kind(s)) is not None else 1
+        if ranks > 1 and len(idx & set(_server_gpus(s, topo))) > 1:
+            users.append(f"{kind.label} server {s.name} runs tensor parallel {ranks} over NCCL")
     if users:
         return _result("nccl_mixed", title, "warn", [pair_text, *users],
                        "build llama.cpp with -DGGML_CUDA_NCCL=OFF (on such pairs NCCL's sync cost outweighs it: "

@@ -22,9 +22,10 @@ def llama_builds_for(config: Config) -> tuple[ServerLlama, ...]:
     from gpudash.launcher.demo import DEMO_NAME
     from gpudash.launcher.errors import LaunchError
 
+    from gpudash.launcher.kinds import kind_of
     from gpudash.launcher.kinds.llama_cpp import LlamaCppSpec
 
-    specs = [s for s in config.servers if isinstance(s, LlamaCppSpec) and not s.attached] if config.servers else \
+    specs = [s for s in config.servers if not s.attached and kind_of(s).runs_llama_build] if config.servers else \
         [LlamaCppSpec(name=DEMO_NAME, model="-")]
     out = []
     for spec in specs:

@@ -24,7 +24,7 @@ from gpudash.config import ServerSpec
 from gpudash.launcher import llama_cuda
 from gpudash.launcher.binary import resolve_binary
 from gpudash.launcher.errors import LaunchError
-from gpudash.launcher.kinds.llama_cpp import LlamaCppSpec
+from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.supervisor import Pushable
 from gpudash.records import Event
 
@@ -37,7 +37,7 @@ def cpu_bound_servers(specs: list[ServerSpec]) -> list[str]:
     out = []
     backends: dict[str, str | None] = {}  # servers usually share one binary: read each once
     for spec in specs:
-        if not isinstance(spec, LlamaCppSpec) or spec.binary or spec.attached:
+        if spec.attached or not kind_of(spec).runs_llama_build or spec.binary:
             continue
         try:
             binary = resolve_binary(spec)

@@ -61,8 +61,9 @@ def test_the_new_kind_launches_and_is_scraped(toy: Toy, make_supervisor, events)
 
 
 def test_no_kind_name_is_compared_outside_the_kind_modules() -> None:
-    """`kind ==`, `kind !=` or `kind in` against a server kind's name, anywhere in the app but kinds/."""
-    pattern = re.compile(r"""\bkind\s*(==|!=|in)\s*[(\["']*(llama\.cpp|vllm)""")
+    """`kind ==`, `kind !=` or `kind in` against a server kind's name, or an isinstance test against a kind's
+    own spec class (a kind's feature is a ServerKind capability), anywhere in the app but kinds/."""
+    pattern = re.compile(r"""\bkind\s*(==|!=|in)\s*[(\["']*(llama\.cpp|vllm)|isinstance\([^)]*\b(LlamaCppSpec|VllmSpec)\b""")
     offenders = [f"{p.relative_to(ROOT)}:{n}" for p in (ROOT / "gpudash").rglob("*.py")
                  if "kinds" not in p.parts
                  for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]

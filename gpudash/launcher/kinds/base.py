@@ -75,6 +75,18 @@ class ServerKind(ABC):
     sleep_levels: ClassVar[tuple[int, ...]] = ()
     """Sleep levels it serves (none: it cannot sleep)."""
 
+    runs_llama_build: ClassVar[bool] = False
+    """It runs a llama-server that gpudash picks or builds (`gpudash llama build`): doctor reads that build,
+    and on NVIDIA GPUs gpudash compiles a CUDA one for it."""
+
+    eager_field: ClassVar[str | None] = None
+    """Its [[servers]] field that turns CUDA graphs off (vLLM's enforce_eager), if it has one: graphs reserve
+    memory on each card, so doctor warns when several such servers crowd a GPU and one keeps them."""
+
+    def nccl_ranks(self, spec: ServerSpec) -> int:
+        """The GPUs it spreads one model over through NCCL (tensor parallelism); 1 for none."""
+        return 1
+
 
     # ---- launching ---------------------------------------------------------------------------------
 

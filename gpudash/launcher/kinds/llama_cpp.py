@@ -225,6 +225,7 @@ class LlamaCpp(ServerKind):
     default_port = 8080
     metric_prefix = "llamacpp:"
     models_owner = "llamacpp"
+    runs_llama_build = True
 
     def find_binary(self, spec: ServerSpec) -> str:
         cuda_build = llama_cuda.best_build(set(llama_cuda.local_archs()))

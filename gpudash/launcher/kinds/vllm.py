@@ -148,6 +148,7 @@ class Vllm(ServerKind):
     metric_prefix = "vllm:"
     models_owner = "vllm"
     sleep_levels = (0, 1, 2)
+    eager_field = "enforce_eager"
 
     def find_binary(self, spec: ServerSpec) -> str:
         found = shutil.which("vllm")
@@ -202,6 +203,9 @@ class Vllm(ServerKind):
     def flag_for(self, setting: str) -> str | None:
         return {"share": "--gpu-memory-utilization", "tensor_parallel_size": "--tensor-parallel-size",
                 "max_model_len": "--max-model-len"}.get(setting)
+
+    def nccl_ranks(self, spec: ServerSpec) -> int:
+        return getattr(spec, "tensor_parallel_size", None) or 1
 
     def env(self, spec: ServerSpec) -> dict[str, str]:
         """vLLM serves /sleep and /wake_up only in dev mode."""

@@ -28,9 +28,9 @@ from prometheus_client import PROCESS_COLLECTOR, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
-from gpudash.engine.profiles import pcie_payload_gbps
 from gpudash.launcher.cache_kinds import GRACE_S, RESTORE_EVENT, classify
-from gpudash.records import GPU_FAULT_KINDS, GpuSample, RequestSample, Snapshot
+from gpudash.records import GPU_FAULT_KINDS, RequestSample, Snapshot
+from gpudash.telemetry.links import link_capacity_bps
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -156,14 +156,6 @@ def box_facts(source: str) -> dict[str, str]:
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
     return {"hostname": socket.gethostname(), "driver": driver, "cuda": cuda, "rig": source, "version": version}
-
-
-def link_capacity_bps(g: GpuSample) -> float | None:
-    """Payload bytes/s one direction of the GPU's current link can carry, or None when unknown."""
-    try:
-        return pcie_payload_gbps(g.link_gen, g.link_width) * 1e9 if g.link_gen and g.link_width else None
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +345,7 @@ class PrometheusSink:
             labels = {"gpu": str(g.index), "uuid": g.uuid, "name": g.name}
             f.add(_GPU, g, labels)
             f.add(_GPU_COUNTERS, g, labels, counter=True)
-            cap = link_capacity_bps(g)
+            cap = link_capacity_bps(g.link_gen, g.link_width)
             if cap is not None:
                 f.value(GaugeMetricFamily, "gpudash_gpu_pcie_link_capacity_bytes_per_second",
                         "Payload one direction of the current PCIe link can carry.", labels, cap)

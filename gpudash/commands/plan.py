@@ -14,6 +14,8 @@ from gpudash.config import Config
 from gpudash.labels import is_sim_label
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gpudash.advisor.planner import SplitPlan
 
 GB = 10**9
@@ -39,8 +41,6 @@ def _model(cfg: Config, model_gb: float | None) -> tuple[int, str]:
     of a model file, what llama.cpp puts on the GPUs (the input embeddings stay on the CPU)."""
     if model_gb is not None:
         return int(model_gb * GB), f"--model-gb {model_gb:g}"
-    from pathlib import Path
-
     if not cfg.servers:
         from gpudash.launcher.demo import demo_model_path
 

@@ -41,7 +41,7 @@ def test_a_worker_process_leads_to_its_server_and_a_silent_one_gets_a_hint() -> 
     assert not KINDS["vllm"].matches(("python", "train.py", "serve"))
     (found,) = find_servers([(0, 4242)], cmdline={4242: serve})
     assert (found.kind, found.url, found.answers) == ("vllm", "http://127.0.0.1:1", False)
-    assert found.hint == (f"pid 4242 runs vLLM here but does not answer at http://127.0.0.1:1; add a [[servers]] "
+    assert found.hint == ("pid 4242 runs vLLM here but does not answer at http://127.0.0.1:1; add a [[servers]] "
                           "entry with the url its port is published at (url = \"http://HOST:PORT\")")
 
 

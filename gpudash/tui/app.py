@@ -201,6 +201,10 @@ class GpudashApp(App[None]):
         self.state.model_bytes = dict(message.sizes)
         self.refresh_views()
 
+    def on_process_info(self, message: msg.ProcessInfo) -> None:
+        self.state.proc_info.update(message.info)
+        self.refresh_views()
+
     def on_knobs_changed(self, message: msg.KnobsChanged) -> None:
         self.state.knobs = dict(message.knobs)
         self.refresh_views()

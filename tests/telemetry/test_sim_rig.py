@@ -93,13 +93,15 @@ def test_degraded_link_shows_in_samples_and_slows_the_engine(engine) -> None:
     src = SimRigSource(MIXED, engine)
     full_bw = engine.topology().gpus[0].link_gbps * 1e9
     full_rate = _saturated_rx(src, engine, 0)
-    src.degrade_link(0, width=2)
+    src.degrade_link(0, width=1)
     g0, g1 = src.poll()["gpus"]
-    assert (g0.link_gen, g0.link_width, g0.link_width_max) == (4, 2, 8) and g1.link_width == 8
+    assert (g0.link_gen, g0.link_width, g0.link_width_max) == (4, 1, 8) and g1.link_width == 8
     slow_bw = engine.topology().gpus[0].link_gbps * 1e9
-    assert slow_bw == pytest.approx(full_bw / 4)
+    assert slow_bw == pytest.approx(full_bw / 8)
     slow_rate = _saturated_rx(src, engine, 0)
-    # before: more than an x2 link could ever carry; after: capped by the x2 link the engine now models
+    # before: more than an x1 link could ever carry; after: capped by the x1 link the engine now models.
+    # x1, not x2: the sim's copies are memcpys, and CI's 2-core machine ran them at only 4.2 GB/s, within
+    # 1.3x of an x2 link's 3.4 GB/s
     assert full_rate > 1.3 * slow_bw and slow_rate <= slow_bw * 1.01
     facts = read_topology(src.label, sim=src)
     assert facts.gpus[0].link_degraded and not facts.gpus[1].link_degraded

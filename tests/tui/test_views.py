@@ -136,6 +136,37 @@ async def test_processes_show_user_and_command_and_signal_one_the_user_owns(tmp_
         proc.wait()
 
 
+async def test_a_slow_lookup_lands_on_the_tab_shown_when_it_answers(monkeypatch) -> None:
+    """The Overview asks first; when the answer comes after the operator moved to the Processes tab (a slow
+    /proc, or a loaded machine) the Processes tab shows it with no further snapshot to trigger a redraw."""
+    import threading
+
+    from gpudash.records import GpuProcessSample
+    from gpudash.tui.procinfo import ProcInfo
+    from gpudash.tui.widgets import processes
+
+    release = threading.Event()
+
+    def slow_lookup(pids: list[int]) -> dict[int, ProcInfo]:
+        release.wait(20)
+        return {pid: ProcInfo("alice", "llama-server --port 8080", False) for pid in pids}
+
+    monkeypatch.setattr(processes, "lookup", slow_lookup)
+    snap = sim_snapshot(tick=0)
+    snap = replace(snap, gpu_processes=(GpuProcessSample(snap.ts, 0, 4242, 2**30, "llama-server"),))
+    app = GpudashApp(FixedFeed([snap]))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.info is not None and app.state.proc_asked, what="the Overview's lookup")
+        await pilot.press("9")
+        table = app.query_one("#processes-view").query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1, what="the process row")
+        assert str(table.get_row_at(0)[-1]) == "llama-server"  # the name from NVML until the lookup answers
+        release.set()
+        await wait_for(pilot, lambda: str(table.get_row_at(0)[-1]) == "llama-server --port 8080",
+                       what="the looked-up command")
+        assert str(table.get_row_at(0)[2]) == "alice"
+
+
 async def test_pool_slab_lines_follow_the_selected_shard_at_80x24() -> None:
     """An 8-GPU box has 18 pools (gpudash's and the engine's), more slab lines than fit above the shards at
     80x24: the lines scroll so that the selected shard's pool shows, in bold."""

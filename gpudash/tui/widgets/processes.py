@@ -103,7 +103,9 @@ def cells(r: ProcRow) -> tuple[Any, ...]:
 
 
 class ShowsProcesses(DashView):
-    """A view with a process list: it has the users and commands of new pids looked up (live only)."""
+    """A view with a process list: it has the users and commands of new pids looked up (live only). The
+    answer bubbles up to the App, which redraws whichever view is on screen by then (the one that asked may
+    not be: the Overview asks first, and the operator may be on the Processes tab when the answer comes)."""
 
     def look_up(self, state: ViewState) -> None:
         snap = state.latest
@@ -115,11 +117,6 @@ class ShowsProcesses(DashView):
             state.proc_asked.update(new)
             self.run_in_thread(lambda: self.post_message(msg.ProcessInfo(lookup(new))), "processes.lookup", "procs")
 
-    def on_process_info(self, message: msg.ProcessInfo) -> None:
-        message.stop()
-        self.state.proc_info.update(message.info)
-        if self.on_screen:
-            self.show(self.state)
 
 
 class ProcessesView(TableView, ShowsProcesses):

@@ -27,8 +27,6 @@ Status = Literal["pass", "warn", "fail", "skip"]
 REBAR_MIN_FRACTION = 0.5
 # GPUs copying across NUMA nodes beyond which the inter-socket link (UPI) capped the MMA paper's bandwidth.
 UPI_GPU_CEILING = 6
-# Recorded requests of each kind (restore, miss) a server needs before their TTFTs are compared.
-MIN_PER_KIND = 2
 
 P2P_MEANING = {"OK": "peer copies work", "NS": "not supported", "GNS": "GPU not supported",
                "CNS": "chipset not supported", "TNS": "topology not supported", "U": "unknown"}
@@ -377,26 +375,18 @@ def check_prompt_cache_restore(f: DoctorFacts) -> CheckResult:
     title = "Host-cache prompt restores beat recomputing"
     if not f.requests:
         return _result("prompt_cache", title, "skip", f.requests_note or "no probe requests recorded yet")
-    lines, compared, slow = [], [], []
-    for server in sorted({r.server for r in f.requests}):
-        reqs = [r for r in f.requests if r.server == server]
-        stats = cache_kinds.summary(reqs, [e for e in f.cache_restores if e.target == server])
-        lines.append(f"{server}: {cache_kinds.summary_text(stats)}")
-        restore, miss = stats["restore"], stats["miss"]
-        if restore.n >= MIN_PER_KIND and miss.n >= MIN_PER_KIND:
-            compared.append(server)
-            if restore.median_ttft_s > miss.median_ttft_s:
-                slow.append((server, restore.median_ttft_s, miss.median_ttft_s))
+    servers = cache_kinds.by_server(f.requests, f.cache_restores)
+    lines = [f"{c.server}: {cache_kinds.summary_text(c.stats)}" for c in servers]
+    slow = [c for c in servers if c.restores_lose]
     if slow:
-        worst = ", ".join(f"{s} ({r * 1000:.0f} ms to restore vs {m * 1000:.0f} ms to recompute)" for s, r, m in slow)
+        worst = ", ".join(f"{c.server} ({c.versus_text()})" for c in slow)
         return _result("prompt_cache", title, "warn", lines,
                        f"restoring a prompt from host memory is slower than recomputing it on this box for {worst}: "
-                       'add extra_args = ["--cache-ram", "0"] to the server so evicted prompts are recomputed, or '
-                       "give it more slots (`parallel`, -np) so prompts stay on the GPU; a smaller --cache-ram (MiB) "
-                       "keeps only the most recent prompts")
-    if not compared:
+                       + cache_kinds.SLOW_RESTORE_FIX)
+    if not any(c.compared for c in servers):
+        n = cache_kinds.MIN_PER_KIND
         return _result("prompt_cache", title, "skip",
-                       [*lines, f"no server has {MIN_PER_KIND} recorded host-cache restores and {MIN_PER_KIND} misses "
+                       [*lines, f"no server has {n} recorded host-cache restores and {n} misses "
                                 "to compare yet (llama-server builds that log restores at trace verbosity need "
                                 '"-lv", "4" in extra_args)'])
     return _result("prompt_cache", title, "pass", lines)

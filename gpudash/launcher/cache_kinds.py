@@ -24,6 +24,12 @@ LABELS = {"slot": "in-slot hits", "restore": "host-cache restores", "miss": "mis
 HIT_FRACTION = 0.5
 # A restore line may be read a little after its request's stream ended (the log is a pipe).
 GRACE_S = 1.0
+# Recorded requests of each kind (restore, miss) a server needs before their TTFTs are compared.
+MIN_PER_KIND = 2
+# What to change where restoring a prompt from host memory is slower than computing it anew.
+SLOW_RESTORE_FIX = ('add extra_args = ["--cache-ram", "0"] to the server so evicted prompts are recomputed, or '
+                    "give it more slots (`parallel`, -np) so prompts stay on the GPU; a smaller --cache-ram (MiB) "
+                    "keeps only the most recent prompts")
 
 
 def classify(requests: Sequence[RequestSample], events: Iterable[Event]) -> list[str | None]:
@@ -66,6 +72,37 @@ def summary(requests: Sequence[RequestSample], events: Iterable[Event]) -> dict[
         if kind is not None and r.ttft_s is not None:
             ttfts[kind].append(r.ttft_s)
     return {k: KindStats(k, len(v), statistics.median(v) if v else None) for k, v in ttfts.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerCache:
+    """One server's requests by kind, and whether its restores and misses can be compared yet."""
+
+    server: str
+    stats: dict[str, KindStats]
+
+    @property
+    def compared(self) -> bool:
+        return self.stats["restore"].n >= MIN_PER_KIND and self.stats["miss"].n >= MIN_PER_KIND
+
+    @property
+    def restores_lose(self) -> bool:
+        """Restoring from host memory takes longer to the first token than recomputing (median TTFTs)."""
+        restore, miss = self.stats["restore"].median_ttft_s, self.stats["miss"].median_ttft_s
+        return self.compared and restore is not None and miss is not None and restore > miss
+
+    def versus_text(self) -> str:
+        """'1760 ms to restore vs 1000 ms to recompute'"""
+        restore, miss = self.stats["restore"].median_ttft_s or 0.0, self.stats["miss"].median_ttft_s or 0.0
+        return f"{restore * 1000:.0f} ms to restore vs {miss * 1000:.0f} ms to recompute"
+
+
+def by_server(requests: Sequence[RequestSample], events: Iterable[Event]) -> list[ServerCache]:
+    """summary() of each server's own requests and restore events, by server name."""
+    events = list(events)
+    return [ServerCache(server, summary([r for r in requests if r.server == server],
+                                        [e for e in events if e.target == server]))
+            for server in sorted({r.server for r in requests})]
 
 
 def summary_text(stats: dict[str, KindStats]) -> str:

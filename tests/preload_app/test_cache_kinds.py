@@ -63,6 +63,23 @@ def test_summary_line_names_each_kind() -> None:
                     "misses: 2, median TTFT 1100 ms")
 
 
+def test_latency_block_warns_for_the_server_whose_restores_lose() -> None:
+    """The Latency view's block: one line per server; the server whose restores are slower than its misses
+    gets the medians and what to change, the other (restores faster) none."""
+    from gpudash.tui.widgets.latency import cache_text
+
+    reqs = [_req(0, 0.0, ttft=1.0), _req(10, 0.0, ttft=1.0), _req(20, 0.95, ttft=1.77), _req(30, 0.95, ttft=1.75),
+            *(_req(ts, hit, server="quick", ttft=t) for ts, hit, t in ((1, 0.0, 0.9), (11, 0.0, 1.1),
+                                                                      (21, 0.95, 0.2), (31, 0.95, 0.3)))]
+    events = [_restore(20.5), _restore(30.5), _restore(21.5, server="quick"), _restore(31.5, server="quick")]
+    lines = cache_text(reqs, events).plain.splitlines()
+    assert lines[0] == ("prompt cache of big: in-slot hits: 0, median TTFT — | host-cache restores: 2, median TTFT "
+                        "1760 ms | misses: 2, median TTFT 1000 ms")
+    assert lines[1].startswith("  restores lose to recompute (1760 ms to restore vs 1000 ms to recompute): ")
+    assert '"--cache-ram", "0"' in lines[1]
+    assert lines[2].startswith("prompt cache of quick: ") and len(lines) == 3
+
+
 def _facts(requests, restores=(), note="") -> DoctorFacts:
     return DoctorFacts(topology=read_topology("sim:h200"), cpu=CpuPlacement(frozenset({0}), frozenset({0})),
                        requests=tuple(requests), cache_restores=tuple(restores), requests_note=note)

@@ -167,6 +167,27 @@ async def test_a_slow_lookup_lands_on_the_tab_shown_when_it_answers(monkeypatch)
         assert str(table.get_row_at(0)[2]) == "alice"
 
 
+async def test_latency_tab_says_when_restores_lose_to_recompute() -> None:
+    """Probe requests and restore events as the supervisor records them: the Latency tab's prompt-cache block
+    names the server whose host-cache restores are slower than recomputing, with both medians."""
+    from gpudash.launcher.cache_kinds import RESTORE_EVENT
+    from gpudash.records import Event, RequestSample
+
+    snap = sim_snapshot(tick=0)
+    t = snap.ts - 60
+    reqs = tuple(RequestSample(ts=t + i, server="big", ttft_s=ttft, total_s=ttft + 0.05, prompt_tokens=1000,
+                               cached_tokens=cached) for i, (ttft, cached) in
+                 enumerate(((1.0, 0), (1.1, 0), (1.8, 990), (1.7, 990))))
+    restores = tuple(Event(t + i + 0.5, "supervisor", RESTORE_EVENT, "big") for i in (2, 3))
+    app = GpudashApp(FixedFeed([replace(snap, requests=reqs, events=restores)]))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
+        await pilot.press("4")
+        block = app.query_one("#cache-kinds", Static)
+        await wait_for(pilot, lambda: "restores lose" in str(block.content), what="the Latency tab's warning")
+        assert "1750 ms to restore vs 1050 ms to recompute" in str(block.content)
+
+
 async def test_pool_slab_lines_follow_the_selected_shard_at_80x24() -> None:
     """An 8-GPU box has 18 pools (gpudash's and the engine's), more slab lines than fit above the shards at
     80x24: the lines scroll so that the selected shard's pool shows, in bold."""

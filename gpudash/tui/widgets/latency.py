@@ -61,7 +61,21 @@ def server_text(servers: list) -> str:
     return "\n".join(lines)
 
 
+def cache_text(requests: list, events: list) -> Text:
+    """Each server's in-slot hits, host-cache restores and misses; where its restores are slower than
+    recomputing the prompt, a warning with the medians and what to change (the doctor's check, live)."""
+    text = Text()
+    for c in cache_kinds.by_server(requests, events):
+        text.append(f"prompt cache of {c.server}: {cache_kinds.summary_text(c.stats)}\n")
+        if c.restores_lose:
+            text.append(f"  restores lose to recompute ({c.versus_text()}): {cache_kinds.SLOW_RESTORE_FIX}\n",
+                        style="bold yellow")
+    text.rstrip()
+    return text
+
+
 class LatencyView(DashView):
+    _cache_lines = 1  # lines of the prompt-cache block as last drawn
     def compose(self) -> ComposeResult:
         yield Static("", id="server-own")
         yield Static("no probe requests yet", id="corr")
@@ -79,9 +93,10 @@ class LatencyView(DashView):
         self.query_one("#corr", Static).update(summary_text(recent) if recent else (
             "no probe requests yet: the figures and plots below need the probe (off for attached servers unless "
             "their entry says probe = true)"))
-        self.query_one("#cache-kinds", Static).update(
-            Text("prompt cache: " + cache_kinds.summary_text(cache_kinds.summary(reqs, state.events))) if reqs else
-            "prompt cache: no probe requests yet", layout=False)
+        cache = cache_text(reqs, list(state.events)) if reqs else Text("prompt cache: no probe requests yet")
+        lines = len(cache.plain.splitlines())  # lay out again only when the block's height changes
+        self.query_one("#cache-kinds", Static).update(cache, layout=lines != self._cache_lines)
+        self._cache_lines = lines
         t0 = reqs[0].ts if reqs else 0.0
         xs = [r.ts - t0 for r in reqs]
         ttft = [r.ttft_s * 1000 for r in reqs]

@@ -23,7 +23,7 @@ from gpudash.config import ConfigError, ServerSpec, validate
 from gpudash.control import Controller, ServerAction, SetShare, SetSplit
 from gpudash.launcher.attach import NOT_A_SERVER, UNREACHABLE
 from gpudash.launcher.errors import LaunchError
-from gpudash.launcher.metrics import ServerSource
+from gpudash.launcher.metrics import SCRAPE_DEADLINE_S, ServerSource
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.records import ServerSample
 
@@ -245,8 +245,10 @@ def test_bad_urls_say_what_they_are_back_off_and_hold_nothing(other_programs, ev
     try:
         t0 = time.monotonic()
         first = {s.server: s for s in source.poll()["servers"]}
-        assert time.monotonic() - t0 < 0.2  # the reads run in the background: no tick waits on them
-        assert {s.state for s in first.values()} == {"attaching"}
+        # the reads run in the background: the poll returns before the silent server's read could give up,
+        # which is still in flight; the others may have answered already (a quick local reply on a busy box)
+        assert time.monotonic() - t0 < SCRAPE_DEADLINE_S and first["silent"].state == "attaching"
+        assert {s.state for s in first.values()} <= {"attaching", NOT_A_SERVER, UNREACHABLE}
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             out = source.poll()

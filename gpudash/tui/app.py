@@ -54,6 +54,7 @@ class GpudashApp(App[None]):
         self.feed = feed
         self.replay = replay
         self._views: TabbedContent | None = None  # the tabs of the views, once mounted
+        self._header: SourceHeader | None = None  # held once mounted, like the views
         self._view_widgets: dict[str, DashView] = {}  # by tab id, held (a DOM query walks the whole tree)
         self._shown: DashView | None = None  # the view on screen when the tab last changed
         self.keys = dict(keys or {})
@@ -80,6 +81,7 @@ class GpudashApp(App[None]):
 
     def on_mount(self) -> None:
         self._views = self.query_one("#views", TabbedContent)
+        self._header = self.query_one(SourceHeader)
         self._view_widgets = {v.id: self.query_one(f"#{v.id}-view", DashView) for v in VIEWS}
         if self.keys:
             self.set_keymap(self.keys)
@@ -97,7 +99,9 @@ class GpudashApp(App[None]):
 
     @property
     def header(self) -> SourceHeader:
-        return self.query_one(SourceHeader)
+        """The header, held: at shutdown Textual can remove it while the tabs are still attached."""
+        assert self._header is not None, "the header is held from on_mount on"
+        return self._header
 
     @property
     def active_view(self) -> str:
@@ -111,8 +115,10 @@ class GpudashApp(App[None]):
     def _alive(self) -> bool:
         """False before the views are mounted and once the app is shutting down: timers and queued
         messages (a snapshot, the log-tail chain) can still fire then, and must not query the DOM. The
-        views are held, not queried: a query walks the whole DOM (0.4 ms, twice a tick)."""
-        return self._views is not None and self._views.is_attached
+        views are held, not queried: a query walks the whole DOM (0.4 ms, twice a tick). The header is
+        checked too: teardown removed it first once, under a snapshot that was still queued."""
+        return (self._views is not None and self._views.is_attached and self._header is not None
+                and self._header.is_attached)
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
                markup: bool = False) -> None:

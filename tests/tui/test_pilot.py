@@ -344,3 +344,20 @@ async def test_timers_and_messages_firing_after_shutdown_leave_the_gone_dom_alon
     assert not app._alive()
     app.refresh_views()
     servers._poll_log()
+
+
+async def test_a_snapshot_between_the_headers_removal_and_the_tabs_is_left_alone() -> None:
+    """Teardown can remove the header while the tabs are still attached (a loaded CI run raised NoMatches
+    for SourceHeader from a queued snapshot there): the app is no longer alive for the views then."""
+    from fixtures import FixedFeed, sim_snapshot
+
+    from gpudash.tui.widgets.header import SourceHeader
+
+    app = GpudashApp(FixedFeed([sim_snapshot(tick=0)]))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
+        await app.query_one(SourceHeader).remove()
+        assert app._views is not None and app._views.is_attached and not app._alive()
+        app._deliver(sim_snapshot(tick=1))  # as the sampler thread hands over a snapshot
+        await pilot.pause(0.1)
+        app.refresh_views()

@@ -172,7 +172,8 @@ def model_id(client: httpx.Client, base_url: str, deadline_s: float = DEFAULT_DE
     late = ProbeFailure(f"{what} did not answer within {deadline_s:g} s")
     fired = None
     try:
-        with client.stream("GET", what, headers={**_RAW, **(auth or {})}, timeout=cutoff.timeout(deadline)) as r, \
+        with client.stream("GET", what, headers={**_RAW, **(auth or {})}, timeout=cutoff.timeout(deadline),
+                           extensions=cutoff.extensions) as r, \
                 cutoff.watch(r, deadline) as fired:
             if r.status_code != 200:
                 raise ProbeFailure(f"{what} answered HTTP {r.status_code}: {read_prefix(r)[:200]}")
@@ -185,6 +186,8 @@ def model_id(client: httpx.Client, base_url: str, deadline_s: float = DEFAULT_DE
     except httpx.TimeoutException:
         raise late from None
     except httpx.HTTPError:
+        if cutoff.cancelled:
+            raise ProbeFailure("the probe was stopped") from None
         if fired is not None and fired.is_set():
             raise late from None
         raise
@@ -219,7 +222,8 @@ def probe_request(client: httpx.Client, base_url: str, model: str, prompt: str, 
     fired = None
     try:
         with client.stream("POST", f"{base_url}/v1/chat/completions", json=body, headers={**_RAW, **(auth or {})},
-                           timeout=cutoff.timeout(deadline)) as r, cutoff.watch(r, deadline) as fired:
+                           timeout=cutoff.timeout(deadline),
+                           extensions=cutoff.extensions) as r, cutoff.watch(r, deadline) as fired:
             if r.status_code != 200:
                 return failed(f"HTTP {r.status_code}: {read_prefix(r)[:200]}")
             for n, data in enumerate(sse_data(r, deadline)):

@@ -3,7 +3,9 @@
 httpx's timeouts apply per network read, so a server that drips one byte a second, or streams events
 forever, would hold a request without end. `Cutoff` gives each request a whole-request deadline: once the
 response headers are in, a timer shuts the connection's socket down at the deadline (a blocked read then
-returns at once), and `cancel()` does the same to every request in flight (Ctrl-C, stop). Bodies are
+returns at once), and `cancel()` does the same to every request in flight (Ctrl-C, stop), including one
+still waiting for its headers: httpcore's trace hook hands over each connection's socket as it connects
+(pass `extensions=cutoff.extensions` to the request). Bodies are
 read raw (no decompression) and in capped amounts, so a 1 GB answer costs a few KB of memory, not a GB.
 
 The event-stream reader here is deliberately tiny: general SSE libraries buffer a line of any length.
@@ -16,6 +18,7 @@ import json
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,18 +42,40 @@ class Cutoff:
         self._lock = threading.Lock()
         self._live: dict[socket.socket, threading.Event] = {}  # socket being read -> its watch's "fired"
         self._cancelled = threading.Event()
+        self._connections: weakref.WeakSet[socket.socket] = weakref.WeakSet()  # every socket connected for it
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
+
+    @property
+    def extensions(self) -> dict[str, Any]:
+        """The httpx request extensions through which this cutoff learns the request's connection."""
+        return {"trace": self._trace}
+
+    def _trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's trace hook (on the request's thread): keep each new connection's socket, so that a
+        cancel reaches a request that is still waiting for its headers, before watch() has its socket."""
+        if event not in ("connection.connect_tcp.complete", "connection.connect_unix_socket.complete"):
+            return
+        sock = info["return_value"].get_extra_info("socket")
+        if sock is None:
+            return
+        with self._lock:
+            self._connections.add(sock)
+        if self.cancelled:
+            _shut(sock)
 
     def cancel(self) -> None:
         """Every request in flight ends now, and every later one fails at once."""
         self._cancelled.set()
         with self._lock:
             live = list(self._live.items())
+            connections = list(self._connections)
         for sock, fired in live:
             fired.set()  # before the shutdown: the reader must never take the cut stream for a normal end
+            _shut(sock)
+        for sock in connections:  # requests waiting for their headers, and idle pooled connections
             _shut(sock)
 
     def timeout(self, deadline: float) -> httpx.Timeout:

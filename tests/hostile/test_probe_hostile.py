@@ -111,6 +111,24 @@ def test_cancel_ends_requests_in_flight(hostile: HostileServer) -> None:
     assert len(out) == 4 and all(not s.ok and "stopped" in s.error for s in out)
 
 
+def test_cancel_ends_requests_still_waiting_for_their_headers(hostile: HostileServer) -> None:
+    """A server that takes the request and never answers: no headers, so watch() has no socket yet; the
+    cutoff knows the connection from httpcore's trace hook and a cancel still ends every request at once."""
+    hostile.mode = "silent"
+    cutoff = Cutoff()
+    out: list = []
+    t = threading.Thread(target=lambda: out.extend(run_probe(hostile.url, 4, concurrency=2, deadline_s=3600,
+                                                             cutoff=cutoff)), daemon=True)
+    t.start()
+    assert hostile.chat_started.wait(JOIN_S)
+    time.sleep(0.2)  # the request is sent and the client waits for the headers
+    t0 = time.monotonic()
+    cutoff.cancel()
+    t.join(JOIN_S)
+    assert not t.is_alive() and time.monotonic() - t0 < 10
+    assert len(out) == 4 and all(not s.ok and s.error == "the probe was stopped" for s in out)
+
+
 class _OneServer:
     """The questions ProbeRunner asks a Supervisor, answered for one hostile server."""
 

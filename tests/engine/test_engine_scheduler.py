@@ -185,17 +185,20 @@ def test_set_link_changes_the_link_model_and_topology(make_engine: Callable[...,
     t0 = eng.now()
     eng.copy(dev, src).wait()
     full = 64 * MiB / (eng.now() - t0) / 1e9
-    eng.set_link(0, gen=2, width=4)
+    eng.set_link(0, gen=1, width=1)
     g = eng.topology().gpus[0]
-    assert (g.link_gen, g.link_width, g.link_gen_max, g.link_width_max) == (2, 4, 4, 8)
+    assert (g.link_gen, g.link_width, g.link_gen_max, g.link_width_max) == (1, 1, 4, 8)
+    small_src, small_dev = eng.alloc_host(8 * MiB), eng.alloc_device(0, 8 * MiB)  # gen1 x1 is slow: 8 MiB do
     t0 = eng.now()
-    eng.copy(dev, src).wait()
-    slow = 64 * MiB / (eng.now() - t0) / 1e9
-    assert slow < full / 4  # gen2 x4 carries 1/8 of gen4 x8
+    eng.copy(small_dev, small_src).wait()
+    slow = 8 * MiB / (eng.now() - t0) / 1e9
+    # gen1 x1 carries 1/32 of gen4 x8's model: far below even a loaded runner's memcpy, which can hold the
+    # "full" copy to a fraction of gen4 x8 (a CI sim ran 4.2 GB/s), so the ratio checked here cannot blur
+    assert slow <= pcie_payload_gbps(1, 1) * 1.01 and slow < full / 4
     eng.set_link(0)
     assert eng.topology().gpus[0].link_gen == 4
     links = {lk.gpu: lk for lk in eng.stats().links}
-    assert links[0].h2d_bytes == 128 * MiB and links[1].h2d_bytes == 0
+    assert links[0].h2d_bytes == 72 * MiB and links[1].h2d_bytes == 0
 
 
 def test_wait_timeout_and_done_polling(make_engine: Callable[..., TransferEngine]) -> None:

@@ -108,7 +108,7 @@ def test_cancel_ends_requests_in_flight(hostile: HostileServer) -> None:
     cutoff.cancel()
     t.join(JOIN_S)
     assert not t.is_alive()
-    assert len(out) == 4 and all(not s.ok and "stopped" in s.error for s in out)
+    assert len(out) == 4 and all(not s.ok and "stopped" in s.error for s in out), [(s.ok, s.error) for s in out]
 
 
 def test_cancel_ends_requests_still_waiting_for_their_headers(hostile: HostileServer) -> None:

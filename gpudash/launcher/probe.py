@@ -44,6 +44,10 @@ MAX_DISTINCT_ERRORS = 50
 # How often the thread waiting for probe results wakes (so a signal delivered to another thread is handled).
 _WAKE_S = 0.1
 _RAW = {"Accept-Encoding": "identity"}  # bytes on the wire are what the caps count: no decompression bombs
+# A request that got no answer at all on these is sent once more, on a new connection: a server may close
+# an idle keep-alive connection just as the pool hands it out (cpp-httplib's and uvicorn's defaults close
+# one after 5 s idle), and httpcore retries only failed connects. A duplicate costs one more request.
+_UNANSWERED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 _T = TypeVar("_T")
 _Count = Annotated[int, Field(ge=0, lt=2**63)]
 log = logging.getLogger(__name__)
@@ -219,28 +223,35 @@ def probe_request(client: httpx.Client, base_url: str, model: str, prompt: str, 
         return RequestSample(ts=ts, server=server, ttft_s=ttft, total_s=time.perf_counter() - t0,
                              prompt_tokens=None, cached_tokens=None, ok=False, error=error)
 
-    fired = None
-    try:
-        with client.stream("POST", f"{base_url}/v1/chat/completions", json=body, headers={**_RAW, **(auth or {})},
-                           timeout=cutoff.timeout(deadline),
-                           extensions=cutoff.extensions) as r, cutoff.watch(r, deadline) as fired:
-            if r.status_code != 200:
-                return failed(f"HTTP {r.status_code}: {read_prefix(r)[:200]}")
-            for n, data in enumerate(sse_data(r, deadline)):
-                chunk = _shaped(_Chunk, parse_json(data, f"stream chunk {n}"), f"stream chunk {n}")
-                if ttft is None and any(c.carries_output() for c in chunk.choices or ()):
-                    ttft = time.perf_counter() - t0
-                usage = chunk.usage or usage
-                timings = chunk.timings or timings
-            if fired.is_set():
-                raise ProbeFailure("cut off")
-    except (ProbeFailure, httpx.HTTPError) as err:
-        # whatever broke after a stop or at the deadline (a shut socket, a pooled connection gone) is that
-        if cutoff.cancelled or (fired is not None and fired.is_set()):
-            return failed(_cut_off(cutoff, deadline_s))
-        if isinstance(err, httpx.TimeoutException):
-            return failed(f"no answer within the request deadline of {deadline_s:g} s")
-        return failed(str(err) if isinstance(err, ProbeFailure) else f"{type(err).__name__}: {err}")
+    for attempt in (1, 2):
+        fired = None
+        answered = False
+        try:
+            with client.stream("POST", f"{base_url}/v1/chat/completions", json=body,
+                               headers={**_RAW, **(auth or {})}, timeout=cutoff.timeout(deadline),
+                               extensions=cutoff.extensions) as r, cutoff.watch(r, deadline) as fired:
+                answered = True
+                if r.status_code != 200:
+                    return failed(f"HTTP {r.status_code}: {read_prefix(r)[:200]}")
+                for n, data in enumerate(sse_data(r, deadline)):
+                    chunk = _shaped(_Chunk, parse_json(data, f"stream chunk {n}"), f"stream chunk {n}")
+                    if ttft is None and any(c.carries_output() for c in chunk.choices or ()):
+                        ttft = time.perf_counter() - t0
+                    usage = chunk.usage or usage
+                    timings = chunk.timings or timings
+                if fired.is_set():
+                    raise ProbeFailure("cut off")
+        except (ProbeFailure, httpx.HTTPError) as err:
+            # whatever broke after a stop or at the deadline (a shut socket, a pooled connection gone) is that
+            if cutoff.cancelled or (fired is not None and fired.is_set()):
+                return failed(_cut_off(cutoff, deadline_s))
+            if attempt == 1 and not answered and isinstance(err, _UNANSWERED):
+                ts, t0 = time.time(), time.perf_counter()  # the request timed is the one sent again
+                continue
+            if isinstance(err, httpx.TimeoutException):
+                return failed(f"no answer within the request deadline of {deadline_s:g} s")
+            return failed(str(err) if isinstance(err, ProbeFailure) else f"{type(err).__name__}: {err}")
+        break
     if ttft is None:
         return failed("HTTP 200 but the stream carried no output")
     total = time.perf_counter() - t0

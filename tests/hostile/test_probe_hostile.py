@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -127,6 +128,52 @@ def test_cancel_ends_requests_still_waiting_for_their_headers(hostile: HostileSe
     t.join(JOIN_S)
     assert not t.is_alive() and time.monotonic() - t0 < 10
     assert len(out) == 4 and all(not s.ok and s.error == "the probe was stopped" for s in out)
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """One HTTP request off `conn`: the head, then a Content-Length body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head
+
+
+def test_a_keep_alive_connection_closed_as_it_is_reused_is_sent_again() -> None:
+    """The server answers /v1/models keeping the connection alive, then closes it when the chat request comes
+    on it, without a word (the race of a server's idle keep-alive timeout against the pool): the probe sends
+    the request once more on a new connection and times that one, instead of failing it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    heads: list[bytes] = []
+    models = b'{"object": "list", "data": [{"id": "m"}]}'
+    stream = (b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n'
+              b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}\n\ndata: [DONE]\n\n')
+
+    def serve() -> None:
+        first, _ = listener.accept()
+        heads.append(_read_request(first))
+        first.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                      + str(len(models)).encode() + b"\r\n\r\n" + models)
+        heads.append(_read_request(first))
+        first.close()  # the chat request on the kept-alive connection: closed unanswered
+        second, _ = listener.accept()
+        heads.append(_read_request(second))
+        second.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + stream)
+        second.close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        [sample] = run_probe(f"http://127.0.0.1:{listener.getsockname()[1]}", 1, deadline_s=JOIN_S)
+    finally:
+        server.join(JOIN_S)
+        listener.close()
+    assert [h.split(b" ")[0] for h in heads] == [b"GET", b"POST", b"POST"]
+    assert sample.ok and sample.error is None and sample.prompt_tokens == 5 and sample.ttft_s is not None
 
 
 class _OneServer:

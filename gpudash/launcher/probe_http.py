@@ -5,8 +5,8 @@ forever, would hold a request without end. `Cutoff` gives each request a whole-r
 response headers are in, a timer shuts the connection's socket down at the deadline (a blocked read then
 returns at once), and `cancel()` does the same to every request in flight (Ctrl-C, stop), including one
 still waiting for its headers: httpcore's trace hook hands over each connection's socket as it connects
-(pass `extensions=cutoff.extensions` to the request). Bodies are
-read raw (no decompression) and in capped amounts, so a 1 GB answer costs a few KB of memory, not a GB.
+(pass `extensions=cutoff.extensions` to the request). Bodies are read raw (no decompression) and in
+capped amounts, so a 1 GB answer costs a few KB of memory, not a GB.
 
 The event-stream reader here is deliberately tiny: general SSE libraries buffer a line of any length.
 """

@@ -98,36 +98,34 @@ def test_a_silent_model_list_costs_the_deadline(hostile: HostileServer) -> None:
         model_id(client, hostile.url, deadline_s=DEADLINE_S)
 
 
-def test_cancel_ends_requests_in_flight(hostile: HostileServer) -> None:
-    hostile.mode = "never_ending"
+def _cancel_mid_request(hostile: HostileServer, mode: str, settle_s: float) -> float:
+    """Four probe requests, two at a time, against `mode`, cancelled `settle_s` after the first one reached
+    the server: every one ends as stopped. Returns how long the probe took to end after the cancel."""
+    hostile.mode = mode
     cutoff = Cutoff()
     out: list = []
     t = threading.Thread(target=lambda: out.extend(run_probe(hostile.url, 4, concurrency=2, deadline_s=3600,
                                                              cutoff=cutoff)), daemon=True)
     t.start()
     assert hostile.chat_started.wait(JOIN_S)
+    time.sleep(settle_s)
+    t0 = time.monotonic()
     cutoff.cancel()
     t.join(JOIN_S)
     assert not t.is_alive()
-    assert len(out) == 4 and all(not s.ok and "stopped" in s.error for s in out), [(s.ok, s.error) for s in out]
+    assert len(out) == 4 and all(not s.ok and s.error == "the probe was stopped" for s in out), \
+        [(s.ok, s.error) for s in out]
+    return time.monotonic() - t0
+
+
+def test_cancel_ends_requests_in_flight(hostile: HostileServer) -> None:
+    _cancel_mid_request(hostile, "never_ending", 0.0)
 
 
 def test_cancel_ends_requests_still_waiting_for_their_headers(hostile: HostileServer) -> None:
     """A server that takes the request and never answers: no headers, so watch() has no socket yet; the
     cutoff knows the connection from httpcore's trace hook and a cancel still ends every request at once."""
-    hostile.mode = "silent"
-    cutoff = Cutoff()
-    out: list = []
-    t = threading.Thread(target=lambda: out.extend(run_probe(hostile.url, 4, concurrency=2, deadline_s=3600,
-                                                             cutoff=cutoff)), daemon=True)
-    t.start()
-    assert hostile.chat_started.wait(JOIN_S)
-    time.sleep(0.2)  # the request is sent and the client waits for the headers
-    t0 = time.monotonic()
-    cutoff.cancel()
-    t.join(JOIN_S)
-    assert not t.is_alive() and time.monotonic() - t0 < 10
-    assert len(out) == 4 and all(not s.ok and s.error == "the probe was stopped" for s in out)
+    assert _cancel_mid_request(hostile, "silent", 0.2) < 10  # 0.2 s: the client waits for the headers
 
 
 def _read_request(conn: socket.socket) -> bytes:

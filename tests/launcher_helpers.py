@@ -1,4 +1,5 @@
-"""Helpers the launcher tests share: an event recorder over the Inbox and a no-orphans check."""
+"""Helpers the launcher tests share: an event recorder over the Inbox, a no-orphans check, and the
+one-server stand-in for a Supervisor that ProbeRunner tests hand it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 
 import psutil
 
-from gpudash.records import Event
+from gpudash.records import Event, ServerSample
 from gpudash.telemetry.inbox import Inbox
 
 
@@ -61,3 +62,22 @@ def _status(pid: int) -> str:
         return psutil.Process(pid).status()
     except psutil.NoSuchProcess:
         return psutil.STATUS_DEAD
+
+
+class OneServer:
+    """The questions ProbeRunner asks a Supervisor, answered for one ready server at `url`."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def states(self) -> list[ServerSample]:
+        return [ServerSample(ts=time.time(), server="s", kind="llama.cpp", state="ready")]
+
+    def base_url(self, name: str) -> str:
+        return self.url
+
+    def probed(self, name: str) -> bool:
+        return True
+
+    def auth(self, name: str) -> dict[str, str]:
+        return {}

@@ -19,10 +19,10 @@ import pytest
 from gpudash.config import ProbeConfig
 from gpudash.launcher.probe import ProbeRunner, model_id, probe_request, run_probe
 from gpudash.launcher.probe_http import Cutoff, ProbeFailure
-from gpudash.records import ServerSample
 from gpudash.telemetry.inbox import Inbox
-from hostile_server import CHAT_MODES, WRONG_MODELS, HostileServer
 from hostile_helpers import gpudash
+from hostile_server import CHAT_MODES, WRONG_MODELS, HostileServer
+from launcher_helpers import OneServer
 
 DEADLINE_S = 2.0
 JOIN_S = 60.0  # how long a test waits for a probe that must end at its deadline
@@ -174,29 +174,10 @@ def test_a_keep_alive_connection_closed_as_it_is_reused_is_sent_again() -> None:
     assert sample.ok and sample.error is None and sample.prompt_tokens == 5 and sample.ttft_s is not None
 
 
-class _OneServer:
-    """The questions ProbeRunner asks a Supervisor, answered for one hostile server."""
-
-    def __init__(self, url: str):
-        self.url = url
-
-    def states(self) -> tuple[ServerSample, ...]:
-        return (ServerSample(ts=time.time(), server="h", kind="llama.cpp", state="ready", pid=1, port=None,
-                             uptime_s=None, restarts=0),)
-
-    def base_url(self, name: str) -> str:
-        return self.url
-
-    def probed(self, name: str) -> bool:
-        return True
-
-    def auth(self, name: str) -> dict[str, str]:
-        return {}
-
 
 def test_the_probe_thread_outlives_bad_answers(hostile: HostileServer) -> None:
     inbox = Inbox()
-    runner = ProbeRunner(_OneServer(hostile.url), ProbeConfig(interval_s=0.05, timeout_s=5.0), inbox)
+    runner = ProbeRunner(OneServer(hostile.url), ProbeConfig(interval_s=0.05, timeout_s=5.0), inbox)
     got = []
     runner.start()
     try:

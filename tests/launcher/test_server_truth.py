@@ -22,6 +22,7 @@ from gpudash.launcher.metrics import ServerSource
 from gpudash.launcher.probe import ProbeRunner
 from gpudash.records import ServerSample
 from gpudash.telemetry.inbox import Inbox
+from launcher_helpers import OneServer
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -155,28 +156,12 @@ class _Refuses(BaseHTTPRequestHandler):
         pass
 
 
-class _OneServer:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def states(self) -> list[ServerSample]:
-        return [ServerSample(ts=time.time(), server="s", kind="llama.cpp", state="ready")]
-
-    def base_url(self, name: str) -> str:
-        return self.url
-
-    def probed(self, name: str) -> bool:
-        return True
-
-    def auth(self, name: str) -> dict[str, str]:
-        return {}
-
 
 def test_failed_probe_requests_are_counted_and_each_distinct_error_is_one_event() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Refuses)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     inbox = Inbox()
-    runner = ProbeRunner(_OneServer(f"http://127.0.0.1:{server.server_address[1]}"),
+    runner = ProbeRunner(OneServer(f"http://127.0.0.1:{server.server_address[1]}"),
                          ProbeConfig(interval_s=0.05, concurrency=3, prompt_tokens=8, max_tokens=2), inbox)
     try:
         runner.start()

@@ -18,13 +18,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
-
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
-from gpudash.launcher.health import free_port
+from gpudash.launcher.health import NotHealthy, free_port, wait_healthy
 from gpudash.launcher.kinds.llama_cpp import LlamaCpp, LlamaCppSpec
 from gpudash.shares import MiB, gpu_bytes, gpu_part, model_shape
 
@@ -54,14 +51,9 @@ def load_log(binary: str, model: Path, ngl: int, timeout_s: float = 300.0) -> st
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1, trust_env=False).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
+            wait_healthy(proc, f"http://127.0.0.1:{port}/health", timeout_s)
+        except NotHealthy:
+            pass  # the output says why, and the caller finds no buffer lines in it
         finally:
             proc.terminate()
             proc.wait(30)

@@ -23,6 +23,7 @@ from gpudash.config import ConfigError, ServerSpec, validate
 from gpudash.control import Controller, ServerAction, SetShare, SetSplit
 from gpudash.launcher.attach import NOT_A_SERVER, UNREACHABLE
 from gpudash.launcher.errors import LaunchError
+from gpudash.launcher.health import free_port, wait_healthy
 from gpudash.launcher.metrics import SCRAPE_DEADLINE_S, ServerSource
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.records import ServerSample
@@ -30,31 +31,12 @@ from gpudash.records import ServerSample
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "vllm_double.py"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_health(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the server exited with {proc.returncode}"
-        try:
-            if httpx.get(f"{url}/health", timeout=1, trust_env=False).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"{url} never answered /health")
-
-
 def started_outside(argv: list[str], url: str) -> Iterator[subprocess.Popen]:
     """A server process the test owns (its own session, no gpudash anywhere near it), ended by pid."""
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        wait_health(url, proc)
+        wait_healthy(proc, f"{url}/health", 60.0)
         yield proc
     finally:
         proc.kill()

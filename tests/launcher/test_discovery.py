@@ -59,6 +59,21 @@ def test_w_writes_a_found_server_into_the_config(tmp_path: Path) -> None:
     assert path.read_text() == before  # nothing half-written
 
 
+def test_w_keeps_the_users_file_as_written_and_adds_after_it(tmp_path: Path) -> None:
+    """The config is the user's: comments, order and layout stay; the entry is appended."""
+    path = tmp_path / "c.toml"
+    mine = '# my box\n[sampling]\ninterval_s = 2.0  # slow disk\n\n[[servers]]\nname = "a"\nurl = "http://h:1"'
+    path.write_text(mine)
+    save_server(path, {"name": "llamacpp-77", "kind": "llama.cpp", "url": "http://127.0.0.1:8080"})
+    assert path.read_text().startswith(mine + "\n")
+    assert [s.name for s in load_config(path).servers] == ["a", "llamacpp-77"]
+    inline = tmp_path / "inline.toml"
+    inline.write_text('servers = [{name = "a", url = "http://h:1"}]\n')
+    with pytest.raises(ConfigError, match="inline array"):
+        save_server(inline, {"name": "b", "url": "http://h:2"})
+    assert inline.read_text() == 'servers = [{name = "a", url = "http://h:1"}]\n'
+
+
 @pytest.mark.llama
 def test_no_config_on_a_busy_box_attaches_instead_of_the_demo(llama_outside, tmp_path) -> None:  # noqa: F811
     from gpudash.config import Config

@@ -292,6 +292,7 @@ class SignalProcess(ControlCommand):
     pid: int
     signal: str
     name: str = ""  # the command, for the description
+    started: float | None = None  # the process's start time as shown (psutil's create_time): a reused pid differs
 
     def describe(self) -> str:
         return f"send SIG{self.signal} to pid {self.pid}" + (f" ({self.name[:60]})" if self.name else "")
@@ -300,7 +301,7 @@ class SignalProcess(ControlCommand):
         return "process.signal", f"pid {self.pid}", f"SIG{self.signal}"
 
     def perform(self, c: Controller) -> tuple[Any, Any]:
-        return c._signal(self.pid, self.signal)
+        return c._signal(self.pid, self.signal, self.started)
 
 
 Command = (SetEngineKnobs | SetSplit | SetShare | SetShardSize | ServerAction | SetRecording | SignalProcess
@@ -481,8 +482,9 @@ class Controller:
             raise Refused(f"{action} {server} failed: {err}") from None
         return before, _state_of(self.supervisor, server)
 
-    def _signal(self, pid: int, name: str) -> tuple[Any, Any]:
-        """Signal `pid` if the user owns it (root owns all) and it is no server gpudash supervises."""
+    def _signal(self, pid: int, name: str, started: float | None = None) -> tuple[Any, Any]:
+        """Signal `pid` if the user owns it (root owns all), it is no server gpudash supervises and, given
+        `started`, it is still the process that started then (the pid was not reused after the dialog)."""
         if name not in ("TERM", "KILL", "INT", "HUP"):
             raise Refused(f"unknown signal {name!r}; use TERM, KILL, INT or HUP")
         server = (self.supervisor.pids() if self.supervisor is not None else {}).get(pid)
@@ -490,14 +492,17 @@ class Controller:
             raise Refused(f"pid {pid} is server {server}, which gpudash supervises: stop it on Servers (x), "
                           "or its supervisor restarts it")
         try:
-            uid = psutil.Process(pid).uids().real
+            proc = psutil.Process(pid)
+            uid = proc.uids().real
+            if started is not None and proc.create_time() != started:
+                raise Refused(f"pid {pid} has exited and the pid now names another process; nothing was signalled")
         except psutil.NoSuchProcess:
             raise Refused(f"pid {pid} has exited") from None
         if os.getuid() not in (0, uid):
             raise Refused(f"pid {pid} belongs to uid {uid}, not to you (uid {os.getuid()})")
         try:
-            os.kill(pid, getattr(signal, f"SIG{name}"))
-        except OSError as err:
+            proc.send_signal(getattr(signal, f"SIG{name}"))
+        except (psutil.Error, OSError) as err:
             raise Refused(f"cannot signal pid {pid}: {err}") from None
         return None, f"SIG{name}"
 

@@ -127,10 +127,11 @@ class AttachedServers:
     def pids(self) -> dict[int, str]:
         """{pid: server} of attached servers that run here, with their workers (NVML's processes show them)."""
         out: dict[int, str] = {}
-        for name, a in self._servers.items():
-            if a.local is not None:
-                out[a.local[0]] = name
-                for child in descendants(a.local[0]):
+        for name in self._servers:
+            local = self.local(name)  # looked up here too: the first background read may not have run yet
+            if local is not None:
+                out[local[0]] = name
+                for child in descendants(local[0]):
                     out[child] = name
         return out
 

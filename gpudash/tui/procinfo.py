@@ -16,6 +16,7 @@ class ProcInfo:
     user: str  # the owner's name, or the uid where the name is unknown
     command: str  # the command line, or the process name where the command line cannot be read
     mine: bool  # owned by the user gpudash runs as (root owns everything)
+    started: float | None = None  # psutil's create_time: with the pid, which process this is
 
 
 GONE = ProcInfo("", "", False)  # the process exited before it was looked up
@@ -39,11 +40,12 @@ def lookup(pids: list[int]) -> dict[int, ProcInfo]:
                 except psutil.AccessDenied:
                     argv = []
                 command = shlex.join(argv) if argv else proc.name()
+                started = proc.create_time()
         except psutil.NoSuchProcess:
             found[pid] = GONE
             continue
         except psutil.Error:
             found[pid] = ProcInfo("?", "?", False)
             continue
-        found[pid] = ProcInfo(user, command, me == 0 or uid == me)
+        found[pid] = ProcInfo(user, command, me == 0 or uid == me, started)
     return found

@@ -273,6 +273,8 @@ def test_a_signal_to_a_supervised_server_or_a_gone_process_is_refused() -> None:
     import subprocess
     import sys
 
+    import psutil
+
     from gpudash.control import Controller, SignalProcess
 
     class Supervisor:
@@ -287,6 +289,14 @@ def test_a_signal_to_a_supervised_server_or_a_gone_process_is_refused() -> None:
     res = c.apply(SignalProcess(gone.pid, "KILL"))
     assert not res.ok and "has exited" in res.reason
     assert "unknown signal" in c.apply(SignalProcess(gone.pid, "STOP")).reason
+    # the pid shown in the dialog now names another process (reused after the shown one exited): refused
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        res = c.apply(SignalProcess(other.pid, "TERM", started=psutil.Process(other.pid).create_time() - 5.0))
+        assert not res.ok and "now names another process" in res.reason and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_a_cpu_build_s_warnings_mark_the_server_until_it_starts_again() -> None:

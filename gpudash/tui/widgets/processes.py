@@ -201,7 +201,7 @@ class ProcessesView(TableView, ShowsProcesses):
 
         def answered(signal: str | None) -> None:
             if signal:
-                self.propose(SignalProcess(row.pid, signal, row.command or row.name))
+                self.propose(SignalProcess(row.pid, signal, row.command or row.name, info.started))
 
         self.app.push_screen(ChoiceScreen(f"Send a signal to pid {row.pid}?", f"{what} is not a server gpudash "
                                           "supervises. Choose the signal:", choices), answered)

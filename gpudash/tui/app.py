@@ -122,9 +122,9 @@ class GpudashApp(App[None]):
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
                markup: bool = False) -> None:
-        """A toast, as plain text: toasts carry user text (paths, server names, "[engine]"), which Rich
-        markup would eat."""
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        """A toast, always as plain text: toasts carry user text (paths, server names, "[engine]"), which
+        Rich markup would eat. Widgets and screens pass Textual's markup=True through here; it is ignored."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     # ---- the feed ------------------------------------------------------------------------------------
 

@@ -346,6 +346,23 @@ async def test_timers_and_messages_firing_after_shutdown_leave_the_gone_dom_alon
     servers._poll_log()
 
 
+async def test_a_toast_from_any_widget_or_screen_is_plain_text() -> None:
+    """Textual's Widget.notify passes markup=True on to the App: the App shows every toast as written."""
+    from fixtures import FixedFeed, sim_snapshot
+
+    from gpudash.tui.widgets.header import SourceHeader
+
+    app = GpudashApp(FixedFeed([sim_snapshot(tick=0)]))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
+        app.screen.notify("wrote [engine] of /tmp/[x].toml")
+        app.query_one(SourceHeader).notify("[b]big[/b] stopped")
+        await pilot.pause()
+        shown = ("wrote [engine] of /tmp/[x].toml", "[b]big[/b] stopped")
+        toasts = [n for n in app._notifications if n.message in shown]
+        assert len(toasts) == 2 and not any(n.markup for n in toasts)
+
+
 async def test_a_snapshot_between_the_headers_removal_and_the_tabs_is_left_alone() -> None:
     """Teardown can remove the header while the tabs are still attached (a loaded CI run raised NoMatches
     for SourceHeader from a queued snapshot there): the app is no longer alive for the views then."""

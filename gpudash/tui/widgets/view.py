@@ -62,11 +62,6 @@ class DashView(Vertical):
     def action_select(self, step: int) -> None:
         """Up/down: move this view's selection by `step` (views without one ignore it)."""
 
-    def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
-               markup: bool = False) -> None:
-        """A toast as plain text (it names servers and paths, which Rich markup would eat)."""
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
-
     def propose(self, command: Command | None) -> None:
         """Hand a change to the app, which applies it or asks first (a form that was cancelled gives None)."""
         if command is not None:

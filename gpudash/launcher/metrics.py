@@ -96,10 +96,6 @@ class ServerSource:
         assert self._gpu_pids is not None
         self._found = find_servers(self._gpu_pids(), known=known)
 
-    def found(self) -> list[Found]:
-        """The servers found at the last look (to attach one, or write its entry)."""
-        return list(self._found)
-
     def _scrape(self, st: ServerSample) -> ServerSample:
         base = self._sup.base_url(st.server)
         if base is None:

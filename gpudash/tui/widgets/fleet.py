@@ -95,7 +95,6 @@ class FleetView(DashView):
     RIGHT = ("GPUs", "util")
 
     sort = 1  # by state: down and stale boxes first
-    filter_text = ""
     cursor = 0
     _selected: str | None = None  # the selected box's instance: it stays selected as rows move
     _shown: list[FleetBox] = []
@@ -269,15 +268,7 @@ class FleetView(DashView):
         self.show(self.state)
 
     def action_filter_fleet(self) -> None:
-        from gpudash.tui.screens.filter import FilterForm
-
-        def done(text: str | None) -> None:
-            if text is not None:
-                self.filter_text = text.strip()
-                self.show(self.state)
-
-        self.app.push_screen(FilterForm("boxes", "address, host, rig, state, servers or alerts", self.filter_text),
-                             done)
+        self.ask_filter("boxes", "address, host, rig, state, servers or alerts")
 
     def action_open_box(self) -> None:
         if not self._shown:

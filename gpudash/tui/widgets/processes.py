@@ -127,7 +127,6 @@ class ProcessesView(TableView, ShowsProcesses):
 
     sort = 0  # index into SORTS
     reverse = False
-    filter_text = ""
     cursor = 0  # the selected row of those shown
     _selected: tuple[int, int | None] | None = None  # (pid, GPU) of the selected row: it stays selected
     _shown: list[ProcRow] = []
@@ -170,14 +169,7 @@ class ProcessesView(TableView, ShowsProcesses):
         self.show(self.state)
 
     def action_filter_processes(self) -> None:
-        from gpudash.tui.screens.filter import FilterForm
-
-        def done(text: str | None) -> None:
-            if text is not None:
-                self.filter_text = text.strip()
-                self.show(self.state)
-
-        self.app.push_screen(FilterForm("processes", "pid, name, user, command or server", self.filter_text), done)
+        self.ask_filter("processes", "pid, name, user, command or server")
 
     def action_signal_process(self) -> None:
         """`K`: stop a supervised server through its supervisor, or send a signal to a process the user owns

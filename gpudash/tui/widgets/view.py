@@ -62,6 +62,19 @@ class DashView(Vertical):
     def action_select(self, step: int) -> None:
         """Up/down: move this view's selection by `step` (views without one ignore it)."""
 
+    filter_text = ""  # what a shown row must contain, in views with a `/` filter (empty: every row)
+
+    def ask_filter(self, rows: str, fields: str) -> None:
+        """`/`: ask for the text that `rows` must contain in one of `fields`, then draw again."""
+        from gpudash.tui.screens.filter import FilterForm
+
+        def done(text: str | None) -> None:
+            if text is not None:
+                self.filter_text = text.strip()
+                self.show(self.state)
+
+        self.app.push_screen(FilterForm(rows, fields, self.filter_text), done)
+
     def propose(self, command: Command | None) -> None:
         """Hand a change to the app, which applies it or asks first (a form that was cancelled gives None)."""
         if command is not None:

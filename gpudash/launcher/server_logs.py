@@ -5,6 +5,9 @@ a `serve`, or two boxes sharing a home directory); one file for both would inter
 instance writes `<name>.<start time>-<pid>-<n>.log` (every launch of that server by the instance appends to
 it, under a `=== gpudash ...` header), and `<name>.log` is a symlink to the newest such file, for
 `tail -F`. A regular `<name>.log` left by an older gpudash is kept, renamed after its last change.
+
+Each launch prunes the server's older logs to the newest KEEP_PER_SERVER, so a box that runs gpudash
+for months does not fill its disk; a log that another live instance may still be writing is kept.
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import time
 from pathlib import Path
 
+import psutil
+
 _instances = itertools.count(1)  # two supervisors of one process (tests, a relaunched stack) never share a file
+
+KEEP_PER_SERVER = 10  # instance logs kept per server name: the last ten runs' output
 
 
 def instance_log(log_dir: Path, name: str, started: float | None = None) -> Path:
@@ -40,3 +48,28 @@ def point_latest(log: Path, name: str) -> None:
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(log.name)
         os.replace(tmp, link)
+
+
+def prune_old(log_dir: Path, name: str, keep: int = KEEP_PER_SERVER) -> list[Path]:
+    """Delete all but the newest `keep` logs of server `name` (by last change): our regular files only,
+    named `<name>.<stamp>-<pid>-<n>.log` or, renamed from an older gpudash, `<name>.<stamp>.log`. A log whose
+    pid is alive stays (another instance may be writing it). Returns what was deleted; an error leaves the file."""
+    ours = re.compile(rf"{re.escape(name)}\.\d{{8}}-\d{{6}}(?:-(\d+)-\d+)?\.log")
+    logs: list[tuple[float, Path, int | None]] = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(log_dir):
+            match = ours.fullmatch(entry.name)
+            with contextlib.suppress(OSError):
+                if match and entry.is_file(follow_symlinks=False):
+                    pid = int(match.group(1)) if match.group(1) else None
+                    logs.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path), pid))
+    logs.sort(key=lambda log: log[0], reverse=True)
+    gone = []
+    for _, path, pid in logs[keep:]:
+        if pid is not None and psutil.pid_exists(pid):
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            gone.append(path)
+    return gone
+

@@ -34,7 +34,7 @@ from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.logparse import LogFacts, parse_line
-from gpudash.launcher.server_logs import instance_log, point_latest
+from gpudash.launcher.server_logs import instance_log, point_latest, prune_old
 from gpudash.launcher.sleep import Action, SleepError, SleepResult
 from gpudash.private_fs import private_dir, private_file
 from gpudash.proctree import descendants
@@ -391,6 +391,7 @@ class Supervisor:
         private_dir(self._log_dir)
         log = open(private_file(srv.log_path), "a", encoding="utf-8", errors="replace")
         point_latest(srv.log_path, name)
+        prune_old(self._log_dir, name)
         log.write(f"=== gpudash {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(redact_args(cmd.argv))}\n")
         log.flush()
         try:

@@ -10,7 +10,6 @@
  *   have landed. The call returns at once. */
 #include "preload.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -410,32 +409,4 @@ void gp_trace(const gp_call *c, int why) {
   gp_say("trace %s kind %d %zu B src %s dst %s host map [%s]: %s", gp_fns[c->fn].name, c->kind, c->n,
          mem_name((uint64_t)(uintptr_t)c->src), mem_name((uint64_t)(uintptr_t)c->dst), map,
          why >= 0 && why < GP_WHY_N ? why_names[why] : "passed: preload inactive");
-}
-
-/* ---- the CPU of our threads ------------------------------------------------------------------ */
-/* Sums the on-CPU time (schedstat's first field, ns) of this process's threads named ge-* (the engine's)
- * or gpudash-* (the interposer's): the cost gpudash adds beside the callers' time inside taken calls. */
-uint64_t gp_threads_cpu_ns(void) {
-  DIR *dir = opendir("/proc/self/task");
-  if (!dir) return 0;
-  uint64_t sum = 0;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    char path[300], comm[32] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "re");
-    if (!f) continue;
-    int named = fgets(comm, sizeof comm, f) && (!strncmp(comm, "ge-", 3) || !strncmp(comm, "gpudash-", 8));
-    fclose(f);
-    if (!named) continue;
-    snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
-    unsigned long long ns = 0;
-    if ((f = fopen(path, "re"))) {
-      if (fscanf(f, "%llu", &ns) == 1) sum += ns;
-      fclose(f);
-    }
-  }
-  closedir(dir);
-  return sum;
 }

@@ -89,7 +89,7 @@ typedef struct {
   uint64_t engine_start_ns;     /* how long the engine took to start, started at the first copy (0: not yet) */
   uint64_t threads_cpu_ns;      /* CPU time of every thread the engine and the interposer started (staging,
                                    dispatchers, path workers, mover, stats), idle spinning included; read
-                                   at a publish after copies moved bytes, else about once a second */
+                                   at every publish (a thread started since is counted within a second) */
   ge_path_stats paths[GPUDASH_PRELOAD_MAX_PATHS];
   ge_link_stats links[GPUDASH_PRELOAD_MAX_GPUS];      /* per GPU, index = GPU ordinal; num_gpus entries valid */
 } gp_stats_block;

@@ -184,7 +184,5 @@ int gp_take(const gp_call *c, int *rc, int *dir, int *why);
 /* GPUDASH_PRELOAD_TRACE: one line for this decision (why: GP_WHY_TAKEN or the reason it passed). */
 void gp_trace(const gp_call *c, int why);
 extern int gp_tracing;
-/* CPU time of the threads the engine and the interposer started (by name: ge-*, gpudash-*). */
-uint64_t gp_threads_cpu_ns(void);
 
 #endif

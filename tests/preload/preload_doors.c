@@ -569,6 +569,56 @@ static int scenario_defaults(void) {
   return 0;
 }
 
+/* A thread that burns `ms` of its own CPU under `name`, then waits to be released (an ended thread's time
+ * drops out of the sum). */
+typedef struct {
+  const char *name;
+  int ms;
+  volatile int burnt, release;
+} burner;
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+static void *burn(void *arg) {
+  burner *b = arg;
+  pthread_setname_np(pthread_self(), b->name);
+  while (thread_cpu_s() < b->ms / 1e3) {
+  }
+  b->burnt = 1;
+  while (!b->release) nap_ms(5);
+  return NULL;
+}
+/* The CPU of gpudash's threads once the preload has looked for them again (it does at most once a second). */
+static uint64_t own_cpu_after_search(void) {
+  nap_ms(1100);
+  return fresh()->threads_cpu_ns;
+}
+
+static int scenario_own_cpu(void) {
+  setup();
+  fill(page, MB, 30);
+  CHECK(cudaMemcpy(dev, page, MB, H2D) == 0); /* starts the engine and its ge-* threads */
+  expect(0, 1, MB, 1);
+  uint64_t before = own_cpu_after_search();
+  CHECK(before > 0);
+  burner theirs = {"app-worker", 500, 0, 0}, ours = {"gpudash-burn", 500, 0, 0};
+  pthread_t t1, t2;
+  CHECK(pthread_create(&t1, NULL, burn, &theirs) == 0);
+  while (!theirs.burnt) nap_ms(5);
+  uint64_t mid = own_cpu_after_search();
+  CHECK(mid - before < 250000000ull); /* the program's own thread is not gpudash's */
+  CHECK(pthread_create(&t2, NULL, burn, &ours) == 0);
+  while (!ours.burnt) nap_ms(5);
+  uint64_t after = own_cpu_after_search();
+  CHECK(after - mid >= 500000000ull); /* a gpudash-* thread started after the engine is found */
+  theirs.release = ours.release = 1;
+  CHECK(pthread_join(t1, NULL) == 0 && pthread_join(t2, NULL) == 0);
+  COUNTS();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   alarm(60);  /* a hang fails the test instead of stalling it */
   if (argc < 2) return 2;
@@ -587,6 +637,7 @@ int main(int argc, char **argv) {
            : !strcmp(s, "one-gpu") ? scenario_one_gpu(0)
            : !strcmp(s, "one-gpu-always") ? scenario_one_gpu(1)
            : !strcmp(s, "file-source") ? scenario_file_source()
+           : !strcmp(s, "own-cpu") ? scenario_own_cpu()
            : 2;
   if (rc == 0) printf("scenario %s passed\n", s);
   return rc;

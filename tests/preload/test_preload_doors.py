@@ -28,6 +28,10 @@ def test_scenario(run_doors: Run, scenario: str) -> None:
     assert out.stderr == ""  # a working preload says nothing
 
 
+def test_the_cpu_of_gpudashs_threads_counts_theirs_only_and_finds_one_started_later(run_doors: Run) -> None:
+    _passed(run_doors("own-cpu"), "own-cpu")
+
+
 def test_without_stream_memory_ops_a_host_function_gates_the_stream(run_doors: Run) -> None:
     _passed(run_doors("hostfunc", {"FAKECUDA_NO_MEMOPS": "1"}), "hostfunc")
 

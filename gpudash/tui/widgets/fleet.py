@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -29,6 +28,7 @@ from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.fitted import FittedTable, fit_columns
 from gpudash.tui.widgets.lines import TextLines
+from gpudash.tui.widgets.sorted_rows import KeepsSelection, Sort, filter_and_sort
 from gpudash.tui.widgets.view import DashView
 
 HISTORY_REFRESH_S = 15.0  # the drill-down's range plots (the last hour, 30 s steps) are asked again this often
@@ -36,14 +36,7 @@ _STATE_ORDER = {DOWN: 0, STALE: 1, NO_GPUDASH: 2}
 STATE_STYLE = {DOWN: "bold red", STALE: "yellow", NO_GPUDASH: "yellow"}
 
 
-@dataclass(frozen=True, slots=True)
-class Sort:
-    column: str
-    value: Callable[[FleetBox], Any]  # None sorts last
-    biggest_first: bool
-
-
-SORTS: tuple[Sort, ...] = (
+SORTS: tuple[Sort[FleetBox], ...] = (
     Sort("box", lambda b: b.instance, False),
     Sort("state", lambda b: _STATE_ORDER.get(b.status, 3), False),  # the boxes needing a look first
     Sort("alerts", lambda b: len(b.alerts), True),
@@ -62,17 +55,11 @@ def fleet_settings(app: Any) -> Any:
 
 def shown_boxes(boxes: tuple[FleetBox, ...], sort: int, text: str) -> list[FleetBox]:
     """Boxes whose address, host, rig, state, servers or alerts contain `text` (any case), in sort order."""
-    needle = text.strip().lower()
-
     def words(b: FleetBox) -> str:
         return " ".join([b.instance, b.hostname or "", b.rig or "", b.status, *(s.server for s in b.servers),
                          *b.alerts]).lower()
 
-    kept = sorted((b for b in boxes if not needle or needle in words(b)), key=lambda b: b.instance)
-    s = SORTS[sort]
-    known = [b for b in kept if s.value(b) is not None]
-    known.sort(key=s.value, reverse=s.biggest_first)
-    return known + [b for b in kept if s.value(b) is None]
+    return filter_and_sort(boxes, SORTS[sort], text, words, lambda b: b.instance)
 
 
 class FleetLines(TextLines):
@@ -85,7 +72,7 @@ class FleetLines(TextLines):
             view.show(view.state)
 
 
-class FleetView(DashView):
+class FleetView(DashView, KeepsSelection):
     """The rows are lines of one TextLines (gpudash/tui/widgets/lines.py), which repaints only the lines
     whose text changed: a DataTable re-renders every visible cell on any change (its render cache is keyed
     on a table-wide update count), and a fleet's rows change at every read somewhere."""
@@ -95,8 +82,6 @@ class FleetView(DashView):
     RIGHT = ("GPUs", "util")
 
     sort = 1  # by state: down and stale boxes first
-    cursor = 0
-    _selected: str | None = None  # the selected box's instance: it stays selected as rows move
     _shown: list[FleetBox] = []
     fleet: Fleet | None = None
     error: str | None = None
@@ -194,11 +179,7 @@ class FleetView(DashView):
         boxes = self.fleet.boxes if self.fleet is not None else ()
         shown = shown_boxes(boxes, self.sort, self.filter_text)
         self._shown = shown
-        keys = [b.instance for b in shown]
-        if self._selected in keys:
-            self.cursor = keys.index(self._selected)
-        self.cursor = max(0, min(self.cursor, len(shown) - 1))
-        self._selected = keys[self.cursor] if shown else None
+        self.follow_selection([b.instance for b in shown])
         s = SORTS[self.sort]
         head = Text(f"Fleet {len(shown)} of {len(boxes)} boxes from {settings.prometheus}, by {s.column} "
                     "(o: sort, /: filter, Enter: open)")
@@ -258,9 +239,7 @@ class FleetView(DashView):
             note.update(text)
 
     def action_select(self, step: int) -> None:
-        if self._shown:
-            self.cursor = (self.cursor + step) % len(self._shown)
-            self._selected = self._shown[self.cursor].instance
+        if self.step_selection(step, [b.instance for b in self._shown]):
             self.show(self.state)
 
     def action_sort_fleet(self) -> None:

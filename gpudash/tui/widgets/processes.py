@@ -6,7 +6,7 @@ A process gpudash supervises is stopped through its supervisor; one the user own
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import Static
@@ -17,6 +17,7 @@ from gpudash.records import Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.procinfo import ProcInfo, lookup
 from gpudash.tui.state import ViewState
+from gpudash.tui.widgets.sorted_rows import KeepsSelection, Sort, filter_and_sort
 from gpudash.tui.widgets.tables import TableView
 from gpudash.tui.widgets.view import DashView
 
@@ -42,15 +43,8 @@ class ProcRow:
         return f"{self.pid} {self.name} {self.user} {self.command} {self.server or ''}".lower()
 
 
-@dataclass(frozen=True, slots=True)
-class Sort:
-    column: str
-    value: Callable[[ProcRow], Any]  # None: not known (such rows come last, either way)
-    biggest_first: bool  # numbers sort biggest first, words from A, unless reversed
-
-
 # The sort orders `o` / `O` step through (the columns of the table); `I` reverses the one in use.
-SORTS: tuple[Sort, ...] = (
+SORTS: tuple[Sort[ProcRow], ...] = (
     Sort("VRAM", lambda r: r.vram, True),
     Sort("SM%", lambda r: r.sm_pct, True),
     Sort("CPU%", lambda r: r.cpu_pct, True),
@@ -87,12 +81,7 @@ def process_rows(snap: Snapshot, info: dict[int, ProcInfo] | None = None) -> lis
 def shown_rows(rows: list[ProcRow], sort: int, text: str, reverse: bool = False) -> list[ProcRow]:
     """Rows whose pid, name, user, command or server contain `text` (any case), in sort order `sort`
     (reversed with `reverse`), ties by pid."""
-    needle = text.strip().lower()
-    kept = sorted((r for r in rows if not needle or needle in r.text()), key=lambda r: r.pid)
-    s = SORTS[sort]
-    known = [r for r in kept if s.value(r) is not None]
-    known.sort(key=s.value, reverse=s.biggest_first != reverse)  # stable: ties stay in pid order
-    return known + [r for r in kept if s.value(r) is None]
+    return filter_and_sort(rows, SORTS[sort], text, ProcRow.text, lambda r: r.pid, reverse)
 
 
 def cells(r: ProcRow) -> tuple[Any, ...]:
@@ -119,7 +108,7 @@ class ShowsProcesses(DashView):
 
 
 
-class ProcessesView(TableView, ShowsProcesses):
+class ProcessesView(TableView, ShowsProcesses, KeepsSelection):
     TITLE = "Processes"
     EMPTY = "no processes on the GPUs"
     COLUMNS = ("GPU", "PID", "user", "VRAM", "SM%", "CPU%", "RSS", "server", "command")
@@ -127,8 +116,6 @@ class ProcessesView(TableView, ShowsProcesses):
 
     sort = 0  # index into SORTS
     reverse = False
-    cursor = 0  # the selected row of those shown
-    _selected: tuple[int, int | None] | None = None  # (pid, GPU) of the selected row: it stays selected
     _shown: list[ProcRow] = []
 
     def draw(self, state: ViewState) -> None:
@@ -137,11 +124,7 @@ class ProcessesView(TableView, ShowsProcesses):
         rows = process_rows(snap, state.proc_info) if snap is not None else []
         shown = shown_rows(rows, self.sort, self.filter_text, self.reverse)
         self._shown = shown
-        keys = [(r.pid, r.gpu) for r in shown]
-        if self._selected in keys:
-            self.cursor = keys.index(self._selected)
-        self.cursor = max(0, min(self.cursor, len(shown) - 1))
-        self._selected = keys[self.cursor] if shown else None
+        self.follow_selection(self._keys())
         s = SORTS[self.sort]
         order = "biggest first" if s.biggest_first != self.reverse else "smallest first"
         if s.column in ("user", "server", "command"):
@@ -154,10 +137,11 @@ class ProcessesView(TableView, ShowsProcesses):
                                                  else self.EMPTY)
         self.fill([cells(r) for r in shown], self.cursor)
 
+    def _keys(self) -> list[tuple[int, int | None]]:
+        return [(r.pid, r.gpu) for r in self._shown]  # a process on two GPUs has two rows
+
     def action_select(self, step: int) -> None:
-        if self._shown:
-            self.cursor = (self.cursor + step) % len(self._shown)
-            self._selected = (self._shown[self.cursor].pid, self._shown[self.cursor].gpu)
+        if self.step_selection(step, self._keys()):
             self.show(self.state)
 
     def action_sort_processes(self, step: int = 1) -> None:

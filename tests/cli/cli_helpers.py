@@ -42,7 +42,19 @@ def query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
         conn.close()
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` distinct 127.0.0.1 ports free now. They are held together while picked: a port picked alone and let
+    go can be picked again at once, before the process it was for binds it (a fleet test once started two
+    boxes on one port when the machine was busy)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]

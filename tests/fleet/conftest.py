@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fleet_helpers import ALERTS_NOW, DOUBLE, PROFILES, RULES, FleetRig, binary, free_port, gpudash, start_prometheus, stop, wait_for
+from fleet_helpers import ALERTS_NOW, DOUBLE, PROFILES, RULES, FleetRig, binary, gpudash, start_prometheus, stop, wait_for
+from cli_helpers import free_ports  # noqa: E402 (fleet_helpers puts tests/cli on the path)
 
 
 @pytest.fixture(scope="module")
@@ -20,15 +21,16 @@ def fleet_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetRig]:
     tmp = tmp_path_factory.mktemp("fleet")
     procs: list[subprocess.Popen] = []
     boxes: dict[str, str] = {}
+    ports = iter(free_ports(len(PROFILES) + 4))  # the boxes, the vLLM double, the dead target, Prometheus
     try:
         for profile in PROFILES:
-            port = free_port()
+            port = next(ports)
             box = tmp / profile.replace("+", "_")
             box.mkdir()
             procs.append(gpudash(box, "record", "--sim", profile, "--interval", "0.5", "--db", str(box / "g.db"),
                                  "--prometheus", f"127.0.0.1:{port}", "--quiet"))
             boxes[f"127.0.0.1:{port}"] = f"sim:{profile}"
-        vport, sport = free_port(), free_port()
+        vport, sport = next(ports), next(ports)
         vbox = tmp / "vllm"
         vbox.mkdir()
         procs.append(subprocess.Popen([sys.executable, str(DOUBLE), "serve", "facebook/opt-125m", "--host",
@@ -40,10 +42,10 @@ def fleet_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetRig]:
         procs.append(gpudash(vbox, "serve", "--config", str(vbox / "gpudash.toml"), "--sim", "h200",
                              "--db", str(vbox / "g.db"), "--prometheus", f"127.0.0.1:{sport}", "--quiet"))
         boxes[f"127.0.0.1:{sport}"] = "vllm"
-        dead = f"127.0.0.1:{free_port()}"  # nothing listens here
+        dead = f"127.0.0.1:{next(ports)}"  # nothing listens here
         boxes[dead] = "nothing"
         prom = start_prometheus(tmp / "prometheus", {"gpudash": list(boxes)}, rules=(RULES, ALERTS_NOW),
-                                self_scrape=True)
+                                self_scrape=True, port=next(ports))
         procs.append(prom.proc)
         boxes[prom.url.removeprefix("http://")] = "prometheus"
         rig = FleetRig(prom, boxes, procs, tmp)

@@ -72,12 +72,13 @@ class PromServer:
 
 
 def start_prometheus(workdir: Path, jobs: dict[str, list[str]], interval: str = "1s",
-                     rules: tuple[Path, ...] = (RULES,), self_scrape: bool = False) -> PromServer:
-    """A Prometheus on a free 127.0.0.1 port, its config and TSDB in `workdir`; jobs: name -> targets;
-    `self_scrape` adds a job "prometheus" scraping this Prometheus (a target with no gpudash metrics)."""
+                     rules: tuple[Path, ...] = (RULES,), self_scrape: bool = False,
+                     port: int | None = None) -> PromServer:
+    """A Prometheus on 127.0.0.1:`port` (unset: a free one), its config and TSDB in `workdir`; jobs: name ->
+    targets; `self_scrape` adds a job "prometheus" scraping this Prometheus (a target with no gpudash metrics)."""
     exe = binary("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     if self_scrape:
         jobs = {**jobs, "prometheus": [f"127.0.0.1:{port}"]}
     config = {  # JSON is YAML: no YAML writer needed

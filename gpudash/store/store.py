@@ -67,18 +67,36 @@ def gpudash_version() -> str:
         return "unknown (not installed)"
 
 
+BUSY_TIMEOUT_S = 10.0  # how long a connection waits for another's lock before "database is locked"
+
+
 def connect(path: Path, new: bool = False) -> sqlite_utils.Database:
     """A connection tuned for this store: WAL (readers never block the writer), NORMAL sync (a killed
     process loses nothing committed), and a busy timeout so the writer and the CLI can share the file.
     A `new` file first gets incremental auto-vacuum, so prunes give pages back to the disk: SQLite takes
     that only before anything is written, and switching to WAL already writes the file."""
-    db = sqlite_utils.Database(sqlite3.connect(str(path), timeout=10.0, check_same_thread=False),
+    db = sqlite_utils.Database(sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, check_same_thread=False),
                                execute_plugins=False)
     if new:
         db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-    db.enable_wal()
+    _enable_wal(db)
     db.execute("PRAGMA synchronous=NORMAL")
     return db
+
+
+def _enable_wal(db: sqlite_utils.Database) -> None:
+    """Switch to WAL, waiting out another connection that switches the same new file: SQLite answers that
+    switch's "database is locked" at once, not after the busy timeout (two gpudash processes starting on
+    one new file failed so about one time in ten)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.enable_wal()
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 class Store:

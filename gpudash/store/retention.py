@@ -148,22 +148,19 @@ def _oldest(db: sqlite_utils.Database) -> float | None:
     return db.execute(f"SELECT min(t) FROM ({' UNION ALL '.join(parts)})").fetchone()[0]
 
 
-def give_back(db: sqlite_utils.Database, between: Callable[[], None] | None = None,
-              step_pages: int = _VACUUM_STEP_PAGES) -> int:
-    """Hand the file's free pages back to the filesystem, `step_pages` at a time, each step its own
+def give_back(db: sqlite_utils.Database, between: Callable[[], None] | None = None) -> None:
+    """Hand the file's free pages back to the filesystem, _VACUUM_STEP_PAGES at a time, each step its own
     transaction, `between` run after each; then truncate the WAL (the checkpoint is what shrinks the
-    file). The pages freed. The pragma frees one page per step of its statement, so every row of it
-    is fetched (executing it alone freed a single page)."""
-    freed = 0
+    file). The pragma frees one page per step of its statement, so every row of it is fetched
+    (executing it alone freed a single page)."""
     if db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:  # incremental
         free = db.execute("PRAGMA freelist_count").fetchone()[0]
         while free > 0:
-            db.execute(f"PRAGMA incremental_vacuum({min(free, step_pages)})").fetchall()
+            db.execute(f"PRAGMA incremental_vacuum({min(free, _VACUUM_STEP_PAGES)})").fetchall()
             left = db.execute("PRAGMA freelist_count").fetchone()[0]
             if left >= free:  # nothing moved (cannot happen with the write lock taken; never loop on it)
                 break
-            freed, free = freed + free - left, left
+            free = left
             if between is not None:
                 between()
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return freed

@@ -52,6 +52,9 @@ class ServerSource:
         self._prev: dict[str, Prev] = {}
         # Servers are scraped in parallel, so one slow server does not push the others past the tick.
         self._pool = ThreadPoolExecutor(max_workers=SCRAPE_WORKERS, thread_name_prefix="gpudash-scrape")
+        # The look for servers has its own thread: it asks each process it finds for /health in turn (0.5 s
+        # each at worst), which on the scrape pool would hold a worker that this tick's scrapes wait for.
+        self._finder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudash-find")
 
     def poll(self) -> dict[str, tuple]:
         states = self._sup.states()
@@ -86,7 +89,7 @@ class ServerSource:
         if (self._finding is None or self._finding.done()) and now - self._found_at >= FIND_EVERY_S:
             self._found_at = now
             known = set(self._sup.pids())
-            self._finding = self._pool.submit(self._find, known)
+            self._finding = self._finder.submit(self._find, known)
         ts = time.time()
         return [ServerSample(ts=ts, server=f.name, kind=f.kind, state="found", pid=f.pid,
                              port=urlsplit(f.url).port, origin="found", error=f.hint, url=f.url)
@@ -112,5 +115,6 @@ class ServerSource:
         return replace(st, ts=now, **merged)
 
     def close(self) -> None:
+        self._finder.shutdown(wait=True)
         self._pool.shutdown(wait=True)
         self._http.close()

@@ -6,6 +6,7 @@ documented endpoints and metric names; it is not vLLM (no model runs, no GPU is 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 from gpudash.config import ServerSpec
 from gpudash.launcher.binary import resolve_binary
 from gpudash.launcher.errors import LaunchError
+from gpudash.launcher import metrics
 from gpudash.launcher.metrics import ServerSource
 from gpudash.launcher.probe import run_probe
 
@@ -53,6 +55,29 @@ def test_vllm_start_scrape_probe(fake_vllm, make_supervisor, events) -> None:
     assert st.requests_running == 0 and st.requests_waiting == 0 and 0 <= st.kv_cache_usage <= 1
     assert st.ttft_mean_s is not None and st.ttft_mean_s > 0  # from the histogram's change since last scrape
     assert st.tokens_per_s > 0
+
+
+def test_a_slow_look_for_servers_never_holds_a_scrape(fake_vllm, make_supervisor, monkeypatch) -> None:
+    monkeypatch.setattr(metrics, "SCRAPE_WORKERS", 1)  # one scrape worker: a look for servers on it would hold it
+    sup = make_supervisor([vspec(extra_args=["--load-delay", "0"])])
+    sup.start_all()
+    release = threading.Event()
+
+    def gpu_pids() -> list[tuple[int, int]]:  # NVML's process list, answering only when released
+        release.wait(60)
+        return []
+
+    source = ServerSource(sup, gpu_pids=gpu_pids)
+    try:
+        source.poll()  # starts the look for servers, which now waits
+        t0 = time.monotonic()
+        (st,) = source.poll()["servers"]
+        took = time.monotonic() - t0
+    finally:
+        release.set()
+        source.close()
+    assert st.state == "ready" and st.kv_cache_usage is not None  # scraped
+    assert took < 10, f"the tick waited {took:.1f} s for the look for servers"
 
 
 def test_vllm_enforce_eager_when_three_share_a_gpu(fake_vllm, make_supervisor) -> None:

@@ -205,10 +205,14 @@ class PreloadStats:
             mine, every = d.bytes_taken, self.h2d.bytes_taken + self.d2h.bytes_taken
         return d.cpu_ns_calls_taken / 1e9 + (self.threads_cpu_s * mine / every if every else 0.0)
 
-    def path_cpu_s(self, path: PathStats) -> float:
-        """A path's part of its direction's cost (cpu_s), by the bytes it carried."""
-        moved = sum(p.bytes for p in self.paths if p.direction == path.direction)
-        return self.cpu_s(path.direction) * path.bytes / moved if moved else 0.0
+    def paths_cpu_s(self) -> tuple[float, ...]:
+        """Each path's part of its direction's cost (cpu_s), by the bytes it carried; in `paths` order. All
+        at once: a path at a time summed every path for each (128 paths on 8 GPUs)."""
+        per_byte = {}
+        for direction in ("h2d", "d2h"):
+            moved = sum(p.bytes for p in self.paths if p.direction == direction)
+            per_byte[direction] = self.cpu_s(direction) / moved if moved else 0.0
+        return tuple(per_byte[p.direction] * p.bytes for p in self.paths)
 
     def summary_lines(self) -> list[str]:
         """Copies taken vs passed through, bytes, time, GB/s and core-seconds per GB per direction, then

@@ -46,7 +46,7 @@ class PreloadSource:
             except EngineError as err:
                 errors.append(f"preload: {name} (pid {pid}): {err}")
                 continue
-            for p in s.paths:
+            for p, cpu_s in zip(s.paths, s.paths_cpu_s()):
                 if p.via is not None and not (p.bytes or p.queue_depth):
                     continue
                 key = (pid, s.started_at, p.name, p.direction)
@@ -54,7 +54,7 @@ class PreloadSource:
                 seen[key] = (s.updated_at, p.bytes)
                 row = EnginePathSample(ts=ts, path=p.name, gpu=p.gpu, via=p.via, direction=p.direction,
                                        bytes_total=p.bytes, chunks_total=p.chunks, queue_depth=p.queue_depth,
-                                       gbps=gbps, cpu_s=s.path_cpu_s(p), server=name)
+                                       gbps=gbps, cpu_s=cpu_s, server=name)
                 prior = rows.get((name, p.name, p.direction))
                 rows[(name, p.name, p.direction)] = row if prior is None else _summed(prior, row)
         self._last = seen  # processes that are gone are forgotten

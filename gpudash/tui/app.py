@@ -208,7 +208,8 @@ class GpudashApp(App[None]):
         self.refresh_views()
 
     def on_process_info(self, message: msg.ProcessInfo) -> None:
-        self.state.proc_info.update(message.info)
+        asked = self.state.proc_asked  # a pid gone while it was looked up is not kept
+        self.state.proc_info.update({pid: info for pid, info in message.info.items() if pid in asked})
         self.refresh_views()
 
     def on_knobs_changed(self, message: msg.KnobsChanged) -> None:

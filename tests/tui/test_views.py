@@ -167,6 +167,34 @@ async def test_a_slow_lookup_lands_on_the_tab_shown_when_it_answers(monkeypatch)
         assert str(table.get_row_at(0)[2]) == "alice"
 
 
+async def test_a_pid_that_goes_and_comes_back_is_looked_up_again(monkeypatch) -> None:
+    """A pid that leaves the GPUs and comes back may name another process by then (pids are reused): the
+    Processes tab shows the command looked up for the new one, not the old one's."""
+    from gpudash.records import GpuProcessSample
+    from gpudash.tui.procinfo import ProcInfo
+    from gpudash.tui.widgets import processes
+
+    commands = iter(["old-server --port 1", "new-server --port 2"])
+    monkeypatch.setattr(processes, "lookup",
+                        lambda pids: {pid: ProcInfo("alice", next(commands), False) for pid in pids})
+    snap = replace(sim_snapshot(tick=0), processes=())
+    there = replace(snap, gpu_processes=(GpuProcessSample(snap.ts, 0, 4242, 2**30, "server"),))
+    app = GpudashApp(FixedFeed([there]))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("9")
+        table = app.query_one("#processes-view").query_one(DataTable)
+
+        def command() -> str | None:
+            return str(table.get_row_at(0)[-1]) if table.row_count == 1 else None
+
+        await wait_for(pilot, lambda: command() == "old-server --port 1", what="the first lookup")
+        app._deliver(replace(snap, ts=snap.ts + 1, gpu_processes=()))
+        await wait_for(pilot, lambda: table.row_count == 0, what="the pid gone")
+        assert 4242 not in app.state.proc_info
+        app._deliver(replace(there, ts=snap.ts + 2))
+        await wait_for(pilot, lambda: command() == "new-server --port 2", what="the second lookup")
+
+
 async def test_latency_tab_says_when_restores_lose_to_recompute() -> None:
     """Probe requests and restore events as the supervisor records them: the Latency tab's prompt-cache block
     names the server whose host-cache restores are slower than recomputing, with both medians."""

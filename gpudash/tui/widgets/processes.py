@@ -94,13 +94,17 @@ def cells(r: ProcRow) -> tuple[Any, ...]:
 class ShowsProcesses(DashView):
     """A view with a process list: it has the users and commands of new pids looked up (live only). The
     answer bubbles up to the App, which redraws whichever view is on screen by then (the one that asked may
-    not be: the Overview asks first, and the operator may be on the Processes tab when the answer comes)."""
+    not be: the Overview asks first, and the operator may be on the Processes tab when the answer comes).
+    A pid that is gone is forgotten, so when it comes back (reused by another process) it is asked again."""
 
     def look_up(self, state: ViewState) -> None:
         snap = state.latest
         if snap is None or not state.live:
             return
         pids = {p.pid for p in snap.gpu_processes} | {p.pid for p in snap.processes}
+        for pid in state.proc_asked - pids:
+            state.proc_asked.discard(pid)
+            state.proc_info.pop(pid, None)
         new = sorted(pids - state.proc_asked)
         if new:
             state.proc_asked.update(new)

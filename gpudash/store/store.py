@@ -160,7 +160,7 @@ class Store:
     def begin_session(self, source: str, config: Config, note: str = "") -> int:
         """A new session row: host, gpudash version, the effective config as TOML, and the source label."""
         me = psutil.Process()
-        with self.db.atomic():
+        with immediate(self.db):  # sqlite_utils reads the table before it inserts: take the write lock first
             table = self.db["sessions"].insert({
                 "started": time.time(), "ended": None, "host": socket.gethostname(),
                 "version": gpudash_version(), "config": to_toml(config, redacted=True), "source": source, "note": note,

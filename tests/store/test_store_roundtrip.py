@@ -189,6 +189,28 @@ def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path: Path, monkeypat
     assert current_version(db) == 1 and "ticks" not in db.table_names()
 
 
+def test_a_session_begins_while_another_process_writes(store, config, tmp_path) -> None:
+    """sqlite_utils reads the sessions table before it inserts the new row: begun deferred, that failed with
+    "database is locked" whenever the other writer (a recording gpudash) committed in between."""
+    sid = store.begin_session("nvml", config)
+    stop = threading.Event()
+
+    def other_writer() -> None:
+        other = sqlite3.connect(tmp_path / "g.db", timeout=10.0, isolation_level=None)
+        while not stop.is_set():
+            other.execute("UPDATE sessions SET note = ? WHERE id = ?", [str(time.time()), sid])
+        other.close()
+
+    writer = threading.Thread(target=other_writer)
+    writer.start()
+    try:
+        begun = [store.begin_session("sim:h200", config) for _ in range(20)]
+    finally:
+        stop.set()
+        writer.join()
+    assert len(set(begun)) == 20
+
+
 def test_direct_write_waits_for_another_writer_instead_of_failing(store, config, tmp_path) -> None:
     """record_event reads the last tick, then writes. Begun deferred, it failed at once with "database
     is locked" whenever another connection committed in between (a stale WAL snapshot cannot become a

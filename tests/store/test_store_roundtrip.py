@@ -195,9 +195,9 @@ def test_a_session_begins_while_another_process_writes(store, config, tmp_path) 
     sid = store.begin_session("nvml", config)
     stop = threading.Event()
 
-    def other_writer() -> None:
+    def other_writer() -> None:  # a commit every millisecond (a writer that never lets go starves any other)
         other = sqlite3.connect(tmp_path / "g.db", timeout=10.0, isolation_level=None)
-        while not stop.is_set():
+        while not stop.wait(0.001):
             other.execute("UPDATE sessions SET note = ? WHERE id = ?", [str(time.time()), sid])
         other.close()
 

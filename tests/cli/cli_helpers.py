@@ -55,6 +55,3 @@ def free_ports(n: int) -> list[int]:
         for s in socks:
             s.close()
 
-
-def free_port() -> int:
-    return free_ports(1)[0]

@@ -13,7 +13,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cli_helpers import free_port, query, run, start
+from cli_helpers import query, run, start
+from gpudash.launcher.health import free_port
 
 
 def _wait_for(pred, timeout: float = 30.0, step: float = 0.05):

@@ -20,8 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
+from gpudash.launcher.health import free_port
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-from cli_helpers import env, free_port  # noqa: E402
+from cli_helpers import env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DOUBLE = REPO / "tests" / "doubles" / "vllm_double.py"

@@ -13,8 +13,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpudash.launcher.health import free_port
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-from cli_helpers import cmd, env, free_port  # noqa: E402
+from cli_helpers import cmd, env  # noqa: E402
 
 UNIT = Path(__file__).resolve().parents[2] / "deploy" / "systemd" / "gpudash-record.service"
 

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from gpudash.launcher.health import free_port
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-from cli_helpers import env, free_port, run  # noqa: E402
+from cli_helpers import env, run  # noqa: E402
 
 HUGE_BYTES = 512 << 20
 

@@ -6,8 +6,9 @@ instance writes `<name>.<start time>-<pid>-<n>.log` (every launch of that server
 it, under a `=== gpudash ...` header), and `<name>.log` is a symlink to the newest such file, for
 `tail -F`. A regular `<name>.log` left by an older gpudash is kept, renamed after its last change.
 
-Each launch prunes the server's older logs to the newest KEEP_PER_SERVER, so a box that runs gpudash
-for months does not fill its disk; a log that another live instance may still be writing is kept.
+Each launch prunes the server's older instance logs to the newest KEEP_PER_SERVER, so a box that runs
+gpudash for months does not fill its disk; a log that another live instance may still be writing is kept,
+and so is a renamed `<name>.log` (gpudash may not have written it).
 """
 
 from __future__ import annotations
@@ -51,22 +52,22 @@ def point_latest(log: Path, name: str) -> None:
 
 
 def prune_old(log_dir: Path, name: str, keep: int = KEEP_PER_SERVER) -> list[Path]:
-    """Delete all but the newest `keep` logs of server `name` (by last change): our regular files only,
-    named `<name>.<stamp>-<pid>-<n>.log` or, renamed from an older gpudash, `<name>.<stamp>.log`. A log whose
-    pid is alive stays (another instance may be writing it). Returns what was deleted; an error leaves the file."""
-    ours = re.compile(rf"{re.escape(name)}\.\d{{8}}-\d{{6}}(?:-(\d+)-\d+)?\.log")
-    logs: list[tuple[float, Path, int | None]] = []
+    """Delete all but the newest `keep` instance logs of server `name` (by last change): regular files named
+    `<name>.<stamp>-<pid>-<n>.log`, as instance_log names them. A renamed `<name>.<stamp>.log` may be a file
+    gpudash did not write, and stays. A log whose pid is alive stays (another instance may be writing it).
+    Returns what was deleted; an error leaves the file."""
+    ours = re.compile(rf"{re.escape(name)}\.\d{{8}}-\d{{6}}-(\d+)-\d+\.log")
+    logs: list[tuple[float, Path, int]] = []
     with contextlib.suppress(OSError):
         for entry in os.scandir(log_dir):
             match = ours.fullmatch(entry.name)
             with contextlib.suppress(OSError):
                 if match and entry.is_file(follow_symlinks=False):
-                    pid = int(match.group(1)) if match.group(1) else None
-                    logs.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path), pid))
+                    logs.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path), int(match.group(1))))
     logs.sort(key=lambda log: log[0], reverse=True)
     gone = []
     for _, path, pid in logs[keep:]:
-        if pid is not None and psutil.pid_exists(pid):
+        if psutil.pid_exists(pid):
             continue
         with contextlib.suppress(OSError):
             path.unlink()

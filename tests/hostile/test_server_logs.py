@@ -89,7 +89,7 @@ def test_a_launch_keeps_the_newest_logs_of_its_server_and_no_file_that_is_not_on
     logs.mkdir()
     dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can have this pid
     old = [logs / f"v.20250101-0000{i:02d}-{dead}-1.log" for i in range(KEEP_PER_SERVER + 3)]
-    renamed = logs / "v.20240101-000000.log"  # an older gpudash's single log, renamed when the link came
+    renamed = logs / "v.20240101-000000.log"  # a regular v.log, renamed when the link came: maybe not ours
     live = logs / f"v.20230101-000000-{os.getpid()}-1.log"  # oldest of all, but its instance still runs
     others = [logs / f"vv.20220101-000000-{dead}-1.log", logs / "v.notes.log",
               logs / f"v.20220101-000000-{dead}-1.log.gz", logs / "v.20220101-000000-x-1.log"]
@@ -105,5 +105,5 @@ def test_a_launch_keeps_the_newest_logs_of_its_server_and_no_file_that_is_not_on
         sup.stop_all()
     kept = sorted(p for p in logs.iterdir() if p.name.startswith("v.2025"))
     assert kept == sorted(old[-(KEEP_PER_SERVER - 1):])  # this launch's own log is the tenth
-    assert sup.log_path("v").exists() and live.exists() and not renamed.exists()
+    assert sup.log_path("v").exists() and live.exists() and renamed.read_text() == renamed.name
     assert all(p.read_text() == p.name for p in others) and link_like.is_symlink()

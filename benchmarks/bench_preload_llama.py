@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 from gpudash.engine.errors import EngineError
-from gpudash.engine.preload_shm import SHM_DIR, StatsView, preload_env
+from gpudash.preload.shm import SHM_DIR, StatsView, preload_env
 from gpudash.launcher.gguf_model import DemoModelShape, write_f16_model
 
 STEPS = ("A new (miss)", "A again (in-slot hit)", "B (miss, saves A to host)", "A again (host-cache restore)")

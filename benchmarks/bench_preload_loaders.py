@@ -186,7 +186,7 @@ def child(case: str, args: argparse.Namespace) -> dict[str, Any]:
         res["bytes"] = sum(t.numel() * t.element_size() for t in out.values())
         res["exact"] = exact(out, args.layers)
     if os.environ.get("LD_PRELOAD"):
-        from gpudash.engine.preload_shm import StatsView
+        from gpudash.preload.shm import StatsView
 
         with StatsView(os.getpid()) as view:
             st = view.read_after(time.time())
@@ -307,7 +307,7 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(args.child, args)))
         return 0
-    from gpudash.engine.preload_shm import preload_env
+    from gpudash.preload.shm import preload_env
 
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)

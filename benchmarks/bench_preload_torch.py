@@ -79,7 +79,7 @@ def _small_copies(args: argparse.Namespace, out: dict[str, Any]) -> None:
 
 def _wait_for_engine(timeout_s: float = 10.0) -> None:
     """Until the preload's stats block says its engine (started by the warm-up copy) runs."""
-    from gpudash.engine.preload_shm import BlockUnavailable, StatsView
+    from gpudash.preload.shm import BlockUnavailable, StatsView
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -144,7 +144,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     _small_copies(args, out)
     if os.environ.get("LD_PRELOAD"):
-        from gpudash.engine.preload_shm import BlockUnavailable, StatsView
+        from gpudash.preload.shm import BlockUnavailable, StatsView
 
         try:
             with StatsView(os.getpid()) as view:
@@ -178,7 +178,7 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(args)))
         return 0
-    from gpudash.engine.preload_shm import preload_env
+    from gpudash.preload.shm import preload_env
 
     knobs = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.knob)}
     passed = ["--gib", str(args.gib), "--pinned-gib", str(args.pinned_gib), "--small", str(args.small),

@@ -96,7 +96,7 @@ class Recorder(Protocol):
 
 
 class KnobFollowers(Protocol):
-    """Engines outside this process that follow knob changes (gpudash.preload.PreloadKnobs)."""
+    """Engines outside this process that follow knob changes (gpudash.preload.knobs.PreloadKnobs)."""
 
     def apply(self, knobs: Mapping[str, Any]) -> Any: ...
 

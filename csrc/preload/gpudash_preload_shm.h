@@ -6,7 +6,7 @@
  *   GPUDASH_PRELOAD_STATS_FMT  "/gpudash-preload-stats-<pid>"  written by the process, read by gpudash
  *   GPUDASH_PRELOAD_KNOBS_FMT  "/gpudash-preload-knobs-<pid>"  written by gpudash, read by the process
  * Nothing else crosses the process boundary: if gpudash dies, the server keeps working with the knobs
- * it last read. gpudash/engine/preload_shm.py mirrors these structs with ctypes; a test keeps the two equal.
+ * it last read. gpudash/preload/shm.py mirrors these structs with ctypes; a test keeps the two equal.
  *
  * Both blocks use a sequence lock: the writer makes `seq` odd, writes, then makes it even again (with
  * release ordering); a reader copies the block and retries while `seq` was odd or changed meanwhile.

@@ -21,11 +21,11 @@ import click
 import psutil
 
 from gpudash.engine.errors import EngineError
-from gpudash.engine.preload_shm import (KEEP_FOR_ENV, KNOBS_PREFIX, PRELOAD_KNOBS, SHM_DIR, STATS_PREFIX,
+from gpudash.preload.shm import (KEEP_FOR_ENV, KNOBS_PREFIX, PRELOAD_KNOBS, SHM_DIR, STATS_PREFIX,
                                         BlockUnavailable, OddEntry, StatsView, odd_entry, preload_env)
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config, parse_knobs
-from gpudash.preload import file_knobs
+from gpudash.preload.knobs import file_knobs
 from gpudash.proctree import descendants
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)

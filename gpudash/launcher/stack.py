@@ -20,7 +20,7 @@ from gpudash.launcher.llama_autobuild import CudaAutoBuild
 from gpudash.launcher.metrics import ServerSource
 from gpudash.launcher.probe import ProbeRunner
 from gpudash.launcher.supervisor import Pushable, Supervisor
-from gpudash.preload import file_knobs
+from gpudash.preload.knobs import file_knobs
 from gpudash.records import Event
 
 

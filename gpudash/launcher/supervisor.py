@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, TextIO
 
 from gpudash.engine.errors import EngineError
-from gpudash.engine.preload_shm import preload_env
+from gpudash.preload.shm import preload_env
 from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary
@@ -88,7 +88,7 @@ class Supervisor:
                  gpu_memory: Callable[[], dict[int, int]] | None = None, preload_knobs: dict[str, Any] | None = None):
         """`gpu_memory` returns {gpu index: total bytes} of the real GPUs; with it, a llama.cpp server
         with a `share` gets the -ngl/-c that keep it inside that share (llama.cpp has no share flag).
-        `preload_knobs`: start-up knobs of servers with engine = "preload" (gpudash.preload.file_knobs)."""
+        `preload_knobs`: start-up knobs of servers with engine = "preload" (gpudash.preload.knobs.file_knobs)."""
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"server names must be unique, got {names}")

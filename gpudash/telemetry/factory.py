@@ -22,7 +22,7 @@ def build_sources(rig: Rig | str, config: Config, *, inbox: Inbox | None = None,
     sources: list[Source] = [the_rig.gpu_source(config, engine, pids)]
     sources.append(HostSource(pids))
     if not the_rig.is_sim:  # preloaded servers copy to real GPUs only; a sim session stays all sim
-        from gpudash.telemetry.preload import PreloadSource
+        from gpudash.preload.source import PreloadSource
 
         sources.append(PreloadSource(pids))
     if engine is not None:

@@ -83,7 +83,7 @@ class LiveFeed:
     def _start(self, deliver: Deliver) -> FeedInfo:
         from gpudash.control import Controller
         from gpudash.launcher.stack import LaunchStack
-        from gpudash.preload import PreloadKnobs
+        from gpudash.preload.knobs import PreloadKnobs
         from gpudash.telemetry.inbox import Inbox
 
         session = self.session = Session(self.rig, self.config, self.db_path)

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from gpudash.control import Controller, SetEngineKnobs
-from gpudash.engine import preload_shm as P
-from gpudash.preload import PreloadKnobs
+from gpudash.preload import shm as P
+from gpudash.preload.knobs import PreloadKnobs
 from gpudash.telemetry.inbox import Inbox
-from gpudash.telemetry.preload import PreloadSource
+from gpudash.preload.source import PreloadSource
 from hostile_helpers import ENTRY, WAIT_S
 
 HERE = Path(__file__).resolve().parent
@@ -156,7 +156,7 @@ def test_odd_names_never_raise_and_a_knob_change_still_records_its_event(made: l
 TRUNCATED_READ = """
 import ctypes, os, struct, sys
 from pathlib import Path
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 shm, pid = Path(sys.argv[1]), os.getpid()
 for cls, prefix, kind in ((P.StatsBlockC, P.STATS_PREFIX, P.StatsView), (P.KnobsBlockC, P.KNOBS_PREFIX, P.KnobBlock)):
     block = cls()

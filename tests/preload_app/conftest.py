@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
 from preload_helpers import ProcessSide, remove_blocks
 

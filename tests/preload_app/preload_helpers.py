@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 
 
 class ProcessSide:

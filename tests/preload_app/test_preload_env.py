@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 from gpudash.engine.errors import EngineArgumentError
 
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 from gpudash.control import Controller, SetEngineKnobs
-from gpudash.preload import PreloadKnobs
+from gpudash.preload.knobs import PreloadKnobs
 from gpudash.telemetry.inbox import Inbox
 from preload_helpers import wait_for_block
 

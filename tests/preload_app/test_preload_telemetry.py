@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import Config
-from gpudash.engine.preload_shm import StatsView
+from gpudash.preload.shm import StatsView
 from gpudash.records import Snapshot
 from gpudash.store import Store, StoreWriter
-from gpudash.telemetry.preload import PreloadSource
+from gpudash.preload.source import PreloadSource
 
 
 def _rows(source: PreloadSource, server: str) -> dict[tuple[str, str], object]:

@@ -10,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 
 GPUDASH = [sys.executable, "-m", "gpudash"]
 # Prints what the stand-in library published from inside this very process, and the environment.
-SELF_REPORT = ("import json, os; from gpudash.engine import preload_shm as P; s = P.StatsView(os.getpid()).read(); "
+SELF_REPORT = ("import json, os; from gpudash.preload import shm as P; s = P.StatsView(os.getpid()).read(); "
                "print(json.dumps({'name': s.name, 'state': s.state, 'knobs': s.knobs, "
                "'env': {k: os.environ.get(k) for k in ('LD_PRELOAD', 'GPUDASH_PRELOAD_KNOBS')}}))")
 

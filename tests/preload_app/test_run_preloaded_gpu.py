@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 # published after the copies (the process publishes every 100 ms: an older publish predates them).
 PROGRAM = """
 import json, os, time, numpy as np, torch
-from gpudash.engine.preload_shm import StatsView
+from gpudash.preload.shm import StatsView
 n = 64 << 20
 src = torch.from_numpy(np.arange(n // 8, dtype=np.int64))
 dev = src.cuda()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 from gpudash.engine.errors import EngineArgumentError
 
 FULL = {"h2d_chunk_bytes": 4_000_000, "d2h_chunk_bytes": 5_370_000, "h2d_fallback_bytes": 11_300_000,

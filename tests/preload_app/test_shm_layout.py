@@ -1,4 +1,4 @@
-"""gpudash/engine/preload_shm.py's ctypes structs have the C header's sizes and offsets, field by field: the
+"""gpudash/preload/shm.py's ctypes structs have the C header's sizes and offsets, field by field: the
 header is compiled by the system compiler and asked."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from gpudash.engine import _native as N
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 
 STRUCTS = {"gp_direction_stats": P.DirectionStatsC, "gp_stats_block": P.StatsBlockC,
            "gp_knobs_block": P.KnobsBlockC}

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 from gpudash.config import Config, ServerSpec
 from gpudash.launcher.errors import LaunchError
-from gpudash.preload import PreloadKnobs, file_knobs
-from gpudash.telemetry.preload import PreloadSource
+from gpudash.preload.knobs import PreloadKnobs, file_knobs
+from gpudash.preload.source import PreloadSource
 from preload_helpers import wait_for_block
 
 pytestmark = pytest.mark.llama

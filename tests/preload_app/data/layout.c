@@ -1,5 +1,5 @@
 /* Prints the size of each struct of gpudash_preload_shm.h and the offset of each field, one per line
- * ("struct field offset"), for test_shm_layout.py to compare with gpudash/engine/preload_shm.py's ctypes. */
+ * ("struct field offset"), for test_shm_layout.py to compare with gpudash/preload/shm.py's ctypes. */
 #include <stddef.h>
 #include <stdio.h>
 

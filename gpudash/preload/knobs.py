@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 from gpudash.engine.errors import EngineError
 from gpudash.config import EngineSettings
 from gpudash.records import Event

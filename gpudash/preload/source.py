@@ -16,9 +16,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gpudash.engine import preload_shm as P
+from gpudash.preload import shm as P
 from gpudash.engine.errors import EngineError
-from gpudash.preload import Pids, preloaded
+from gpudash.preload.knobs import Pids, preloaded
 from gpudash.records import EnginePathSample
 
 _Key = tuple[int, float, str, str]  # pid, the process's start time, path, direction

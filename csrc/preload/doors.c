@@ -7,8 +7,6 @@
 #include <dlfcn.h>
 #include <string.h>
 
-__thread int gp_nested __attribute__((tls_model("initial-exec")));
-
 /* A passed call: counted (when its direction is known) and forwarded. */
 static int pass(const gp_call *c, int dir) {
   gp_add(dir, GP_C_PASSED, 1);
@@ -111,37 +109,33 @@ CU_MEMCPY_ASYNC(w_cuMemcpyAsync_ptsz, GP_FN_CU_MEMCPY_ASYNC_PTSZ)
 GP_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags);
 GP_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status);
 
-const gp_fn_info gp_fns[GP_NFN] = {
-    [GP_FN_CUDA_MEMCPY] = {"cudaMemcpy", NULL, 0, 0, 0, 0, (void *)cudaMemcpy},
-    [GP_FN_CUDA_MEMCPY_PTDS] = {"cudaMemcpy_ptds", NULL, 0, 1, 0, 0, (void *)cudaMemcpy_ptds},
-    [GP_FN_CUDA_MEMCPY_ASYNC] = {"cudaMemcpyAsync", NULL, 0, 0, 1, 0, (void *)cudaMemcpyAsync},
-    [GP_FN_CUDA_MEMCPY_ASYNC_PTSZ] = {"cudaMemcpyAsync_ptsz", NULL, 0, 1, 1, 0, (void *)cudaMemcpyAsync_ptsz},
-    [GP_FN_CU_HTOD] = {"cuMemcpyHtoD_v2", "cuMemcpyHtoD", 1, 0, 0, 3020, (void *)w_cuMemcpyHtoD_v2},
-    [GP_FN_CU_HTOD_PTDS] = {"cuMemcpyHtoD_v2_ptds", "cuMemcpyHtoD", 1, 1, 0, 3020, (void *)w_cuMemcpyHtoD_v2_ptds},
-    [GP_FN_CU_DTOH] = {"cuMemcpyDtoH_v2", "cuMemcpyDtoH", 1, 0, 0, 3020, (void *)w_cuMemcpyDtoH_v2},
-    [GP_FN_CU_DTOH_PTDS] = {"cuMemcpyDtoH_v2_ptds", "cuMemcpyDtoH", 1, 1, 0, 3020, (void *)w_cuMemcpyDtoH_v2_ptds},
-    [GP_FN_CU_HTOD_ASYNC] = {"cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync", 1, 0, 1, 3020,
-                             (void *)w_cuMemcpyHtoDAsync_v2},
-    [GP_FN_CU_HTOD_ASYNC_PTSZ] = {"cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyHtoDAsync", 1, 1, 1, 3020,
-                                  (void *)w_cuMemcpyHtoDAsync_v2_ptsz},
-    [GP_FN_CU_DTOH_ASYNC] = {"cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync", 1, 0, 1, 3020,
-                             (void *)w_cuMemcpyDtoHAsync_v2},
-    [GP_FN_CU_DTOH_ASYNC_PTSZ] = {"cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyDtoHAsync", 1, 1, 1, 3020,
-                                  (void *)w_cuMemcpyDtoHAsync_v2_ptsz},
-    [GP_FN_CU_MEMCPY] = {"cuMemcpy", "cuMemcpy", 1, 0, 0, 4000, (void *)w_cuMemcpy},
-    [GP_FN_CU_MEMCPY_PTDS] = {"cuMemcpy_ptds", "cuMemcpy", 1, 1, 0, 4000, (void *)w_cuMemcpy_ptds},
-    [GP_FN_CU_MEMCPY_ASYNC] = {"cuMemcpyAsync", "cuMemcpyAsync", 1, 0, 1, 4000, (void *)w_cuMemcpyAsync},
-    [GP_FN_CU_MEMCPY_ASYNC_PTSZ] = {"cuMemcpyAsync_ptsz", "cuMemcpyAsync", 1, 1, 1, 4000,
-                                    (void *)w_cuMemcpyAsync_ptsz},
-    [GP_FN_CU_GPA] = {"cuGetProcAddress", "cuGetProcAddress", 1, 0, 0, 11030, (void *)cuGetProcAddress},
-    [GP_FN_CU_GPA_V2] = {"cuGetProcAddress_v2", "cuGetProcAddress", 1, 0, 0, 12000, (void *)cuGetProcAddress_v2},
+/* Our wrapper for each intercepted function (real.c's gp_fns tells them apart). */
+static void *const wrappers[GP_NFN] = {
+    [GP_FN_CUDA_MEMCPY] = (void *)cudaMemcpy,
+    [GP_FN_CUDA_MEMCPY_PTDS] = (void *)cudaMemcpy_ptds,
+    [GP_FN_CUDA_MEMCPY_ASYNC] = (void *)cudaMemcpyAsync,
+    [GP_FN_CUDA_MEMCPY_ASYNC_PTSZ] = (void *)cudaMemcpyAsync_ptsz,
+    [GP_FN_CU_HTOD] = (void *)w_cuMemcpyHtoD_v2,
+    [GP_FN_CU_HTOD_PTDS] = (void *)w_cuMemcpyHtoD_v2_ptds,
+    [GP_FN_CU_DTOH] = (void *)w_cuMemcpyDtoH_v2,
+    [GP_FN_CU_DTOH_PTDS] = (void *)w_cuMemcpyDtoH_v2_ptds,
+    [GP_FN_CU_HTOD_ASYNC] = (void *)w_cuMemcpyHtoDAsync_v2,
+    [GP_FN_CU_HTOD_ASYNC_PTSZ] = (void *)w_cuMemcpyHtoDAsync_v2_ptsz,
+    [GP_FN_CU_DTOH_ASYNC] = (void *)w_cuMemcpyDtoHAsync_v2,
+    [GP_FN_CU_DTOH_ASYNC_PTSZ] = (void *)w_cuMemcpyDtoHAsync_v2_ptsz,
+    [GP_FN_CU_MEMCPY] = (void *)w_cuMemcpy,
+    [GP_FN_CU_MEMCPY_PTDS] = (void *)w_cuMemcpy_ptds,
+    [GP_FN_CU_MEMCPY_ASYNC] = (void *)w_cuMemcpyAsync,
+    [GP_FN_CU_MEMCPY_ASYNC_PTSZ] = (void *)w_cuMemcpyAsync_ptsz,
+    [GP_FN_CU_GPA] = (void *)cuGetProcAddress,
+    [GP_FN_CU_GPA_V2] = (void *)cuGetProcAddress_v2,
 };
 
 /* Hands out our wrapper for `real` when it is the original our wrapper `fn` forwards to (recording it
  * on first sight); any other function, or a second library's copy of it, is returned untouched. */
 static void *swap(int fn, void *real) {
   void *expected = NULL;
-  if (atomic_compare_exchange_strong(&gp_real[fn], &expected, real) || expected == real) return gp_fns[fn].wrapper;
+  if (atomic_compare_exchange_strong(&gp_real[fn], &expected, real) || expected == real) return wrappers[fn];
   return real;
 }
 

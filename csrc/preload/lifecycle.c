@@ -8,39 +8,16 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-gp_global gp;
-gp_counters gp_count[2];
-
 static ge_knobs start_knobs;
 static uint64_t start_staging[2];
 static char start_error[512];
 static int publish_ms = 100;
-
-uint64_t gp_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void gp_say(const char *fmt, ...) {
-  char line[1024];
-  int n = snprintf(line, sizeof line, "gpudash preload: ");
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-  va_end(ap);
-  size_t len = strlen(line);
-  line[len++] = '\n';
-  ssize_t w = write(2, line, len);
-  (void)w;
-}
 
 static void child_after_fork(void) {
   /* The engine's threads did not come along, and the blocks belong to the parent. */

@@ -2,6 +2,9 @@
  * loads no C++ runtime). The engine itself (libgpudash_engine.so) is opened with RTLD_LOCAL on the first
  * copy worth taking and is reached only through its C ABI (gpudash_engine.h).
  *
+ * The files use one another's functions in one direction only (tests/preload/test_preload_units.py):
+ * state.c <- real.c, shm.c <- lifecycle.c <- carry.c <- doors.c (each may use those left of it).
+ *
  * Environment, read once at start:
  *   GPUDASH_PRELOAD=off           everything passes through (one line on stderr at the first copy call)
  *   GPUDASH_PRELOAD_KNOBS         start-up knobs, "name=integer,..." with gpudash/engine/config.py's knob names
@@ -60,11 +63,7 @@ typedef struct {
   int per_thread;        /* default stream is the per-thread one (_ptds/_ptsz) */
   int async;
   int min_version;       /* cuGetProcAddress cudaVersion from which this variant is returned */
-  void *wrapper;
 } gp_fn_info;
-
-extern const gp_fn_info gp_fns[GP_NFN];
-extern _Atomic(void *) gp_real[GP_NFN];
 
 /* One intercepted call, as the caller made it: enough to take it or hand it to the original. */
 typedef struct {
@@ -133,8 +132,6 @@ typedef struct {
   char name[GPUDASH_PRELOAD_NAME_LEN];  /* $GPUDASH_PRELOAD_NAME, read once at start */
 } gp_global;
 
-extern gp_global gp;
-
 /* Counters per direction, private to the process; the publisher copies them into the stats block. */
 enum { GP_C_TAKEN, GP_C_PASSED, GP_C_BYTES_TAKEN, GP_C_BYTES_PASSED, GP_C_NS_CALLS, GP_C_NS_LANDED, GP_C_STAGED,
        GP_C_ERRORS, GP_C_WHY, GP_C_CPU_CALLS = GP_C_WHY + GP_WHY_N, GP_C_N };
@@ -142,6 +139,9 @@ typedef struct {
   _Atomic uint64_t v[GP_C_N];  /* in the order of gp_direction_stats' fields */
 } gp_counters;
 _Static_assert(sizeof(gp_counters) == sizeof(gp_direction_stats), "gp_counters mirrors gp_direction_stats");
+
+/* state.c: the process state, which every other file reads and which depends on none of them */
+extern gp_global gp;
 extern gp_counters gp_count[2];
 
 static inline void gp_add(int dir, int which, uint64_t v) {
@@ -156,6 +156,8 @@ uint64_t gp_now_ns(void);
 void gp_say(const char *fmt, ...);  /* one line on stderr, prefixed "gpudash preload: " */
 
 /* real.c */
+extern const gp_fn_info gp_fns[GP_NFN];
+extern _Atomic(void *) gp_real[GP_NFN];  /* each intercepted function's original, once known */
 typedef void *(*gp_dlsym_t)(void *, const char *);
 gp_dlsym_t gp_dlsym_fn(void);       /* glibc's dlsym */
 void *gp_real_dlsym(void *handle, const char *name);

@@ -1,11 +1,34 @@
-/* Finding the real functions without going through our own hooks: glibc's dlsym by version, the
- * originals of the intercepted functions, the driver functions the preload calls itself, and the
- * address ranges of our own code (whose dlsym lookups must never be answered by the dlsym door). */
+/* Finding the real functions without going through our own hooks: the table of the intercepted
+ * functions, glibc's dlsym by version, the originals of the intercepted functions, the driver functions
+ * the preload calls itself, and the address ranges of our own code (whose dlsym lookups must never be
+ * answered by the dlsym door). */
 #include "preload.h"
 
 #include <dlfcn.h>
 #include <link.h>
 #include <string.h>
+
+/* Names and variants of the intercepted functions (doors.c holds a wrapper for each). */
+const gp_fn_info gp_fns[GP_NFN] = {
+    [GP_FN_CUDA_MEMCPY] = {"cudaMemcpy", NULL, 0, 0, 0, 0},
+    [GP_FN_CUDA_MEMCPY_PTDS] = {"cudaMemcpy_ptds", NULL, 0, 1, 0, 0},
+    [GP_FN_CUDA_MEMCPY_ASYNC] = {"cudaMemcpyAsync", NULL, 0, 0, 1, 0},
+    [GP_FN_CUDA_MEMCPY_ASYNC_PTSZ] = {"cudaMemcpyAsync_ptsz", NULL, 0, 1, 1, 0},
+    [GP_FN_CU_HTOD] = {"cuMemcpyHtoD_v2", "cuMemcpyHtoD", 1, 0, 0, 3020},
+    [GP_FN_CU_HTOD_PTDS] = {"cuMemcpyHtoD_v2_ptds", "cuMemcpyHtoD", 1, 1, 0, 3020},
+    [GP_FN_CU_DTOH] = {"cuMemcpyDtoH_v2", "cuMemcpyDtoH", 1, 0, 0, 3020},
+    [GP_FN_CU_DTOH_PTDS] = {"cuMemcpyDtoH_v2_ptds", "cuMemcpyDtoH", 1, 1, 0, 3020},
+    [GP_FN_CU_HTOD_ASYNC] = {"cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync", 1, 0, 1, 3020},
+    [GP_FN_CU_HTOD_ASYNC_PTSZ] = {"cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyHtoDAsync", 1, 1, 1, 3020},
+    [GP_FN_CU_DTOH_ASYNC] = {"cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync", 1, 0, 1, 3020},
+    [GP_FN_CU_DTOH_ASYNC_PTSZ] = {"cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyDtoHAsync", 1, 1, 1, 3020},
+    [GP_FN_CU_MEMCPY] = {"cuMemcpy", "cuMemcpy", 1, 0, 0, 4000},
+    [GP_FN_CU_MEMCPY_PTDS] = {"cuMemcpy_ptds", "cuMemcpy", 1, 1, 0, 4000},
+    [GP_FN_CU_MEMCPY_ASYNC] = {"cuMemcpyAsync", "cuMemcpyAsync", 1, 0, 1, 4000},
+    [GP_FN_CU_MEMCPY_ASYNC_PTSZ] = {"cuMemcpyAsync_ptsz", "cuMemcpyAsync", 1, 1, 1, 4000},
+    [GP_FN_CU_GPA] = {"cuGetProcAddress", "cuGetProcAddress", 1, 0, 0, 11030},
+    [GP_FN_CU_GPA_V2] = {"cuGetProcAddress_v2", "cuGetProcAddress", 1, 0, 0, 12000},
+};
 
 _Atomic(void *) gp_real[GP_NFN];
 static _Atomic(gp_dlsym_t) real_dlsym;
@@ -66,6 +89,13 @@ int gp_own_address(const void *addr) {
 }
 
 /* ---- originals ---------------------------------------------------------------------------- */
+/* Whether p lies in this library (asked once per intercepted function, so before our constructor has
+ * noted our address ranges too). */
+static int in_this_library(const void *p) {
+  Dl_info mine, theirs;
+  return dladdr((const void *)in_this_library, &mine) && dladdr(p, &theirs) && mine.dli_fbase == theirs.dli_fbase;
+}
+
 static void *resolve(int fn) {
   const gp_fn_info *f = &gp_fns[fn];
   void *p = NULL;
@@ -87,8 +117,7 @@ static void *resolve(int fn) {
       }
     }
   }
-  if (p == f->wrapper) p = NULL;
-  return p;
+  return p && in_this_library(p) ? NULL : p;  /* our own wrapper is never the original */
 }
 
 void *gp_original(int fn) {

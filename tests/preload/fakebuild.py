@@ -1,5 +1,6 @@
-"""Builds the fake libcudart.so.13 / libcuda.so.1 (tests/preload/fakes) and programs linked against them
-with the system C compiler; the preload tests and benchmarks/bench_preload_passthrough.py share it."""
+"""Builds the fake libcudart.so.13 / libcuda.so.1 (tests/preload/fakes), programs linked against them and
+the preload's object files, with the system C compiler; the preload tests and
+benchmarks/bench_preload_passthrough.py share it."""
 
 from __future__ import annotations
 
@@ -42,6 +43,17 @@ def build_program(source: Path, dest: Path) -> Path:
     _cc("-O2", f"-I{REPO / 'csrc' / 'preload'}", "-o", dest, source, f"-L{d}", "-l:libcudart.so.13",
         "-l:libcuda.so.1", f"-Wl,-rpath,{d}", "-ldl", "-lrt", "-lpthread")
     return dest
+
+
+def build_preload_objects(dest: Path) -> list[Path]:
+    """One object file in dest for each csrc/preload/*.c, compiled as CMakeLists.txt compiles them."""
+    out = []
+    for source in sorted((REPO / "csrc" / "preload").glob("*.c")):
+        obj = dest / f"{source.stem}.o"
+        _cc("-c", "-std=gnu11", "-O2", "-fPIC", "-fvisibility=hidden", f"-I{REPO / 'csrc'}",
+            f"-I{REPO / 'csrc' / 'preload'}", "-o", obj, source)
+        out.append(obj)
+    return out
 
 
 def find_preload() -> Path | None:

@@ -244,30 +244,35 @@ int Engine::drop_direct(Group &g, int rc) {
   return rc && rc != GE_ENOTSUP && g.paths.size() > 1 ? kNotNow : rc;
 }
 
-// The synchronous staged D2H path (see stage_now in scheduler.hpp).
+// The synchronous staged path (see stage_now in scheduler.hpp).
 int Engine::stage_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
                       uint64_t *chunks) {
-  if (host_mode != GE_HOST_STAGED || dir != GE_D2H || gpu < 0 || gpu >= ngpu_ || !dst || !src || !n || stopping_)
+  if (host_mode != GE_HOST_STAGED || (dir != GE_H2D && dir != GE_D2H) || gpu < 0 || gpu >= ngpu_ || !dst || !src ||
+      !n || stopping_)
     return kNotNow;
   auto c = new_copy(dir, gpu, dst, src, n, host_mode, stream);
   Group &g = group_of(gpu, dir);
   if (!c->single_path || !hold_direct(g)) return kNotNow;  // relays: the dispatcher spreads it over the paths
   Path &p = *g.paths[0];
   precise_timers();
-  uint64_t c0 = thread_cpu_ns();
+  uint64_t c0 = thread_cpu_ns(), pieces0 = StagingThreads::pieces_cpu_ns();
   int rc = be_->stream_begin(*c);
   if (rc == GE_OK) {
-    if (!faulted_in(dst + n / 2)) advise_huge(dst, n);
-    rc = stage_d2h_here(p, c);
+    if (dir == GE_H2D) {
+      rc = stage_h2d_here(p, c);
+    } else {
+      if (!faulted_in(dst + n / 2)) advise_huge(dst, n);
+      rc = stage_d2h_here(p, c);
+    }
     be_->stream_end(*c);
   }
-  p.cpu_ns += thread_cpu_ns() - c0;
+  p.cpu_ns += (thread_cpu_ns() - c0) - (StagingThreads::pieces_cpu_ns() - pieces0);  // pieces count in their copy
   *chunks = rc == GE_OK ? c->nchunks : 0;
   return drop_direct(g, rc);
 }
 
-// How long the caller of a staged D2H copy naps while every staging slot is taken (by other copies:
-// its own chunks are all in flight or draining, and each frees its slot as it drains).
+// How long the caller of a synchronous staged copy naps while every staging slot is taken by other
+// copies (its own chunks are all in flight, filling or draining, and each frees its slot in time).
 constexpr std::chrono::microseconds kSlotNap{20};
 
 int Engine::stage_d2h_here(Path &p, const std::shared_ptr<Copy> &c) {
@@ -317,6 +322,72 @@ int Engine::stage_d2h_here(Path &p, const std::shared_ptr<Copy> &c) {
   // starting each round of polling again after its kWaitPollS.
   auto drained = [&] { return draining->load(std::memory_order_acquire) == 0; };
   while (!poll_until(drained, kWaitSpinS, kWaitNapFraction, kWaitMaxNapS, kWaitPollS)) continue;
+  return rc;
+}
+
+// A fill handed to the staging threads: its chunk, and whether its pieces are all copied.
+struct Engine::Fill {
+  Chunk *ch;
+  std::shared_ptr<std::atomic<bool>> done;
+};
+
+int Engine::stage_h2d_here(Path &p, const std::shared_ptr<Copy> &c) {
+  std::deque<Fill> filling;       // handed to the staging threads, in chunk order
+  std::deque<Chunk *> inflight;   // on the path's stream, in order
+  int rc = GE_OK;
+  while (rc == GE_OK && (c->next_chunk < c->nchunks || !filling.empty() || !inflight.empty())) {
+    bool ring_full = false;
+    while (c->next_chunk < c->nchunks) {  // every chunk the ring has a slot for is filled now
+      uint64_t slot = try_stage(*c);
+      if (!slot) {
+        ring_full = true;
+        break;
+      }
+      Chunk *ch = make_chunk(c, c->next_chunk++);
+      ch->stage = slot;
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      filling.push_back({ch, done});
+      staging_.copy(slot, ch->host, ch->len, kFillMode, [&p, done](uint64_t cpu_ns) {
+        p.cpu_ns += cpu_ns;
+        done->store(true, std::memory_order_release);
+      });
+    }
+    while (!filling.empty() && filling.front().done->load(std::memory_order_acquire)) {
+      Chunk *ch = filling.front().ch;
+      filling.pop_front();
+      ch->host = ch->stage;
+      ch->issue_t = real_now();
+      if ((rc = be_->issue(p, *ch))) {
+        release_stage(ch->stage);
+        delete ch;
+        break;
+      }
+      inflight.push_back(ch);
+    }
+    if (rc) break;
+    if (staging_.run_one()) continue;  // a queued piece: this thread copies it rather than wait
+    if (!inflight.empty() && (filling.empty() || ring_full)) rc = land_oldest(p, inflight);
+    else if (!filling.empty()) std::this_thread::yield();  // the last pieces run on other threads
+    else if (ring_full) std::this_thread::sleep_for(kSlotNap);  // other copies hold every slot
+  }
+  // after a failure: the fills finish (they read the caller's memory), what is on the stream lands
+  for (Fill &f : filling) {
+    while (!f.done->load(std::memory_order_acquire))
+      if (!staging_.run_one()) std::this_thread::yield();
+    release_stage(f.ch->stage);
+    delete f.ch;
+  }
+  while (!inflight.empty()) land_oldest(p, inflight);
+  return rc;
+}
+
+int Engine::land_oldest(Path &p, std::deque<Chunk *> &inflight) {
+  Chunk *ch = inflight.front();
+  inflight.pop_front();
+  int rc = be_->complete(p, *ch);
+  if (rc == GE_OK) count_landed(p, ch->len);
+  release_stage(ch->stage);
+  delete ch;
   return rc;
 }
 

@@ -136,7 +136,7 @@ Engine::Step Engine::stage_h2d(Group &g, const std::shared_ptr<Copy> &c) {
   Chunk *nc = make_chunk(c, c->next_chunk++);
   nc->stage = slot;
   Path *direct = g.paths[0];
-  staging_.copy(slot, nc->host, nc->len, StagingThreads::CopyMode::kPieces, [this, nc, slot, &g, direct](uint64_t cpu_ns) {
+  staging_.copy(slot, nc->host, nc->len, kFillMode, [this, nc, slot, &g, direct](uint64_t cpu_ns) {
     nc->host = slot;
     direct->cpu_ns += cpu_ns;
     {

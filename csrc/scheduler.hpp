@@ -193,11 +193,11 @@ class Engine {
   static constexpr int kNotNow = 1;
   int copy_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream);
 
-  // The synchronous staged D2H path: a single-path staged D2H copy while its group is idle runs on the
-  // caller's thread, which puts every chunk the ring has room for on the direct path's stream, waits for
-  // them in order and hands each landed chunk to the staging threads to drain. No dispatcher or worker
-  // is woken: llama.cpp saves its prompt cache as one synchronous copy per tensor, where each hop
-  // between threads costs tens of microseconds per copy. Sets *chunks; kNotNow as copy_now.
+  // The synchronous staged path: a single-path staged copy while its group is idle runs on the caller's
+  // thread, with no dispatcher or path worker woken: each hop between threads costs tens of
+  // microseconds per copy. llama.cpp saves its prompt cache as one synchronous D2H copy per tensor, and
+  // PyTorch's .to("cuda") of a pageable tensor is one synchronous H2D copy. Sets *chunks; kNotNow as
+  // copy_now.
   int stage_now(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode, uint64_t stream,
                 uint64_t *chunks);
   // Holds group g's direct path for a copy run on the caller's thread (copy_now, stage_now): only while
@@ -206,9 +206,21 @@ class Engine {
   // the synchronous call returns (kNotNow: a failure that relays may retry).
   bool hold_direct(Group &g);
   int drop_direct(Group &g, int rc);
-  // stage_now's loop over the chunks of c on path p; returns the first error (what is in flight lands
-  // first), after every drained chunk has freed its slot.
+  // stage_now's D2H loop over the chunks of c on path p: every chunk the ring has a slot for goes on
+  // the path's stream, each landed chunk is handed to the staging threads to drain. Returns the first
+  // error (what is in flight lands first), after every drained chunk has freed its slot.
   int stage_d2h_here(Path &p, const std::shared_ptr<Copy> &c);
+  // stage_now's H2D loop: every chunk the ring has a slot for is handed to the staging threads to fill,
+  // and this thread copies queued pieces too; filled chunks go on the path's stream in order, and the
+  // oldest in flight is landed when its slot is needed or nothing else is left to do. Returns the first
+  // error, after every fill has finished and every chunk on the stream has landed.
+  struct Fill;
+  int stage_h2d_here(Path &p, const std::shared_ptr<Copy> &c);
+  // Completes the oldest chunk of `inflight` (Backend::complete), books it and frees its slot.
+  int land_oldest(Path &p, std::deque<Chunk *> &inflight);
+  // How staged H2D chunks are filled: pieces with streaming stores (the slot is read only by the copy
+  // engine, so its lines need no read-for-ownership and stay out of the caches).
+  static constexpr StagingThreads::CopyMode kFillMode = StagingThreads::CopyMode::kPiecesStreaming;
   // A copy's plan (knobs, chunk size, huge-page skew, chunks) before anything runs (start_copy, stage_now).
   std::shared_ptr<Copy> new_copy(int dir, int gpu, uint64_t dst, uint64_t src, uint64_t n, int host_mode,
                                  uint64_t stream);

@@ -54,6 +54,8 @@ void StagingThreads::loop() {
 
 namespace {
 
+thread_local uint64_t t_pieces_ns = 0;  // see pieces_cpu_ns()
+
 // What the pieces of one split copy share: pieces still running, their CPU time, the callback.
 struct Split {
   std::atomic<int> left{0};
@@ -66,8 +68,7 @@ struct Split {
 void StagingThreads::copy(uint64_t dst, uint64_t src, uint64_t len, CopyMode mode,
                           std::function<void(uint64_t)> done) {
   bool streaming = mode == CopyMode::kPiecesStreaming;
-  uint64_t piece = streaming ? kDrainPieceBytes : kPieceBytes;
-  uint64_t pieces = mode == CopyMode::kWhole ? 1 : std::max<uint64_t>(1, len / piece);
+  uint64_t pieces = streaming ? std::max<uint64_t>(1, len / kPieceBytes) : 1;
   if (pieces > 1) {
     std::lock_guard<std::mutex> lk(m_);
     pieces = std::min<uint64_t>(pieces, uint64_t(std::max(1, target_)));
@@ -82,12 +83,26 @@ void StagingThreads::copy(uint64_t dst, uint64_t src, uint64_t len, CopyMode mod
       uint64_t t0 = thread_cpu_ns();
       if (streaming) copy_streaming(reinterpret_cast<void *>(d), reinterpret_cast<const void *>(s), n);
       else std::memcpy(reinterpret_cast<void *>(d), reinterpret_cast<const void *>(s), n);
-      split->cpu_ns += thread_cpu_ns() - t0;
+      uint64_t cpu = thread_cpu_ns() - t0;
+      t_pieces_ns += cpu;
+      split->cpu_ns += cpu;
       if (split->left.fetch_sub(1) == 1) split->done(split->cpu_ns.load());  // every piece has added its time
     });
   }
   split->left = int(tasks.size());
   submit_all(tasks);
+}
+
+uint64_t StagingThreads::pieces_cpu_ns() { return t_pieces_ns; }
+
+bool StagingThreads::run_one() {
+  if (!claim()) return false;
+  std::unique_lock<std::mutex> lk(m_);
+  auto task = std::move(tasks_.front());  // a ticket is counted only once its task is queued
+  tasks_.pop_front();
+  lk.unlock();
+  task();
+  return true;
 }
 
 void StagingThreads::submit_all(std::vector<std::function<void()>> &tasks) {

@@ -25,27 +25,35 @@ class StagingThreads {
 
   // How a staged chunk's memcpy runs (copy()).
   enum class CopyMode {
-    kPieces,           // split over the threads, plain stores (H2D fills: the destination is a slot)
-    kPiecesStreaming,  // split, non-temporal stores (D2H drains into memory already faulted in)
+    kPiecesStreaming,  // split over the threads, non-temporal stores: H2D fills (the destination is a
+                       // pinned slot that only the copy engine reads) and D2H drains into memory
+                       // already faulted in
     kWhole,            // one task, plain stores (D2H drains into fresh memory, see Engine::drain_mode)
   };
 
-  // A staged chunk's memcpy: `len` bytes from src to dst, in pieces of about kPieceBytes (kDrainPieceBytes
-  // for kPiecesStreaming) run by as many threads (at most one piece a thread), so the time from a
-  // chunk's landing to its bytes' arrival is a piece's copy, not a whole chunk's, and the last chunks
-  // of a copy make a short tail.
+  // A staged chunk's memcpy: `len` bytes from src to dst, in pieces of about kPieceBytes run by as many
+  // threads (at most one piece a thread), so the time from a chunk's landing (or its slot's taking) to
+  // its bytes' arrival is a piece's copy, not a whole chunk's, and the last chunks of a copy make a
+  // short tail.
   // `done(cpu_ns)` runs once, on the thread that finishes the last piece, with the thread CPU time of
   // all the pieces.
   void copy(uint64_t dst, uint64_t src, uint64_t len, CopyMode mode, std::function<void(uint64_t)> done);
 
+  // Runs one queued task on the calling thread, if there is one (true): a caller waiting for the pieces
+  // of its own chunks copies them instead of spinning.
+  bool run_one();
+
+  // Thread CPU time of the pieces the calling thread has run (each piece's time also goes to its copy's
+  // done()): a caller that runs pieces (run_one) takes it off its own time, so nothing counts twice.
+  static uint64_t pieces_cpu_ns();
+
   // Runs the queued tasks, then joins every thread. Idempotent.
   void stop();
 
-  static constexpr uint64_t kPieceBytes = 512ull << 10;
-  // D2H drains into faulted memory (kPiecesStreaming) split finer: a 2 MiB chunk, the last of a
-  // synchronous copy too, is drained in eighths by 8 threads, not in quarters. On the H200 host (64 copies of 32 MiB, 8 threads,
-  // two processes) 256 KiB pieces drained at 43.4 and 44.7 GB/s against 40.8 and 42.4 for 512 KiB.
-  static constexpr uint64_t kDrainPieceBytes = 256ull << 10;
+  // Pieces of 256 KiB: a 2 MiB D2H chunk, the last of a synchronous copy too, is drained in eighths by
+  // 8 threads, not in quarters. On the H200 host (64 copies of 32 MiB, 8 threads, two processes) 256 KiB
+  // pieces drained at 43.4 and 44.7 GB/s against 40.8 and 42.4 for 512 KiB.
+  static constexpr uint64_t kPieceBytes = 256ull << 10;
   // A thread that finds no task looks again, yielding, for this long before it sleeps: a copy's next
   // chunk lands tens of microseconds later, and a futex wake-up on a VM costs about as much.
   static constexpr double kIdleSpinS = 500e-6;

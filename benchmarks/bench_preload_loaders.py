@@ -5,9 +5,15 @@ runs), without and with the preload in turn, `--rounds` times; the table gives m
 state-dict bytes, and the process's CPU per GB (core-seconds: user + system, the whole process):
   load_file       safetensors `load_file(path, device="cuda")` of an 8B-llama-shaped bf16 file (in the
                   page cache: it is read once before the rounds)
+  load_file_warm  load_file after PyTorch's pinned-memory cache already holds a block for every tensor (made
+                  and freed before the clock starts): the most a pool serving `torch.empty(pin_memory=True)`
+                  could save
   safe_open       `safe_open(path, "pt", device="cpu")` and `get_tensor(k).to("cuda")` for every tensor
+  vllm            vLLM's default loader: the parameters allocated on the GPU first, then `safe_open(path,
+                  "pt")` and `param.data.copy_(f.get_tensor(k))` for every tensor
   load_file cold  load_file after the page cache is dropped (root only: /proc/sys/vm/drop_caches)
-  state dict      the same shapes as pageable tensors in memory, `{k: v.to("cuda")}` tensor by tensor
+  state dict      the same shapes as pageable tensors in memory (copied out of the file before the clock
+                  starts), `{k: v.to("cuda")}` tensor by tensor
   from_pretrained transformers `from_pretrained(dir, device_map="cuda", dtype=bfloat16)` of a Llama model
                   made here (random init, `save_pretrained` as safetensors)
   idle            no copies: the process's CPU over 5 s of sleep after its warm-up copy (the engine's
@@ -20,9 +26,15 @@ copy kind, what the preload saw (the memory of both sides, the host side's mappi
 `--breakdown` splits a native load_file-like loop into its steps (pinned allocation, the copy out of the
 file's mapping, the H2D copy), and times the file copy with 1 and with 16 threads.
 
+`--also NAME:k=v,...` adds a preloaded configuration that takes its turn in every round beside the plain
+preloaded one (a lower-case k is a start-up knob, an upper-case K an environment variable, such as
+GPUDASH_ENGINE_LIB for another build of the engine); the table then has a row per case and configuration,
+each against the same native runs.
+
 Run: python benchmarks/bench_preload_loaders.py --dir /path/with/15GB [--layers 12] [--rounds 3]
-     [--cases load_file,safe_open,cold,state_dict,from_pretrained,idle] [--trace] [--breakdown]
-     [--knob name=value ...] [--env NAME=VALUE ...] (start-up knobs and environment of the preloaded runs)
+     [--cases load_file,load_file_warm,safe_open,vllm,state_dict,from_pretrained,cold,idle] [--trace]
+     [--breakdown] [--knob name=value ...] [--env NAME=VALUE ...] (start-up knobs and environment of the
+     preloaded runs) [--also NAME:k=v,... ...]
 """
 
 from __future__ import annotations
@@ -139,6 +151,57 @@ def fingerprint(model: Any) -> list[int]:
 # ---- one case in a fresh process --------------------------------------------------------------------
 
 
+def prepare(case: str, args: argparse.Namespace, path: Path) -> Any:
+    """What a case has ready before the clock starts: the state dict in pageable memory, vLLM's GPU
+    parameters, or PyTorch's pinned cache holding a block for every tensor."""
+    import torch
+
+    if case == "state_dict":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt", device="cpu") as f:  # cloned on every core
+            return {k: f.get_tensor(k).clone() for k in shapes(args.layers)}
+    if case == "vllm":
+        return {k: torch.empty(s, dtype=torch.bfloat16, device="cuda") for k, s in shapes(args.layers).items()}
+    if case == "load_file_warm":
+        blocks = [torch.empty(s, dtype=torch.bfloat16, pin_memory=True) for s in shapes(args.layers).values()]
+        del blocks  # back into PyTorch's pinned cache, which load_file's allocations then reuse
+    return None
+
+
+def load(case: str, args: argparse.Namespace, path: Path, ready: Any) -> Any:
+    """The timed part of a case."""
+    import torch
+
+    if case in ("load_file", "load_file_warm", "cold"):
+        from safetensors.torch import load_file
+
+        return load_file(str(path), device="cuda")
+    if case == "safe_open":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            return {k: f.get_tensor(k).to("cuda") for k in f.keys()}
+    if case == "vllm":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            for k in f.keys():
+                ready[k].data.copy_(f.get_tensor(k))
+        return ready
+    if case == "state_dict":
+        return {k: v.to("cuda") for k, v in ready.items()}
+    if case == "idle":
+        time.sleep(5.0)
+        return {}
+    if case == "from_pretrained":
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(str(Path(args.dir) / f"llama-model-l{args.model_layers}"),
+                                                    device_map="cuda", dtype=torch.bfloat16)
+    raise SystemExit(f"unknown case {case}")
+
+
 def child(case: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
@@ -148,32 +211,10 @@ def child(case: str, args: argparse.Namespace) -> dict[str, Any]:
     if os.environ.get("LD_PRELOAD"):
         time.sleep(0.3)
     path = Path(args.dir) / f"llama-l{args.layers}.safetensors"
-    sd = None
-    if case == "state_dict":
-        sd = {k: pattern(i, s, "cuda").cpu() for i, (k, s) in enumerate(shapes(args.layers).items())}
+    ready = prepare(case, args, path)
     torch.cuda.synchronize()
     r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    if case in ("load_file", "cold"):
-        from safetensors.torch import load_file
-
-        out = load_file(str(path), device="cuda")
-    elif case == "safe_open":
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            out = {k: f.get_tensor(k).to("cuda") for k in f.keys()}
-    elif case == "state_dict":
-        out = {k: v.to("cuda") for k, v in sd.items()}
-    elif case == "idle":
-        time.sleep(5.0)
-        out = {}
-    elif case == "from_pretrained":
-        from transformers import AutoModelForCausalLM
-
-        out = AutoModelForCausalLM.from_pretrained(str(Path(args.dir) / f"llama-model-l{args.model_layers}"),
-                                                   device_map="cuda", dtype=torch.bfloat16)
-    else:
-        raise SystemExit(f"unknown case {case}")
+    out = load(case, args, path, ready)
     torch.cuda.synchronize()
     t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     res: dict[str, Any] = {"s": t1 - t0, "cpu_s": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)}
@@ -288,7 +329,19 @@ def breakdown(args: argparse.Namespace, env: dict[str, str]) -> None:
 
 # ---- main -----------------------------------------------------------------------------------------------
 
-CASES = ("load_file", "safe_open", "state_dict", "from_pretrained", "cold", "idle")
+CASES = ("load_file", "load_file_warm", "safe_open", "vllm", "state_dict", "from_pretrained", "cold", "idle")
+
+
+def also_env(spec: str, base: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """(name, environment) of one --also NAME:k=v,... configuration."""
+    from gpudash.preload.shm import preload_env
+
+    name, _, items = spec.partition(":")
+    pairs = [kv.split("=", 1) for kv in items.split(",") if kv]
+    if not name or any(len(p) != 2 for p in pairs):
+        raise SystemExit(f"--also {spec!r}: expected NAME:k=v,... (knobs lower-case, environment upper-case)")
+    env = preload_env(base, f"bench-loaders-{name}", {k: int(v) for k, v in pairs if not k.isupper()})
+    return name, env | {k: v for k, v in pairs if k.isupper()}
 
 
 def main() -> int:
@@ -302,6 +355,8 @@ def main() -> int:
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME:k=v,...",
+                    help="another preloaded configuration taking turns in every round")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -321,27 +376,29 @@ def main() -> int:
     base = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     env = preload_env(base, "bench-loaders", {k: int(v) for k, v in (kv.split("=", 1) for kv in args.knob)})
     env |= dict(kv.split("=", 1) for kv in args.env)
+    configs = {"preload": env} | dict(also_env(spec, base) for spec in args.also)
     if args.knob or args.env:
         print(f"preloaded runs: knobs {args.knob}, environment {args.env}")
+    for spec in args.also:
+        print(f"also: {spec}")
     if args.trace:
         trace(args, env)
     if args.breakdown:
         breakdown(args, base)
     rows, ok = [], True
     for case in cases:
-        runs: dict[str, list[dict[str, Any]]] = {"native": [], "preload": []}
+        runs: dict[str, list[dict[str, Any]]] = {"native": [], **{name: [] for name in configs}}
         for _ in range(args.rounds):
             if case != "cold":  # each cold run drops the page cache first
                 read_through(sorted(d.glob("llama-model-*/*.safetensors")) if case == "from_pretrained" else [path])
-            for name, e in (("native", base), ("preload", env)):
+            for name, e in (("native", base), *configs.items()):
                 runs[name].append(run_child(case, args, e))
         if "skipped" in runs["native"][0]:
             print(f"{case}: {runs['native'][0]['skipped']}")
             continue
         if case == "idle":
             ms = {n: statistics.median(r["cpu_s"] for r in rs) * 1e3 for n, rs in runs.items()}
-            print(f"idle 5 s after a copy, process CPU (median): native {ms['native']:.1f} ms, "
-                  f"preload {ms['preload']:.1f} ms")
+            print("idle 5 s after a copy, process CPU (median): " + ", ".join(f"{n} {v:.1f} ms" for n, v in ms.items()))
             continue
         med = {n: statistics.median(r["s"] for r in rs) for n, rs in runs.items()}
         cpu = {n: statistics.median(r["cpu_s"] / (r["bytes"] / GB) for r in rs) for n, rs in runs.items()}
@@ -351,21 +408,24 @@ def main() -> int:
         else:
             good = all(r["exact"] for rs in runs.values() for r in rs)
         ok &= good
-        rows.append((case, nbytes, med, cpu, good, runs))
-        print(f"{case}: native {med['native']:.3f} s, preload {med['preload']:.3f} s "
-              f"({med['native'] / med['preload']:.2f}x), {'exact' if good else 'NOT EXACT'}", flush=True)
-    print(f"\n{'case':<16}{'GB':>6}{'native s':>10}{'preload s':>11}{'ratio':>7}{'GB/s':>14}"
+        for name in configs:
+            label = case if name == "preload" else f"{case} [{name}]"
+            rows.append((label, nbytes, {"native": med["native"], "preload": med[name]},
+                         {"native": cpu["native"], "preload": cpu[name]}, good, runs, name))
+            print(f"{label}: native {med['native']:.3f} s, {name} {med[name]:.3f} s "
+                  f"({med['native'] / med[name]:.2f}x), {'exact' if good else 'NOT EXACT'}", flush=True)
+    print(f"\n{'case':<24}{'GB':>6}{'native s':>10}{'preload s':>11}{'ratio':>7}{'GB/s':>14}"
           f"{'CPU s/GB':>16}{'exact':>7}")
-    for case, nbytes, med, cpu, good, runs in rows:
-        print(f"{case:<16}{nbytes / GB:>6.2f}{med['native']:>10.3f}{med['preload']:>11.3f}"
+    for label, nbytes, med, cpu, good, runs, name in rows:
+        print(f"{label:<24}{nbytes / GB:>6.2f}{med['native']:>10.3f}{med['preload']:>11.3f}"
               f"{med['native'] / med['preload']:>6.2f}x{nbytes / med['native'] / GB:>7.2f}"
               f"{nbytes / med['preload'] / GB:>7.2f}{cpu['native']:>8.3f}{cpu['preload']:>8.3f}"
               f"{'ok' if good else 'NO':>7}")
     print(f"medians of {args.rounds} processes each way; GB/s and CPU s/GB: native, preload (process CPU)")
-    for case, _, _, _, _, runs in rows:
-        print(f"{case}: seconds native {[round(r['s'], 3) for r in runs['native']]}, "
-              f"preload {[round(r['s'], 3) for r in runs['preload']]}; last preloaded run's stats block:")
-        for line in runs["preload"][-1].get("preload", []):
+    for label, _, _, _, _, runs, name in rows:
+        print(f"{label}: seconds native {[round(r['s'], 3) for r in runs['native']]}, "
+              f"{name} {[round(r['s'], 3) for r in runs[name]]}; last preloaded run's stats block:")
+        for line in runs[name][-1].get("preload", []):
             print(f"    {line}")
     return 0 if ok else 1
 

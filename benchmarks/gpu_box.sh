@@ -16,6 +16,13 @@
 #                                      preload_torch and preload_llama run one half each
 #   bash benchmarks/gpu_box.sh loaders safetensors, a state dict and transformers with and without the preload
 #                                      (benchmarks/bench_preload_loaders.py; LOADERS_ARGS="--rounds 5 ...")
+#   bash benchmarks/gpu_box.sh sizes   one pageable copy per size, 256 KiB to 64 MiB, both ways, with and without
+#                                      the preload: the staging crossover (benchmarks/bench_preload_sizes.py;
+#                                      SIZES_ARGS="--rounds 3 --knob k=v ...")
+#   bash benchmarks/gpu_box.sh base    the engine library of another tree, unpacked in .devcarry/base
+#                                      (git archive <commit> csrc CMakeLists.txt), built in build/base: the
+#                                      loaders stage compares with it through
+#                                      LOADERS_ARGS="--also before:GPUDASH_ENGINE_LIB=$PWD/build/base/libgpudash_engine.so"
 #   bash benchmarks/gpu_box.sh staged_d2h  llama-server's prompt-cache save pattern (and PyTorch's .cpu()) with
 #                                      the engine alone: native vs the staging ring (STAGED_ARGS="--set k=v")
 #   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs, with
@@ -122,6 +129,15 @@ loaders() {
   run timeout 580 python3 benchmarks/bench_preload_loaders.py --dir "$ROOT/.devcache/loaders" ${LOADERS_ARGS:-}
 }
 
+sizes() {
+  run timeout 300 python3 benchmarks/bench_preload_sizes.py ${SIZES_ARGS:-}
+}
+
+base() {
+  run cmake -S .devcarry/base -B build/base -G Ninja -DCMAKE_BUILD_TYPE=Release
+  run cmake --build build/base --target gpudash_engine
+}
+
 staged_d2h() {
   run python3 benchmarks/bench_staged_d2h.py ${STAGED_ARGS:-}
 }
@@ -136,7 +152,7 @@ nvitop() {
 
 for stage in "$@"; do
   case $stage in
-    setup|engine|demo|big|gpu|preload|preload_torch|preload_llama|loaders|staged_d2h|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
-    *) echo "unknown stage $stage (setup, engine, demo, big, gpu, preload, preload_torch, preload_llama, loaders, staged_d2h, nvitop)" >&2; exit 2 ;;
+    setup|engine|demo|big|gpu|preload|preload_torch|preload_llama|loaders|sizes|base|staged_d2h|nvitop) "$stage" 2>&1 | tee "$OUTDIR/gpu_box_$stage.txt" ;;
+    *) echo "unknown stage $stage (setup, engine, demo, big, gpu, preload, preload_torch, preload_llama, loaders, sizes, base, staged_d2h, nvitop)" >&2; exit 2 ;;
   esac
 done

@@ -20,9 +20,10 @@
 #                                      the preload: the staging crossover (benchmarks/bench_preload_sizes.py;
 #                                      SIZES_ARGS="--rounds 3 --knob k=v ...")
 #   bash benchmarks/gpu_box.sh base    the engine library of another tree, unpacked in .devcarry/base
-#                                      (git archive <commit> csrc CMakeLists.txt), built in build/base: the
-#                                      loaders stage compares with it through
-#                                      LOADERS_ARGS="--also before:GPUDASH_ENGINE_LIB=$PWD/build/base/libgpudash_engine.so"
+#                                      (git archive <commit> csrc CMakeLists.txt), built in .devcache/base (out
+#                                      of build/, where gpudash looks for its own): the loaders stage compares
+#                                      with it through
+#                                      LOADERS_ARGS="--also before:GPUDASH_ENGINE_LIB=$PWD/.devcache/base/libgpudash_engine.so"
 #   bash benchmarks/gpu_box.sh staged_d2h  llama-server's prompt-cache save pattern (and PyTorch's .cpu()) with
 #                                      the engine alone: native vs the staging ring (STAGED_ARGS="--set k=v")
 #   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs, with
@@ -105,7 +106,7 @@ TOML
 
 gpu() {
   # bounded, so a hung test cannot take the whole 10-minute call: the list of results is the output
-  run timeout 200 python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider --timeout 90 || true
+  run timeout 200 python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider --timeout 90 --continue-on-collection-errors || true
 }
 
 preload() {
@@ -134,8 +135,8 @@ sizes() {
 }
 
 base() {
-  run cmake -S .devcarry/base -B build/base -G Ninja -DCMAKE_BUILD_TYPE=Release
-  run cmake --build build/base --target gpudash_engine
+  run cmake -S .devcarry/base -B .devcache/base -G Ninja -DCMAKE_BUILD_TYPE=Release
+  run cmake --build .devcache/base --target gpudash_engine
 }
 
 staged_d2h() {

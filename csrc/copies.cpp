@@ -336,11 +336,11 @@ int Engine::stage_h2d_here(Path &p, const std::shared_ptr<Copy> &c) {
   std::deque<Chunk *> inflight;   // on the path's stream, in order
   int rc = GE_OK;
   while (rc == GE_OK && (c->next_chunk < c->nchunks || !filling.empty() || !inflight.empty())) {
-    bool ring_full = false;
-    while (c->next_chunk < c->nchunks) {  // every chunk the ring has a slot for is filled now
-      uint64_t slot = try_stage(*c);
+    bool room = true;
+    while (c->next_chunk < c->nchunks) {  // every chunk there is a slot for is filled now
+      uint64_t slot = filling.size() + inflight.size() < kFillAhead ? try_stage(*c) : 0;
       if (!slot) {
-        ring_full = true;
+        room = false;
         break;
       }
       Chunk *ch = make_chunk(c, c->next_chunk++);
@@ -366,9 +366,9 @@ int Engine::stage_h2d_here(Path &p, const std::shared_ptr<Copy> &c) {
     }
     if (rc) break;
     if (staging_.run_one()) continue;  // a queued piece: this thread copies it rather than wait
-    if (!inflight.empty() && (filling.empty() || ring_full)) rc = land_oldest(p, inflight);
+    if (!inflight.empty() && (filling.empty() || !room)) rc = land_oldest(p, inflight);
     else if (!filling.empty()) std::this_thread::yield();  // the last pieces run on other threads
-    else if (ring_full) std::this_thread::sleep_for(kSlotNap);  // other copies hold every slot
+    else if (!room) std::this_thread::sleep_for(kSlotNap);  // other copies hold every slot
   }
   // after a failure: the fills finish (they read the caller's memory), what is on the stream lands
   for (Fill &f : filling) {

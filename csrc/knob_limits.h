@@ -45,7 +45,7 @@
 /* X(name, direction, default, lowest, highest) for the live knobs outside ge_knobs: the pageable staging
  * thresholds. */
 #define GE_STAGING_KNOBS(X) \
-  X(h2d_staging_bytes, GE_H2D, 16777216ull, 0ull, 1125899906842624ull) \
-  X(d2h_staging_bytes, GE_D2H, 4194304ull, 0ull, 1125899906842624ull)
+  X(h2d_staging_bytes, GE_H2D, 1048576ull, 0ull, 1125899906842624ull) \
+  X(d2h_staging_bytes, GE_D2H, 2097152ull, 0ull, 1125899906842624ull)
 
 #endif

@@ -126,14 +126,16 @@ KNOB_TABLE: tuple[Knob, ...] = (
     Knob("d2h_fallback_bytes", 13_000_000, 0, MAX_BYTES, "bytes",
          "D2H copies smaller than this take the single direct path (MMA: 13 MB).", native="uint64_t",
          what="fallback threshold", zero_means="always multipath"),
-    Knob("h2d_staging_bytes", 16 * 2**20, 0, MAX_BYTES, "bytes",
+    Knob("h2d_staging_bytes", 1 * 2**20, 0, MAX_BYTES, "bytes",
          "One-shot pageable H2D copies of at least this size go through the pinned staging ring; smaller "
-         "ones are one plain driver copy on the direct path, which measured faster (H200: 16 MiB). "
-         "0 always stages.", what="staging threshold", zero_means="always stage"),
-    Knob("d2h_staging_bytes", 4 * 2**20, 0, MAX_BYTES, "bytes",
+         "ones are one plain driver copy on the direct path, which measured faster (H200: staging wins "
+         "from 1 MiB, benchmarks/results/bench_preload_sizes_h200.txt). 0 always stages.",
+         what="staging threshold", zero_means="always stage"),
+    Knob("d2h_staging_bytes", 2 * 2**20, 0, MAX_BYTES, "bytes",
          "One-shot pageable D2H copies of at least this size go through the pinned staging ring; smaller "
-         "ones are one plain driver copy on the direct path, which measured faster (H200: 4 MiB). "
-         "0 always stages.", what="staging threshold", zero_means="always stage"),
+         "ones are one plain driver copy on the direct path, which measured faster (H200: staging wins "
+         "from 2 MiB, benchmarks/results/bench_preload_sizes_h200.txt). 0 always stages.",
+         what="staging threshold", zero_means="always stage"),
     Knob("direct_first", True, 0, 1, "bool",
          "Use the target GPU's own PCIe link first; relays join only when its queue is full.",
          native="int32_t"),

@@ -50,7 +50,7 @@ def test_chunks_follow_link_bandwidth_on_unequal_links(make_engine: Callable[...
 
 
 def test_copies_below_fallback_take_the_single_direct_path(make_engine: Callable[..., TransferEngine]) -> None:
-    eng = make_engine("8xh20", sim_time_scale=1.0)
+    eng = make_engine("8xh20", sim_time_scale=1.0, h2d_staging_bytes=16 * MiB)
     src = np.ones(8 * MiB, dtype=np.uint8)
     dev = eng.alloc_device(2, 8 * MiB)
     small = eng.copy(dev, src).wait()  # 8 MiB < 11.3 MB

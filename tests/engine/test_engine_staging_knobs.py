@@ -17,7 +17,7 @@ from gpudash.engine.autotune import SIM_STAGING_NOTE, STAGING_SIZES, staging_thr
 from gpudash.engine.config import KNOB, KNOBS
 from gpudash.engine.errors import EngineArgumentError
 from gpudash.config import Config, ConfigError, EngineSettings, validate
-from gpudash.tuned import save_tuned
+from gpudash.runtime.tuned import save_tuned
 
 MiB = 2**20
 STAGING = ("h2d_staging_bytes", "d2h_staging_bytes")
@@ -26,9 +26,9 @@ LIMIT = re.escape("[0, 1125899906842624]")
 
 def test_defaults_and_limits() -> None:
     cfg = EngineConfig()
-    assert (cfg.h2d_staging_bytes, cfg.d2h_staging_bytes) == (16 * MiB, 4 * MiB)
+    assert (cfg.h2d_staging_bytes, cfg.d2h_staging_bytes) == (1 * MiB, 2 * MiB)
     assert {k: (KNOB[k].low, KNOB[k].high) for k in STAGING} == {k: (0, 2**50) for k in STAGING}
-    assert cfg.knobs()["h2d_staging_bytes"] == 16 * MiB and cfg.knobs()["d2h_staging_bytes"] == 4 * MiB
+    assert cfg.knobs()["h2d_staging_bytes"] == 1 * MiB and cfg.knobs()["d2h_staging_bytes"] == 2 * MiB
     # the fields sit after the fallback knobs
     order = list(cfg.knobs())
     assert order.index("d2h_fallback_bytes") < order.index("h2d_staging_bytes") < order.index("d2h_staging_bytes")
@@ -64,7 +64,7 @@ def test_bad_values_name_the_knob_and_its_limits_and_change_nothing(make_engine,
 def test_set_round_trips_through_knobs_and_stats(make_engine) -> None:
     eng = make_engine("h200")
     before = eng.knobs()
-    assert before["h2d_staging_bytes"] == 16 * MiB and before["d2h_staging_bytes"] == 4 * MiB
+    assert before["h2d_staging_bytes"] == 1 * MiB and before["d2h_staging_bytes"] == 2 * MiB
     out = eng.set(h2d_staging_bytes=0, d2h_staging_bytes=2**50)  # both limits are allowed
     assert out["h2d_staging_bytes"] == 0 and out["d2h_staging_bytes"] == 2**50
     assert eng.knobs() == {**before, "h2d_staging_bytes": 0, "d2h_staging_bytes": 2**50}
@@ -78,7 +78,7 @@ def test_engine_built_from_config_carries_them(tmp_path: Path) -> None:
     assert (cfg.engine.h2d_staging_bytes, cfg.engine.d2h_staging_bytes) == (32 * MiB, 0)
     with TransferEngine(EngineConfig(**cfg.engine.model_dump(), backend="sim", profile="h200")) as eng:
         assert eng.knobs()["h2d_staging_bytes"] == 32 * MiB and eng.knobs()["d2h_staging_bytes"] == 0
-    assert Config().engine.h2d_staging_bytes == 16 * MiB and Config().engine.d2h_staging_bytes == 4 * MiB
+    assert Config().engine.h2d_staging_bytes == 1 * MiB and Config().engine.d2h_staging_bytes == 2 * MiB
 
 
 @pytest.mark.parametrize("value, message", [

@@ -2,7 +2,7 @@
 
 For each -ngl the CUDA llama-server loads a generated model and prints its buffers per device
 (`load_tensors: CUDA0 model buffer size = ... MiB`, `llama_kv_cache: CUDA0 KV buffer size = ... MiB`).
-gpudash's budget (gpudash/shares.py gpu_bytes: the output layer first, then the last -ngl - 1 blocks,
+gpudash's budget (gpudash/launcher/shares.py gpu_bytes: the output layer first, then the last -ngl - 1 blocks,
 each block's KV cache with it; token_embd on the CPU) must match the sum of the CUDA model and KV
 buffers within 2%. Compute buffers are left out on both sides: the budget's fixed overhead covers them.
 
@@ -20,10 +20,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.health import NotHealthy, free_port, wait_healthy
-from gpudash.launcher.kinds.llama_cpp import LlamaCpp, LlamaCppSpec
-from gpudash.shares import MiB, gpu_bytes, gpu_part, model_shape
+from gpudash.config import LlamaCppSpec
+from gpudash.launcher.kinds.llama_cpp import LlamaCpp
+from gpudash.launcher.shares import MiB, gpu_bytes, gpu_part, model_shape
 
 # Large enough that the buffers are hundreds of MiB (rounding in the log is 0.01 MiB), small enough to write fast.
 SHAPE = DemoModelShape(layers=12, embedding=1024, heads=16, heads_kv=4, feed_forward=2816, context=4096)

@@ -2,7 +2,7 @@
 
 On GPUs whose driver answers through firmware (GSP), an NVML call may wait for its answer on the CPU,
 so a call's CPU time is not the 2-10 us a memory query takes. This runs gpudash's own per-tick reads
-(`Device.sample`, `Device.processes`, `Device.pcie_counters` of telemetry/nvml.py) `--rounds` times on
+(`Device.sample`, `Device.processes`, `Device.pcie_counters` of gpu/device.py) `--rounds` times on
 every GPU, timing each NVML call they make through `nvml.call`, and prints per call: how often one
 tick makes it, median wall and CPU microseconds, and the CPU it costs per second at a 1 s refresh
 (the PCIe counters are read by a background poller, `--counter-reads` times a second while idle).
@@ -19,7 +19,8 @@ import sys
 import time
 from typing import Any
 
-from gpudash.telemetry import nvml
+from gpudash.gpu import nvml
+from gpudash.gpu.device import devices
 
 
 def main() -> int:
@@ -32,7 +33,7 @@ def main() -> int:
     if reason is not None:
         print(f"bench_nvml_calls: no NVIDIA GPUs ({reason})", file=sys.stderr)
         return 2
-    devs = nvml.devices()
+    devs = devices()
     wall: dict[str, list[float]] = collections.defaultdict(list)
     cpu: dict[str, list[float]] = collections.defaultdict(list)
     real_call = nvml.call

@@ -16,7 +16,7 @@ import argparse
 from gpudash.engine.profiles import PROFILES
 from gpudash.advisor.baseline import measured_baseline, sim_baseline
 from gpudash.advisor.overlap import LayerShape
-from gpudash.rig import NvmlRig, SimulatedRig, read_topology
+from gpudash.telemetry.rig import NvmlRig, SimulatedRig, read_topology
 
 TOKENS = (1, 16, 128, 1024, 4096)
 

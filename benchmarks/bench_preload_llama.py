@@ -37,7 +37,7 @@ import httpx
 
 from gpudash.engine.errors import EngineError
 from gpudash.preload.shm import SHM_DIR, StatsView, preload_env
-from gpudash.launcher.gguf_model import DemoModelShape, write_f16_model
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_f16_model
 
 STEPS = ("A new (miss)", "A again (in-slot hit)", "B (miss, saves A to host)", "A again (host-cache restore)")
 READY_TIMEOUT_S = 300

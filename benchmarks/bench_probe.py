@@ -30,9 +30,9 @@ import httpx
 from gpudash.config import ServerSpec
 from gpudash.launcher.binary import resolve_binary
 from gpudash.launcher.errors import LaunchError
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.health import free_port, wait_healthy
-from gpudash.launcher.probe import PromptMaker, model_id, probe_request
+from gpudash.launcher.probe.runner import PromptMaker, model_id, probe_request
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.records import Event
 

@@ -16,8 +16,9 @@ from collections.abc import Callable
 import click
 
 from gpudash.config import Config
-from gpudash.rig import SimulatedRig
-from gpudash.telemetry import nvml
+from gpudash.telemetry.rig import SimulatedRig
+from gpudash.gpu import nvml
+from gpudash.telemetry.nvml import NvmlSource
 from gpudash.telemetry.host import HostSource
 from gpudash.telemetry.inbox import Inbox
 from gpudash.telemetry.sampler import Sampler
@@ -68,7 +69,7 @@ def main(runs: int, polls: int) -> None:
     if reason is not None:
         click.echo(f"| nvml: not measured ({reason})")
         return
-    src = nvml.NvmlSource()
+    src = NvmlSource()
     try:
         n = len(src.devices)
         click.echo(row(f"nvml ({src.devices[0].static.name})", n, measure(src.poll, runs, polls), 3.0 * n))

@@ -119,7 +119,7 @@ def main() -> None:
         sys.exit("bench_vs_nvitop: tmux is needed; install it")
     if importlib.util.find_spec("nvitop") is None:
         sys.exit("bench_vs_nvitop: nvitop is not importable here; pip install nvitop into this environment")
-    from gpudash.telemetry.nvml import driver_available
+    from gpudash.gpu.nvml import driver_available
 
     reason = driver_available()
     if reason is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 
-from gpudash.launcher.correlation import summarize
+from gpudash.launcher.probe.correlation import summarize
 from gpudash.store import Store, codec
 
 

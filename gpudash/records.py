@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from gpudash.labels import is_sim_label
@@ -126,6 +127,43 @@ class PoolShardSample:
     failures: int
 
 
+class ServerState(StrEnum):
+    """The one vocabulary of a server's state: the supervisor and attach set it, the store writes its value,
+    the exporter and the views read it (`ServerState.read` turns a stored value back into one)."""
+
+    LOADING = "loading"  # launched: its process runs, /health does not say 200 yet
+    READY = "ready"  # serving
+    RELAUNCHING = "relaunching"  # launched: coming up again with new settings
+    SLEEPING = "sleeping"  # vLLM sleep mode: its GPU memory is freed
+    BACKOFF = "backoff"  # launched: it crashed and waits to be started again
+    CRASHED = "crashed"  # launched: it exited and is not started again
+    STOPPED = "stopped"  # launched: stopped by the operator or by gpudash
+    ATTACHING = "attaching"  # attached: not read yet
+    UNREACHABLE = "unreachable"  # attached: it does not answer
+    NOT_A_SERVER = "not a server"  # attached: it answers, but as no kind gpudash knows
+    FOUND = "found"  # on the GPUs, not attached (discovery)
+    UNKNOWN = "unknown"  # read from a recording: a value this version does not know (nothing live sets it)
+
+    @classmethod
+    def read(cls, value: str) -> ServerState:
+        """A stored state; "not a llama-server/vLLM" (earlier versions) is NOT_A_SERVER, anything else not
+        in the vocabulary is UNKNOWN, so a recording from another version still replays."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.NOT_A_SERVER if str(value).startswith("not a ") else cls.UNKNOWN
+
+    @property
+    def up(self) -> bool:
+        """Serving or asleep: the process is there and answers."""
+        return self in (ServerState.READY, ServerState.SLEEPING)
+
+    @property
+    def running(self) -> bool:
+        """A launched server meant to be up (starting, serving, or about to be started again)."""
+        return self in (ServerState.LOADING, ServerState.RELAUNCHING, ServerState.READY, ServerState.BACKOFF)
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSample:
     """One inference server at one tick: its state plus what its kind read from it (/metrics, slots)."""
@@ -133,9 +171,7 @@ class ServerSample:
     ts: float
     server: str
     kind: str  # a kind's name (gpudash/launcher/kinds/), "unknown" for an attached server not yet read
-    # launched: "starting" | "loading" | "relaunching" | "ready" | "sleeping" | "crashed" | "stopped" | "backoff";
-    # attached: "attaching" | "ready" | "sleeping" | "unreachable" | "not a llama-server/vLLM"; found: "found"
-    state: str
+    state: ServerState
     pid: int | None = None
     port: int | None = None
     uptime_s: float | None = None
@@ -161,6 +197,10 @@ class ServerSample:
     external_prefix_cache_hits: float | None = None
     error: str | None = None  # why the last read failed (attached: unreachable, not a server), one line
     url: str | None = None  # where an attached or found server is read (a launched one: host and port)
+
+    def __post_init__(self) -> None:
+        if type(self.state) is not ServerState:  # a plain string is checked against the vocabulary
+            object.__setattr__(self, "state", ServerState(self.state))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import ServerSpec
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.telemetry.inbox import Inbox
 from launcher_helpers import Events, assert_gone

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import ServerSpec
-from gpudash.control import (AttachServer, Controller, ServerAction, SetEngineKnobs, SetRecording, SetShardSize,
+from gpudash.runtime.control import (AttachServer, Controller, ServerAction, SetEngineKnobs, SetRecording, SetShardSize,
                              SetShare, SetSplit, SignalProcess, describe, relaunches)
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.telemetry.inbox import Inbox
@@ -170,7 +170,7 @@ def test_refused_events_carry_the_value_that_stayed(rig) -> None:
 
 
 def test_each_command_carries_its_description_event_and_relaunch_flag() -> None:
-    from gpudash.control import Command, ControlCommand
+    from gpudash.runtime.control import Command, ControlCommand
 
     cases = [
         (SetEngineKnobs({"outstanding": 3}), "set engine outstanding=3", ("engine.knobs", "engine", {"outstanding": 3}),

@@ -1,4 +1,4 @@
-"""The rig is a typed object: its label is written and read in gpudash/labels.py and gpudash/rig.py alone,
+"""The rig is a typed object: its label is written and read in gpudash/labels.py and gpudash/telemetry/rig.py alone,
 and each kind makes its own engine configuration, sources and topology."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from gpudash.config import Config, validate
 from gpudash.labels import is_sim_label, sim_profile_of
-from gpudash.rig import NvmlRig, SimulatedRig, read_topology, rig_of
+from gpudash.telemetry.rig import NvmlRig, SimulatedRig, read_topology, rig_of
 
 REPO = Path(__file__).resolve().parent.parent
 LABEL_PARSE = re.compile(r'startswith\("sim:"\)|removeprefix\("sim:"\)|"sim:" in|split\("sim:"')

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import Config
-from gpudash.rig import NvmlRig, SimulatedRig
-from gpudash.session import Session
+from gpudash.telemetry.rig import NvmlRig, SimulatedRig
+from gpudash.runtime.session import Session
 from gpudash.store import Store
 
 

@@ -11,10 +11,10 @@ import gguf
 import numpy as np
 
 from gpudash.config import ServerSpec
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.kinds.llama_cpp import budget_spec
 from gpudash.records import Event, GpuProcessSample, GpuSample, Snapshot
-from gpudash.shares import (
+from gpudash.launcher.shares import (
     MiB, ModelShape, effective_share, gpu_bytes, gpu_part, llama_budget, model_shape, over_share_warnings,
     oversubscription_warnings, share_usage, share_warnings, start_warnings,
 )

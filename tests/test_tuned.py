@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from gpudash.engine.config import KNOB
 from gpudash.cli import main
 from gpudash.config import Config, validate
-from gpudash.tuned import load_tuned, machine_identity, save_tuned, tuned_path, with_tuned
+from gpudash.runtime.tuned import load_tuned, machine_identity, save_tuned, tuned_path, with_tuned
 
 MiB = 2**20
 
@@ -45,7 +45,7 @@ def test_no_tuned_file_means_no_gpu_query(home: Path, monkeypatch: pytest.Monkey
     def boom() -> str:
         raise AssertionError("machine_identity must not run without a tuned file")
 
-    monkeypatch.setattr("gpudash.tuned.machine_identity", boom)
+    monkeypatch.setattr("gpudash.runtime.tuned.machine_identity", boom)
     assert load_tuned() is None
 
 

@@ -13,13 +13,13 @@ from typing import Literal
 
 from gpudash.engine.profiles import pcie_payload_gbps
 from gpudash.advisor.facts import DoctorFacts
-from gpudash.advisor.llama_build import LlamaBuild
+from gpudash.launcher.llama.build_info import LlamaBuild
 from gpudash.config import ServerSpec
-from gpudash.launcher import cache_kinds
+from gpudash.launcher.probe import cache_kinds
 from gpudash.launcher.kinds import ServerKind, kind_of
 from gpudash.launcher.kinds.vllm import EAGER_SHARE_THRESHOLD
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts
-from gpudash.shares import server_gpus, share_and_origin, shares_per_gpu
+from gpudash.launcher.shares import server_gpus, share_and_origin, shares_per_gpu
 
 Status = Literal["pass", "warn", "fail", "skip"]
 

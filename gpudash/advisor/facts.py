@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudash.advisor.llama_build import LlamaBuild
+from gpudash.launcher.llama.build_info import LlamaBuild
 from gpudash.config import ServerSpec
 from gpudash.records import Event, RequestSample
 from gpudash.telemetry.topology import TopologyFacts

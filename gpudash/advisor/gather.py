@@ -9,21 +9,21 @@ from typing import Any
 from gpudash.advisor.facts import (CpuPlacement, DoctorFacts, LinkLoad, ServerLlama, cpu_placement,
                                    sim_cpu_placement)
 from gpudash.advisor.linkload import links_under_load
-from gpudash.advisor.llama_build import read_llama_build
+from gpudash.launcher.llama.build_info import read_llama_build
 from gpudash.advisor.recorded import recorded_probe
 from gpudash.config import Config
-from gpudash.rig import Rig, rig_of
+from gpudash.telemetry.rig import Rig, rig_of
 from gpudash.telemetry.topology import TopologyFacts
 
 
 def llama_builds_for(config: Config) -> tuple[ServerLlama, ...]:
     """The llama-server each llama.cpp server would run (the demo's when none is configured)."""
     from gpudash.launcher.binary import binary_origin, resolve_binary
-    from gpudash.launcher.demo import DEMO_NAME
+    from gpudash.config.servers import DEMO_NAME
     from gpudash.launcher.errors import LaunchError
 
     from gpudash.launcher.kinds import kind_of
-    from gpudash.launcher.kinds.llama_cpp import LlamaCppSpec
+    from gpudash.config import LlamaCppSpec
 
     specs = [s for s in config.servers if not s.attached and kind_of(s).runs_llama_build] if config.servers else \
         [LlamaCppSpec(name=DEMO_NAME, model="-")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudash.launcher.cache_kinds import RESTORE_EVENT
+from gpudash.launcher.probe.cache_kinds import RESTORE_EVENT
 from gpudash.records import Event, RequestSample
 
 RECENT_SESSIONS = 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gpudash.cli import LazyGroup
+from gpudash.commands.groups import LazyGroup
 
 BENCHES: dict[str, str] = {
     "engine": "gpudash.commands.bench_engine:bench_engine",

@@ -1,6 +1,6 @@
 """`gpudash bench engine`: the transfer engine against the native copy, in one table (ratio column,
 core-seconds per GB), plus the sim 8xh20 relay figure; `--tune` sweeps chunk sizes, fallback thresholds
-and (on cuda) the pageable staging thresholds and stores them for this machine (gpudash/tuned.py).
+and (on cuda) the pageable staging thresholds and stores them for this machine (gpudash/runtime/tuned.py).
 Results go into the store."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from gpudash.engine.profiles import PROFILES
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, usage_error
 from gpudash.config import Config, ConfigError, parse_size
 from gpudash.records import Event
-from gpudash.rig import NvmlRig, SimulatedRig
-from gpudash.tuned import save_tuned
+from gpudash.telemetry.rig import NvmlRig, SimulatedRig
+from gpudash.runtime.tuned import save_tuned
 
 
 def knobs_lines(knobs: dict[str, Any]) -> list[str]:

@@ -40,7 +40,7 @@ class ShareRow:
 
 def parse_shares(text: str) -> list[float]:
     """'1.0,0.6,0.3' -> [1.0, 0.6, 0.3]; ValueError naming the bad item."""
-    from gpudash.shares import parse_share
+    from gpudash.launcher.shares import parse_share
 
     return [parse_share(item, "--shares item") for item in text.split(",")]
 
@@ -48,7 +48,7 @@ def parse_shares(text: str) -> list[float]:
 def spec_at(spec: ServerSpec, share: float, gpu_totals: dict[int, int]) -> tuple[ServerSpec, str, int | None]:
     """The spec re-launched at `share`, the flags that carry it, and the budget in bytes (None on CPU)."""
     from gpudash.launcher.kinds import kind_of
-    from gpudash.shares import server_gpus
+    from gpudash.launcher.shares import server_gpus
 
     budget = int(sum(share * gpu_totals[g] for g in server_gpus(spec, gpu_totals))) if gpu_totals else None
     new, flags = kind_of(spec).at_share(spec, share, gpu_totals)
@@ -58,8 +58,8 @@ def spec_at(spec: ServerSpec, share: float, gpu_totals: dict[int, int]) -> tuple
 def measure(sup: Any, name: str, requests: int, concurrency: int, prompt_words: int,
             max_tokens: int) -> tuple[float | None, Any]:
     """Probe a ready server: two warm-up requests, then `requests` new prompts (no shared prefix)."""
-    from gpudash.launcher.correlation import summarize
-    from gpudash.launcher.probe import run_probe
+    from gpudash.launcher.probe.correlation import summarize
+    from gpudash.launcher.probe.runner import run_probe
 
     url = sup.base_url(name)
     run_probe(url, 2, 1, 0.0, prompt_words, max_tokens, server=name, seed=1)
@@ -73,7 +73,7 @@ def measure(sup: Any, name: str, requests: int, concurrency: int, prompt_words: 
 def warn_low_free(nvml: Any, sup: Any, spec: ServerSpec) -> None:
     """Say on stderr when the GPUs lack the free memory the share asks for (the run goes on)."""
     from gpudash.records import Snapshot
-    from gpudash.shares import start_warnings
+    from gpudash.launcher.shares import start_warnings
 
     tick = nvml.poll()
     pids = sup.pids()
@@ -127,7 +127,7 @@ def bench_share(cfg: Config, server: str, shares_text: str, requests: int, concu
     from gpudash.launcher.errors import LaunchError
     from gpudash.launcher.supervisor import Supervisor
     from gpudash.telemetry.inbox import Inbox
-    from gpudash.telemetry.nvml import driver_available
+    from gpudash.gpu.nvml import driver_available
 
     try:
         shares = parse_shares(shares_text)

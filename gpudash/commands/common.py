@@ -12,8 +12,8 @@ import click
 
 from gpudash.engine.profiles import PROFILES
 from gpudash.config import Config, ConfigError, load_config
-from gpudash.rig import NvmlRig, Rig, SimulatedRig
-from gpudash.tuned import with_tuned
+from gpudash.telemetry.rig import NvmlRig, Rig, SimulatedRig
+from gpudash.runtime.tuned import with_tuned
 
 
 def usage_error(message: str) -> NoReturn:
@@ -62,7 +62,7 @@ def resolve_rig(config: Config, sim: str | None, no_sim: bool, quiet: bool = Fal
         usage_error("--sim and --no-sim contradict each other; pass only one")
     if sim:
         return SimulatedRig(sim)
-    from gpudash.telemetry.nvml import driver_available
+    from gpudash.gpu.nvml import driver_available
 
     reason = driver_available()
     if reason is None:

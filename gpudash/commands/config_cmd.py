@@ -12,7 +12,7 @@ import tomli_w
 from pydantic import BaseModel
 
 from gpudash import fmt
-from gpudash.cli import Group
+from gpudash.commands.groups import Group
 from gpudash.commands.common import pass_config
 from gpudash.config import Config, EngineSettings, default_config_path
 

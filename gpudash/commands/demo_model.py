@@ -19,7 +19,7 @@ from gpudash.commands.common import usage_error
               help="Trained context length written into the model.")
 def demo_model(out: str, layers: int, embedding: int, heads: int, context: int) -> None:
     """Write a random-weight LLaMA GGUF (byte-level vocab) that llama-server loads in milliseconds."""
-    from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+    from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 
     try:
         shape = DemoModelShape(layers=layers, embedding=embedding, heads=heads, heads_kv=heads,

@@ -21,16 +21,13 @@ from gpudash.config import Config
 @pass_config
 def export(cfg: Config, session: str, db: str | None, fmt: str, out: str, force: bool) -> None:
     """Export one session, every table to its own file, each row labelled with the session's source."""
-    from gpudash.store import Store, StoreError
-    from gpudash.store.export import ExportError, export_session
+    from gpudash.runtime.history import ExportError, StoreError, export_recorded
 
     path = db_path(cfg, db)
     if not path.exists():
         usage_error(f"no database at {path}; record a session with `gpudash record` or pass --db")
     try:
-        with Store.open(path, writing=False) as store:
-            sid = store.resolve_session(session)
-            done = export_session(store, sid, fmt, Path(out).expanduser(), force=force)
+        sid, done = export_recorded(path, session, fmt, Path(out).expanduser(), force=force)
     except (StoreError, ExportError) as err:
         usage_error(str(err))
     except sqlite3.DatabaseError as err:

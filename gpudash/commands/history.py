@@ -32,14 +32,13 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     A session without an end shows as live (its writer runs), interrupted (its writer is gone) or open
     (written on another host); `what` names the command that recorded it (gpudash record, gpudash bench
     engine...)."""
-    from gpudash.store import Store, StoreError
+    from gpudash.runtime.history import StoreError, recorded_sessions
 
     path = db_path(cfg, db)
     if not path.exists():
         usage_error(f"no database at {path}; record a session with `gpudash record` or pass --db")
     try:
-        with Store.open(path, writing=False) as store:
-            sessions = store.sessions()
+        sessions = recorded_sessions(path)
     except StoreError as err:
         usage_error(str(err))
     if as_json:

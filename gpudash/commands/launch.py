@@ -35,32 +35,33 @@ def launch(config: Config, sim: str | None, no_sim: bool, db: str | None, no_rec
     rig = resolve_rig(config, sim, no_sim)
     check_keys(config.keys)
     if fleet_url is not None:
-        from gpudash.fleet.client import check_url
+        from gpudash.config import prometheus_url
 
         try:
             config = config.model_copy(update={"fleet": config.fleet.model_copy(
-                update={"prometheus": check_url(fleet_url)})})
+                update={"prometheus": prometheus_url(fleet_url)})})
         except ValueError as err:
             usage_error(f"--fleet: {err}")
     path = db_path(config, db)
     if not no_record:  # a DB that cannot be used is a usage error now, not a failure inside the screen
-        from gpudash.store import Store, StoreError
+        from gpudash.runtime.run import check_store
+        from gpudash.store import StoreError
 
         try:
-            Store.open(path).close()
+            check_store(path)
         except StoreError as err:
             usage_error(str(err))
+    from gpudash.runtime.feed import LiveFeed
+    from gpudash.runtime.signals import StopSignals
     from gpudash.tui.app import GpudashApp
-    from gpudash.tui.feeds import LiveFeed
 
     feed = LiveFeed(config, rig, path, record=not no_record)
     app = GpudashApp(feed, keys=config.keys, config_path=Path(
         click.get_current_context().find_root().obj.get("config_path") or default_config_path()))
     # SIGTERM (systemd, kill) and SIGHUP (a dropped ssh) quit like the quit key, so the servers stop, the
-    # session closes and the terminal leaves the alternate screen.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda signum, frame: app.call_later(app.exit))
+    # session closes and the terminal leaves the alternate screen (Ctrl-C is a key the app reads itself).
     try:
-        app.run()
+        with StopSignals(lambda: app.call_later(app.exit), (signal.SIGTERM, signal.SIGHUP), silence_on_hangup=False):
+            app.run()
     finally:
         feed.close()  # idempotent: normally the app already stopped everything on quit

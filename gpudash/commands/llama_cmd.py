@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from gpudash.cli import Group
+from gpudash.commands.groups import Group
 from gpudash import fmt
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config
@@ -42,7 +42,7 @@ def build_cmd(config: Config, source: Path | None, archs: str | None, jobs: int 
     """Compile llama-server with CUDA into the user cache; gpudash then runs it on these GPUs."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from gpudash.launcher import llama_cuda
+    from gpudash.launcher.llama import cuda as llama_cuda
 
     want = _parse_archs(archs) if archs else set(llama_cuda.local_archs())
     if not want:
@@ -77,7 +77,7 @@ def build_cmd(config: Config, source: Path | None, archs: str | None, jobs: int 
 @llama.command("list")
 def list_cmd() -> None:
     """The CUDA llama-servers gpudash has built, newest first, and which one it would run here."""
-    from gpudash.launcher import llama_cuda
+    from gpudash.launcher.llama import cuda as llama_cuda
 
     builds = llama_cuda.installed_builds()
     here = llama_cuda.best_build(set(llama_cuda.local_archs()))

@@ -42,7 +42,7 @@ def _model(cfg: Config, model_gb: float | None) -> tuple[int, str]:
     if model_gb is not None:
         return int(model_gb * GB), f"--model-gb {model_gb:g}"
     if not cfg.servers:
-        from gpudash.launcher.demo import demo_model_path
+        from gpudash.runtime.demo import demo_model_path
 
         path = demo_model_path()
         return _gpu_weights(path), f"the demo model {path}"
@@ -63,7 +63,7 @@ def _model(cfg: Config, model_gb: float | None) -> tuple[int, str]:
 def _gpu_weights(path: Path) -> int:
     """The weights llama.cpp puts on the GPUs with every layer offloaded: the file's tensors less the input
     embeddings, which it keeps on the CPU (a file that is not GGUF counts whole)."""
-    from gpudash.shares import gpu_bytes, model_shape
+    from gpudash.launcher.shares import gpu_bytes, model_shape
 
     try:
         shape = model_shape(path)

@@ -45,9 +45,9 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
     Exits 1 when every request failed, 2 when the server cannot be probed at all."""
     import httpx
 
-    from gpudash.launcher.correlation import summarize
-    from gpudash.launcher.probe import run_probe
-    from gpudash.launcher.probe_http import ProbeFailure
+    from gpudash.launcher.probe.correlation import summarize
+    from gpudash.launcher.probe.runner import run_probe
+    from gpudash.launcher.probe.client import ProbeFailure
     from gpudash.records import as_row
 
     if not url.startswith(("http://", "https://")):

@@ -8,7 +8,6 @@ leaves nothing behind.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from contextlib import ExitStack
@@ -20,7 +19,6 @@ import click
 from gpudash import fmt
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
-from gpudash.hangup import silence_gone_terminal
 from gpudash.records import Snapshot
 
 STATUS_EVERY_S = 5.0
@@ -67,36 +65,32 @@ def _start_prometheus(listen: str | None, cfg: Config, db: Path) -> Any:
 def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, interval: float | None,
            db: str | None, listen: str | None, quiet: bool) -> None:
     """Record telemetry to SQLite without a screen, until Ctrl-C, SIGTERM or --duration."""
-    from gpudash.session import Session
-    from gpudash.store import Store, StoreError
+    from gpudash.runtime.run import Run, check_store
+    from gpudash.runtime.signals import StopSignals
+    from gpudash.store import StoreError
 
     rig = resolve_rig(cfg, sim, no_sim)
     path = db_path(cfg, db)
     progress = _Progress()
-    with ExitStack() as running:
-        # From the start, so a signal during start-up also ends in a closed session. SIGHUP (a dropped
-        # ssh) is a stop like SIGTERM; the terminal it came from is gone, so output to it goes nowhere.
-        stop = threading.Event()
-        previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: (silence_gone_terminal(), stop.set()))
-        running.callback(_restore_signals, previous)
+    stop = threading.Event()
+    # From the start, so a signal during start-up also ends in a closed session. SIGHUP (a dropped ssh) is a
+    # stop like SIGTERM; the terminal it came from is gone, so output to it goes nowhere.
+    with StopSignals(stop.set), ExitStack() as running:
         prom = _start_prometheus(listen or cfg.prometheus.listen, cfg, path)
         if prom:
             running.callback(prom.close)
         try:
-            Store.open(path).close()  # a DB that cannot be used is a usage error before anything starts
+            check_store(path)
         except StoreError as err:
             usage_error(str(err))
-        session = running.enter_context(Session(rig, cfg, path, note="gpudash record"))
-        try:
-            session.start_engine(live=False)  # a sim rig's engine; none on real GPUs (see gpudash/session.py)
-            sampler = session.wire([progress] + ([prom] if prom else []), interval_s=interval)
+        run = Run(cfg, rig, path, note="gpudash record")
+        running.callback(run.close)
+        try:  # a sim rig's engine; none on real GPUs (see runtime/session.py)
+            sampler = run.start([progress] + ([prom] if prom else []), interval_s=interval)
         except Exception as err:  # a driver, native library or engine that will not start: say which, stop
             raise click.ClickException(f"cannot start the {rig} telemetry sources: {type(err).__name__}: {err}") from None
-        session.recording.set(True)
-        writer, sid = session.recording.writer, session.recording.session_id
+        writer, sid = run.session.recording.writer, run.session.recording.session_id
         assert writer is not None and sid is not None
-
         if not quiet:
             where = f", Prometheus on {prom.host}:{prom.port}" if prom else ""
             click.echo(f"gpudash record: session {sid} [{rig}] every {sampler.interval_s:g} s into {path}{where}",
@@ -104,7 +98,6 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
         started = time.monotonic()
         end = None if duration is None else started + duration
         next_status = started + STATUS_EVERY_S
-        sampler.start()
         while not stop.is_set() and writer.error is None:
             now = time.monotonic()
             if end is not None and now >= end:
@@ -115,17 +108,12 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
                     _status(sid, rig.label, progress, writer, now - started)
             stop.wait(min(next_status, end or next_status) - now)
         try:
-            session.close()  # the sampler stops, the writer flushes, the session row gets its end time
+            run.close()  # the sampler stops, the writer flushes, the session row gets its end time
         except StoreError as err:
             raise click.ClickException(f"{err}; session {sid} holds the rows written before it") from None
     if not quiet:
         click.echo(f"gpudash record: session {sid} closed: {progress.ticks} ticks, {writer.rows_written} rows "
                    f"in {fmt.duration(time.monotonic() - started)}", err=True)
-
-
-def _restore_signals(previous: dict[int, Any]) -> None:
-    for s, handler in previous.items():
-        signal.signal(s, handler)
 
 
 def _status(sid: int, source: str, p: _Progress, writer: Any, elapsed: float) -> None:

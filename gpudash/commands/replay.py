@@ -3,26 +3,11 @@ seek and speed keys."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
 from gpudash.commands.launch import check_keys
 from gpudash.config import Config
-
-
-def resolve(path: Path, session: str) -> int:
-    """The session id, or a usage error naming what is wrong (missing DB, unknown session)."""
-    if not path.exists():
-        usage_error(f"{path} does not exist; pass the recording's file with --db")
-    from gpudash.store import Store, StoreError
-
-    try:
-        with Store.open(path, writing=False) as store:
-            return store.resolve_session(session)
-    except StoreError as err:
-        usage_error(str(err))
 
 
 @click.command()
@@ -35,10 +20,15 @@ def replay(config: Config, session: str, db: str | None, speed: float) -> None:
     """Replay a recorded session (an id or 'latest') in the dashboard."""
     if not speed > 0:
         usage_error(f"--speed must be above 0, got {speed:g}")
+    from gpudash.runtime.replay import ReplayFeed, recorded_session
+    from gpudash.store import StoreError
+
     path = db_path(config, db)
-    sid = resolve(path, session)
+    try:
+        sid = recorded_session(path, session)
+    except StoreError as err:
+        usage_error(str(err))
     check_keys(config.keys)
     from gpudash.tui.app import GpudashApp
-    from gpudash.tui.feeds import ReplayFeed
 
     GpudashApp(ReplayFeed(path, str(sid)), replay=True, speed=speed, keys=config.keys).run()

@@ -8,19 +8,17 @@ ends the command with one sentence and exit code 2, after stopping the ones alre
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from gpudash.commands.common import db_option, db_path, get_config, resolve_rig, sim_options, usage_error
-from gpudash.hangup import silence_gone_terminal
 from gpudash.records import RequestSample, Snapshot
 
 if TYPE_CHECKING:
-    from gpudash.launcher.stack import LaunchStack
+    from gpudash.runtime.stack import LaunchStack
 
 STATUS_EVERY_S = 10.0
 RECENT_REQUESTS = 200
@@ -54,10 +52,10 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
           listen: str | None, quiet: bool) -> None:
     """Start and supervise the configured inference servers (or a demo one), probe and record them."""
     from gpudash.launcher.errors import LaunchError
-    from gpudash.launcher.stack import LaunchStack, default_log_dir
-    from gpudash.session import Session
-    from gpudash.store import Store, StoreError
-    from gpudash.telemetry.inbox import Inbox
+    from gpudash.runtime.run import Run, check_store
+    from gpudash.runtime.signals import StopSignals
+    from gpudash.runtime.stack import default_log_dir
+    from gpudash.store import StoreError
     from gpudash.telemetry.prometheus import StoreSize, open_sink
 
     if config_file is not None:
@@ -66,7 +64,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     rig = resolve_rig(cfg, sim, no_sim, quiet=quiet)
     path = db_path(cfg, db)
     try:
-        Store.open(path).close()  # a DB that cannot be used is a usage error before anything starts
+        check_store(path)
     except StoreError as err:
         usage_error(str(err))
     prom = None
@@ -75,64 +73,51 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
             prom = open_sink(listen or cfg.prometheus.listen or "", StoreSize(path, cfg.store.max_bytes))
         except ValueError as err:
             usage_error(str(err))
-    inbox = Inbox()
     try:
-        from gpudash.launcher.discovery import nvml_gpu_pids
-
-        stack = LaunchStack(cfg, inbox, default_log_dir(), gpu_memory=rig.gpu_memory_totals,
-                            gpu_pids=None if rig.is_sim else nvml_gpu_pids)
+        run = Run(cfg, rig, path, note="gpudash serve", servers=True, log_dir=default_log_dir())
     except OSError as err:
         if prom is not None:
             prom.close()
         usage_error(f"cannot write the demo model ({err}); check the user cache directory is writable")
-    session = Session(rig, cfg, path, note="gpudash serve" + (" (demo)" if stack.demo else ""))
+    stack = run.stack
+    assert stack is not None
     requests = _Requests()
     stop = threading.Event()
     failure: str | None = None
-    previous: dict[int, Any] = {}
     try:
         # No engine started: a sim rig's source brings (and closes) its own; serve records servers, not
         # engine paths.
-        sampler = session.wire([requests, *([prom] if prom else [])], inbox=inbox, pids=stack.supervisor.pids, extra_sources=stack.sources)
-        session.recording.set(True)
-        writer, sid = session.recording.writer, session.recording.session_id
-        assert writer is not None and sid is not None
-        # While servers load, SIGTERM and SIGHUP (a dropped ssh) interrupt like Ctrl-C (KeyboardInterrupt), so
-        # the finally below still stops what was started; once all are up, the signals just end the wait.
-        previous = {signal.SIGINT: signal.getsignal(signal.SIGINT),
-                    signal.SIGTERM: signal.signal(signal.SIGTERM, signal.default_int_handler),
-                    signal.SIGHUP: signal.signal(signal.SIGHUP, _hung_up_while_starting)}
-        sampler.start()
-        if not quiet:
-            what = "the demo server (no [[servers]] configured)" if stack.demo else f"{len(stack.specs)} server(s)"
-            click.echo(f"gpudash serve: session {sid} [{rig.label}] into {path}; starting {what}", err=True)
-        try:
-            stack.start()
-        except LaunchError as err:
-            failure = str(err)
-        except KeyboardInterrupt:
-            stop.set()
-            click.echo("gpudash serve: interrupted while starting; stopping what was started", err=True)
-        if failure is None and not stop.is_set():
-            for s in previous:
-                signal.signal(s, lambda *_: stop.set())
-            signal.signal(signal.SIGHUP, lambda *_: (silence_gone_terminal(), stop.set()))
+        with StopSignals(stop.set) as signals:
+            run.start([requests, *([prom] if prom else [])])
+            writer, sid = run.session.recording.writer, run.session.recording.session_id
+            assert writer is not None and sid is not None
             if not quiet:
-                for name in stack.supervisor.specs():
-                    log = stack.supervisor.log_path(name)
-                    click.echo(f"gpudash serve: {name} {'ready' if log else 'attached'} at "
-                               f"{stack.supervisor.base_url(name)}" + (f" (log {log})" if log else ""), err=True)
-            while not stop.wait(STATUS_EVERY_S) and writer.error is None:
+                what = "the demo server (no [[servers]] configured)" if stack.demo else f"{len(stack.specs)} server(s)"
+                click.echo(f"gpudash serve: session {sid} [{rig.label}] into {path}; starting {what}", err=True)
+                if prom is not None:
+                    click.echo(f"gpudash serve: Prometheus on {prom.host}:{prom.port}", err=True)
+            try:
+                with signals.interrupting():  # while servers load, a signal unwinds the start
+                    run.start_servers()
+            except LaunchError as err:
+                failure = str(err)
+            except KeyboardInterrupt:
+                stop.set()
+                click.echo("gpudash serve: interrupted while starting; stopping what was started", err=True)
+            if failure is None and not stop.is_set():
                 if not quiet:
-                    _status(stack, requests)
+                    for name in stack.supervisor.specs():
+                        log = stack.supervisor.log_path(name)
+                        click.echo(f"gpudash serve: {name} {'ready' if log else 'attached'} at "
+                                   f"{stack.supervisor.base_url(name)}" + (f" (log {log})" if log else ""), err=True)
+                while not stop.wait(STATUS_EVERY_S) and writer.error is None:
+                    if not quiet:
+                        _status(stack, requests)
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        stack.close()  # first: the servers' stop events reach the inbox
         try:
-            session.close(last_tick=True)  # the last tick records the stop events and the stopped states
+            run.close(last_tick=True)  # servers first; the last tick records their stop events and states
         except StoreError as err:
-            failure = failure or f"{err}; session {session.recording.session_id} holds the rows written before it"
+            failure = failure or f"{err}; session {run.session.recording.session_id} holds the rows written before it"
         if prom is not None:
             prom.close()
     if failure is not None:
@@ -141,13 +126,8 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
         click.echo(f"gpudash serve: stopped all servers; session {sid} closed ({writer.rows_written} rows)", err=True)
 
 
-def _hung_up_while_starting(signum: int, frame: Any) -> None:
-    silence_gone_terminal()
-    signal.default_int_handler(signum, frame)
-
-
 def _status(stack: LaunchStack, requests: _Requests) -> None:
-    from gpudash.launcher.correlation import summarize
+    from gpudash.launcher.probe.correlation import summarize
 
     states = ", ".join(f"{s.server} {s.state}" + (f" ({s.restarts} restarts)" if s.restarts else "")
                        for s in stack.supervisor.states())

@@ -7,7 +7,7 @@ import sqlite3
 import click
 
 from gpudash import fmt
-from gpudash.cli import Group
+from gpudash.commands.groups import Group
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
 from gpudash.config import Config
 

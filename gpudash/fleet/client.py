@@ -10,11 +10,12 @@ no proxy or .netrc from the environment, no redirects followed.
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
 import httpx
+
+from gpudash.config import prometheus_url
 
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MAX_BYTES = 32 << 20  # 100 boxes of 8 GPUs answer in well under 1 MiB
@@ -24,21 +25,11 @@ class PrometheusError(Exception):
     """Prometheus could not be asked or did not answer usably; the message is one sentence."""
 
 
-def check_url(url: str) -> str:
-    """The base URL of a Prometheus (http[s]://HOST[:PORT][/prefix]) without a trailing slash; ValueError
-    in one sentence otherwise."""
-    m = re.fullmatch(r"(https?://[^\s/?#@]+)(/[^\s?#]*)?", url.strip())
-    if m is None:
-        raise ValueError(f"{url!r} is not Prometheus' base URL; write it as http://HOST:PORT, e.g. "
-                         "http://prometheus.lan:9090")
-    return (m[1] + (m[2] or "")).rstrip("/")
-
-
 class PrometheusClient:
     """Instant and range queries against one Prometheus; `close()` frees the connection pool."""
 
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        self.url = check_url(url)
+        self.url = prometheus_url(url)
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self._http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout_s), trust_env=False,

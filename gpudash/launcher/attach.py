@@ -4,7 +4,7 @@ another host). gpudash reads it and never starts, stops, relaunches or signals i
 Its kind is the entry's, else told from its /metrics families (`llamacpp:`, `vllm:`), else from who owns
 its /v1/models. A read runs on the scrape pool in the background and the sampler takes the last one
 finished, so a server that hangs never holds a tick; one that fails is read again after a backoff, and
-shows `unreachable` (or `not a llama-server/vLLM`) with the last error. An API key comes from the
+shows `unreachable` (or `not a server`) with the last error. An API key comes from the
 environment variable the entry names and is masked in every error text.
 """
 
@@ -25,12 +25,12 @@ from gpudash.launcher.kinds import KINDS, kind_named, kind_recognising
 from gpudash.launcher.kinds.base import ServerKind
 from gpudash.launcher.scrape_http import Scraper, ScrapeError
 from gpudash.proctree import descendants
-from gpudash.records import ServerSample
+from gpudash.records import ServerSample, ServerState
 from gpudash.redact import mask_values
 
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
-UNREACHABLE = "unreachable"
-NOT_A_SERVER = f"not a {'/'.join(k.label for k in KINDS.values())}"
+# What an address that answers as no known kind is, in the error line: "not a llama-server/vLLM".
+NOT_A_KIND = f"not a {'/'.join(k.label for k in KINDS.values())}"
 
 
 class NotAServer(Exception):
@@ -41,7 +41,7 @@ class NotAServer(Exception):
 class _Attached:
     spec: ServerSpec
     kind: ServerKind | None
-    state: str = "attaching"
+    state: ServerState = ServerState.ATTACHING
     error: str | None = None
     failures: int = 0
     next_try: float = 0.0
@@ -174,14 +174,14 @@ class AttachedServers:
             pid = a.local[0] if a.local is not None else None
             fields, values = kind.scrape(get, spec, a.prev, pid, now)
         except NotAServer as err:
-            self._failed(name, NOT_A_SERVER, str(err))
+            self._failed(name, ServerState.NOT_A_SERVER, str(err))
             return
         except (ScrapeError, ValueError, OSError) as err:
-            self._failed(name, UNREACHABLE, str(err) or type(err).__name__)
+            self._failed(name, ServerState.UNREACHABLE, str(err) or type(err).__name__)
             return
         with self._lock:
             a.kind, a.prev, a.failures, a.next_try, a.error = kind, Prev(pid, now, values), 0, 0.0, None
-            a.state = str(fields.pop("state", "ready"))
+            a.state = ServerState(fields.pop("state", ServerState.READY))
             a.last = self._sample(name, a, now, **{k: v for k, v in fields.items() if v is not None})
 
     def _tell_kind(self, get: Any) -> ServerKind:
@@ -210,10 +210,11 @@ class AttachedServers:
                          f"and its /v1/models names no known owner (GET /metrics: HTTP {status}, GET /v1/models: HTTP "
                          f"{models_status})")
 
-    def _failed(self, name: str, state: str, error: str) -> None:
+    def _failed(self, name: str, state: ServerState, error: str) -> None:
         a = self._servers[name]
+        said = NOT_A_KIND if state is ServerState.NOT_A_SERVER else state
         with self._lock:
-            a.error = mask_values(f"{state}: {error}", _secrets(a.spec))
+            a.error = mask_values(f"{said}: {error}", _secrets(a.spec))
             a.state = state
             a.next_try = time.monotonic() + self._backoff_s[min(a.failures, len(self._backoff_s) - 1)]
             a.failures += 1

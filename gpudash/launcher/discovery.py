@@ -48,11 +48,12 @@ class Found:
 
 def nvml_gpu_pids() -> list[tuple[int, int]]:
     """(GPU index, pid) of every process on this machine's GPUs, as NVML lists them ([] without a driver)."""
-    from gpudash.telemetry import nvml
+    from gpudash.gpu import nvml
+    from gpudash.gpu.device import devices
 
     if nvml.driver_available() is not None:
         return []
-    return [(p.gpu_index, p.pid) for d in nvml.devices() for p in d.processes(0.0, {})]
+    return [(p.gpu_index, p.pid) for d in devices() for p in d.processes(0.0, {})]
 
 
 def cmdline_of(pid: int) -> tuple[str, ...] | None:

@@ -28,7 +28,7 @@ from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary
 from gpudash.launcher.attach import AttachedServers, headers as attach_headers
-from gpudash.launcher.cache_kinds import RESTORE_EVENT
+from gpudash.launcher.probe.cache_kinds import RESTORE_EVENT
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, free_port, port_free, url_host, wait_healthy
@@ -38,7 +38,7 @@ from gpudash.launcher.server_logs import instance_log, point_latest, prune_old
 from gpudash.launcher.sleep import Action, SleepError, SleepResult
 from gpudash.private_fs import private_dir, private_file
 from gpudash.proctree import descendants
-from gpudash.records import Event, ServerSample
+from gpudash.records import Event, ServerSample, ServerState
 from gpudash.redact import mask_values, redact_args, redact_spec, secret_values
 
 TAIL_LINES = 2000
@@ -49,6 +49,10 @@ STABLE_S = 60.0
 # several ticks share it (a llama-server's walk reads ~30 threads' children files); a server that starts
 # or stops is seen at once, a vLLM worker it spawns within this time.
 PIDS_TTL_S = 5.0
+
+
+# States in which a launched server's process is its own (not exited, not waiting to be started again).
+_HAS_PROCESS = (ServerState.LOADING, ServerState.RELAUNCHING, ServerState.READY, ServerState.SLEEPING)
 
 
 class Pushable(Protocol):
@@ -63,7 +67,7 @@ class _Server:
     log_path: Path
     port: int | None = None
     proc: subprocess.Popen | None = None
-    state: str = "stopped"
+    state: ServerState = ServerState.STOPPED
     started: float | None = None
     restarts: int = 0  # after a crash
     relaunches: int = 0  # asked for (restart(), e.g. a new split)
@@ -189,12 +193,10 @@ class Supervisor:
     def _managed_states(self, now: float) -> tuple[ServerSample, ...]:
         return tuple(
             ServerSample(ts=now, server=n, kind=str(s.spec.kind), state=s.state,
-                         pid=s.proc.pid if s.proc is not None and s.state in ("loading", "relaunching", "ready",
-                                                                              "sleeping")
-                         else None,
-                         port=s.port, uptime_s=(now - s.started) if s.started and s.state == "ready" else None,
+                         pid=s.proc.pid if s.proc is not None and s.state in _HAS_PROCESS else None,
+                         port=s.port, uptime_s=(now - s.started) if s.started and s.state is ServerState.READY else None,
                          restarts=s.restarts, relaunches=s.relaunches,
-                         tokens_per_s=s.facts.tokens_per_s if s.state == "ready" else None,
+                         tokens_per_s=s.facts.tokens_per_s if s.state is ServerState.READY else None,
                          draft_acceptance=s.facts.draft_acceptance)
             for n, s in self._servers.items())
 
@@ -233,10 +235,10 @@ class Supervisor:
             was = srv.state
             self._terminate(srv)
             with self._lock:
-                srv.state = "stopped"
+                srv.state = ServerState.STOPPED
                 srv.started = None
-        if was != "stopped":
-            self._event("server.stop", name, old=was, new="stopped")
+        if was is not ServerState.STOPPED:
+            self._event("server.stop", name, old=was, new=ServerState.STOPPED)
 
     def stop_all(self) -> None:
         """Stop every server, last started first; no process is left behind."""
@@ -258,7 +260,7 @@ class Supervisor:
             self._prepare(spec, reuse_port=own_port)  # bad spec: raise now, old server untouched
             srv.cancel.set()
             with self._lock:
-                srv.state, srv.started = "relaunching", None
+                srv.state, srv.started = ServerState.RELAUNCHING, None
             self._terminate(srv)
             srv.cancel.clear()
             try:
@@ -291,7 +293,7 @@ class Supervisor:
             problem = kind_of(srv.spec).sleep_problem(srv.spec, level if action == "sleep" else None)
             if problem:
                 raise LaunchError(name, problem)
-            if srv.state not in ("ready", "sleeping"):
+            if not srv.state.up:
                 raise LaunchError(name, f"it is {srv.state}, not running; start it first")
             was, proc, url = srv.state, srv.proc, f"http://{url_host(srv.spec.host)}:{srv.port}"
         try:
@@ -303,7 +305,7 @@ class Supervisor:
         with srv.lock, self._lock:
             if srv.proc is not proc:  # stopped or relaunched meanwhile: its new state stands
                 raise LaunchError(name, f"it was stopped or relaunched during the {action}")
-            srv.state = "sleeping" if action == "sleep" else "ready"
+            srv.state = ServerState.SLEEPING if action == "sleep" else ServerState.READY
         self._event(f"server.{action}", name, old=was,
                     new={"state": srv.state, "seconds": round(res.seconds, 4), "level": res.level})
         return res
@@ -408,7 +410,7 @@ class Supervisor:
             raise LaunchError(name, cause) from None
         with self._lock:  # a new tail: the old process's last lines (its reader may still run) stay in the old one
             srv.spec, srv.port, srv.proc, srv.tail = spec, port, proc, deque(maxlen=TAIL_LINES)
-            srv.state, srv.started, srv.facts = "relaunching" if relaunch else "loading", None, LogFacts()
+            srv.state, srv.started, srv.facts = (ServerState.RELAUNCHING if relaunch else ServerState.LOADING), None, LogFacts()
         self._event(actor_kind, name, old=old, new=_spec_dict(spec))
         secrets = secret_values(cmd.env, cmd.argv)
         srv.reader = threading.Thread(target=self._read_log, args=(srv, proc, log, secrets, srv.tail), daemon=True,
@@ -421,17 +423,17 @@ class Supervisor:
             self._terminate(srv)
             if srv.cancel.is_set():  # a stop won the race with the start: no failure to report
                 with self._lock:
-                    srv.state = "stopped"
+                    srv.state = ServerState.STOPPED
                 raise LaunchError(name, "was stopped while loading") from None
             last = next((ln for ln in reversed(srv.tail) if ln.strip() and not ln.startswith("===")), "")
             with self._lock:
-                srv.state = "crashed" if err.exit_code is not None else "stopped"
+                srv.state = ServerState.CRASHED if err.exit_code is not None else ServerState.STOPPED
             cause = f"{err}" + (f"; its log ends with: {last.strip()[:200]}" if last else "")
             cause += f" (full log: {srv.log_path})"
             self._event("server.fail", name, new=_spec_dict(spec), ok=False, reason=cause)
             raise LaunchError(name, cause) from None
         with self._lock:  # counted with the state change: whoever sees "ready" sees the count too
-            srv.state, srv.started = "ready", ready_ts
+            srv.state, srv.started = ServerState.READY, ready_ts
             srv.relaunches += relaunch
             srv.restarts += actor_kind == "server.restart" and not relaunch
         address = f"{url_host(spec.host)}:{port}"
@@ -442,8 +444,8 @@ class Supervisor:
     def _not_relaunching(self, srv: _Server) -> None:
         """A relaunch that failed before its process started: the old one is gone, so it is stopped."""
         with self._lock:
-            if srv.state == "relaunching":
-                srv.state = "stopped"
+            if srv.state is ServerState.RELAUNCHING:
+                srv.state = ServerState.STOPPED
 
     def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO, secrets: tuple[str, ...],
                   tail: deque) -> None:
@@ -478,11 +480,11 @@ class Supervisor:
             if srv.proc is not proc:
                 return
             uptime = time.time() - (srv.started or time.time())
-            srv.state = "crashed"
+            srv.state = ServerState.CRASHED
             srv.crashes_in_row = 0 if uptime >= STABLE_S else srv.crashes_in_row
             delay = self._backoff_s[min(srv.crashes_in_row, len(self._backoff_s) - 1)]
             srv.crashes_in_row += 1
-        self._event("server.crash", srv.spec.name, old="ready", new=f"exit code {rc}", ok=False,
+        self._event("server.crash", srv.spec.name, old=ServerState.READY, new=f"exit code {rc}", ok=False,
                     reason=f"exited with code {rc} after {uptime:.1f} s")
         if srv.spec.restart_on_crash:
             self._restart_after_crash(srv, proc, delay)
@@ -490,14 +492,14 @@ class Supervisor:
     def _restart_after_crash(self, srv: _Server, dead: subprocess.Popen, delay: float) -> None:
         while True:
             with self._lock:
-                srv.state = "backoff"
+                srv.state = ServerState.BACKOFF
             if srv.cancel.wait(delay):
                 return
             with srv.lock:
                 if srv.cancel.is_set() or srv.proc is not dead:
                     return
                 try:
-                    self._launch(srv, srv.spec, actor_kind="server.restart", old="crashed")
+                    self._launch(srv, srv.spec, actor_kind="server.restart", old=ServerState.CRASHED)
                 except LaunchError:
                     with self._lock:
                         delay = self._backoff_s[min(srv.crashes_in_row, len(self._backoff_s) - 1)]

@@ -95,6 +95,7 @@ def _decoder(table: str) -> Callable[[dict[str, Any]], Any]:
     cols = columns(table)
     bools = [c.name for c in cols if c.py is bool]
     jsons = [c.name for c in cols if c.py is object]
+    words = [(c.name, getattr(c.vocabulary, "read", c.vocabulary)) for c in cols if c.vocabulary is not None]
     names = [c.name for c in cols]
 
     def decode(row: dict[str, Any]) -> Any:
@@ -104,6 +105,9 @@ def _decoder(table: str) -> Callable[[dict[str, Any]], Any]:
                 kw[n] = bool(kw[n])
         for n in jsons:
             kw[n] = decode_json(kw[n])
+        for n, read in words:
+            if kw[n] is not None:
+                kw[n] = read(kw[n])
         return cls(**kw)
 
     return decode

@@ -31,6 +31,7 @@ class Column:
 
     name: str
     py: type  # int, float, str, bool, or object (JSON)
+    vocabulary: type | None = None  # a str enum (records.ServerState) the stored text is read back into
 
     @property
     def sql(self) -> type:
@@ -39,10 +40,18 @@ class Column:
 
 
 def _column_type(hint: Any) -> type:
-    """The scalar type behind a hint such as ``float | None``; ``Any`` becomes object (stored as JSON)."""
+    """The scalar type behind a hint such as ``float | None``; a str enum is stored as its text; ``Any``
+    becomes object (stored as JSON)."""
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     base = args[0]
-    return base if base in (int, float, str, bool) else object
+    if isinstance(base, type) and issubclass(base, str):
+        return str
+    return base if base in (int, float, bool) else object
+
+
+def _vocabulary(hint: Any) -> type | None:
+    base = ([a for a in typing.get_args(hint) if a is not type(None)] or [hint])[0]
+    return base if isinstance(base, type) and issubclass(base, str) and base is not str else None
 
 
 @cache
@@ -50,7 +59,8 @@ def columns(table: str) -> tuple[Column, ...]:
     """The record columns of a sample table, in dataclass field order."""
     cls = SAMPLE_TABLES[table]
     hints = typing.get_type_hints(cls)
-    return tuple(Column(f.name, _column_type(hints[f.name])) for f in dataclasses.fields(cls))
+    return tuple(Column(f.name, _column_type(hints[f.name]), _vocabulary(hints[f.name]))
+                 for f in dataclasses.fields(cls))
 
 
 # ---- the 1-minute tier (retention.py fills it) -------------------------------------------------------

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpudash.config import Config
-from gpudash.rig import Rig, rig_of
+from gpudash.telemetry.rig import Rig, rig_of
 from gpudash.telemetry.host import HostSource
 from gpudash.telemetry.inbox import Inbox
 from gpudash.telemetry.sampler import Source

@@ -18,7 +18,8 @@ from typing import Any
 
 import click
 
-from gpudash.telemetry import nvml
+from gpudash.gpu import nvml
+from gpudash.gpu.device import Device
 from gpudash.telemetry.pcie_cache import PLAUSIBLE_OVERHEAD, Calibration, save
 from gpudash.telemetry.pcie_counters import CounterUnwrapper
 
@@ -35,7 +36,7 @@ def calibrate(gpu: int = 0, chunk_bytes: int = 64 * MiB, chunks: int = 16) -> Ca
     reason = nvml.driver_available()
     if reason is not None:
         raise RuntimeError(f"PCIe calibration needs NVML: {reason}")
-    dev = nvml.Device(gpu)
+    dev = Device(gpu)
     if dev.pcie_counters() is None:
         raise RuntimeError(f"GPU {gpu} has no PCIe byte-counter fields; gpudash uses nvmlDeviceGetPcieThroughput there")
     tx, rx = CounterUnwrapper(), CounterUnwrapper()

@@ -28,8 +28,8 @@ from prometheus_client import PROCESS_COLLECTOR, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
-from gpudash.launcher.cache_kinds import GRACE_S, RESTORE_EVENT, classify
-from gpudash.records import GPU_FAULT_KINDS, RequestSample, Snapshot
+from gpudash.launcher.probe.cache_kinds import GRACE_S, RESTORE_EVENT, classify
+from gpudash.records import GPU_FAULT_KINDS, RequestSample, ServerState, Snapshot
 from gpudash.telemetry.links import link_capacity_bps
 
 DEFAULT_HOST = "127.0.0.1"
@@ -109,10 +109,9 @@ _SERVER_COUNTERS = (
     ("restarts", "gpudash_server_restarts", "Restarts after a crash since launch.", 1),
     ("relaunches", "gpudash_server_relaunches", "Re-launches an operator asked for.", 1),
 )
-# Every state a server can be in: each gets a series (1 for the current one), so a change of state
-# never starts new series and `gpudash_server_state{state="backoff"} == 1` is an alert expression.
-SERVER_STATES = ("starting", "loading", "relaunching", "ready", "sleeping", "crashed", "backoff", "stopped")
-UP_STATES = ("ready", "sleeping")
+# Every state a live server can be in: each gets a series (1 for the current one, else 0), so a change of
+# state never starts or ends a series and `gpudash_server_state{state="backoff"} == 1` is an alert expression.
+SERVER_STATES = tuple(s for s in ServerState if s is not ServerState.UNKNOWN)
 FAULT_KINDS = tuple(k.removeprefix("gpu.") for k in GPU_FAULT_KINDS)  # xid, ecc, lost
 # TTFT buckets: from an in-slot hit on a small model (tens of ms) to a long prompt computed anew.
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 40.0)
@@ -148,7 +147,7 @@ def box_facts(source: str) -> dict[str, str]:
     """The labels of gpudash_box_info: what tells one box from another beside the scrape's instance."""
     driver = cuda = "none"
     if source == "nvml":
-        from gpudash.telemetry import nvml
+        from gpudash.gpu import nvml
 
         driver, cuda = nvml.driver_version() or "unknown", nvml.cuda_driver_version() or "unknown"
     try:
@@ -366,10 +365,10 @@ class PrometheusSink:
             f.add(_SERVER, s, labels)
             f.add(_SERVER_COUNTERS, s, labels, counter=True)
             f.value(GaugeMetricFamily, "gpudash_server_up", "1 while the server answers (ready or sleeping).",
-                    labels, s.state in UP_STATES)
-            for state in (*SERVER_STATES, *(() if s.state in SERVER_STATES else (s.state,))):
+                    labels, s.state.up)
+            for state in SERVER_STATES:
                 f.value(GaugeMetricFamily, "gpudash_server_state", "1 for the state the server is in, else 0.",
-                        {**labels, "state": state}, s.state == state)
+                        {**labels, "state": state.value}, s.state is state)
 
     def close(self) -> None:
         self._server.shutdown()

@@ -1,6 +1,6 @@
 """Topology facts the advisor (doctor, split planner) reasons about: GPUs, their links, P2P, NVLink.
 
-`gpudash.rig.read_topology(rig)` asks the rig for them: the real box is read through nvml.py
+`gpudash.telemetry.rig.read_topology(rig)` asks the rig for them: the real box is read through nvml.py
 (`nvml_topology`), a simulated one is built from gpudash/engine/profiles.py (`profile_topology`, with a live
 `SimRigSource`'s degraded links when one is given). This module never imports the rig that calls it.
 """
@@ -67,13 +67,14 @@ class TopologyFacts:
 
 def nvml_topology() -> TopologyFacts:
     """The real box's facts, read through NVML."""
-    from gpudash.telemetry import nvml
+    from gpudash.gpu import nvml
+    from gpudash.gpu.device import devices, p2p_matrix
     from gpudash.telemetry.host import numa_node_count
 
     reason = nvml.driver_available()
     if reason is not None:
         raise RuntimeError(f"cannot read the GPU topology: {reason}")
-    devs = nvml.devices()
+    devs = devices()
     gpus = []
     for d in devs:
         st = d.static
@@ -86,7 +87,7 @@ def nvml_topology() -> TopologyFacts:
             numa_node=st.numa_node, compute_capability=st.compute_capability,
             nvlink_links=d.nvlink_active_links(), card_gen=st.card_gen, card_width=st.card_width,
         ))
-    return TopologyFacts(source=NVML_LABEL, gpus=tuple(gpus), p2p=nvml.p2p_matrix(devs),
+    return TopologyFacts(source=NVML_LABEL, gpus=tuple(gpus), p2p=p2p_matrix(devs),
                          nvlink=any(g.nvlink_links for g in gpus), numa_nodes=numa_node_count())
 
 

@@ -1,5 +1,5 @@
 """The gpudash Textual app: views over snapshots from an injected feed (live rig or recorded session),
-and keyboard-driven changes that all go through `gpudash.control.Controller.apply`.
+and keyboard-driven changes that all go through `gpudash.runtime.control.Controller.apply`.
 
 Threads never touch widgets: the sampler's sink queues snapshots and posts one mergeable message;
 every blocking call (starting the feed, applying a change, reading logs or the store, exporting) is a
@@ -25,12 +25,13 @@ from textual.screen import Screen
 from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from gpudash.control import SetRecording, describe
+from gpudash.runtime.control import SetRecording, describe
 from gpudash.records import GPU_FAULT_KINDS, Event, Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.actions import ACTIONS, BY_CALL, BY_ID, PINNED, VIEWS, Action, bindings
 from gpudash.tui.changes import ChangeFlow
-from gpudash.tui.feeds import Feed, FeedInfo, Player
+from gpudash.runtime.feed import Feed, FeedInfo
+from gpudash.runtime.replay import Player
 from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.header import SourceHeader
 from gpudash.tui.widgets.keybar import KeyBar

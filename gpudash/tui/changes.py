@@ -13,7 +13,7 @@ import time
 from functools import partial
 from typing import Any, Protocol
 
-from gpudash.control import Command, Controller, ServerAction, SetShare, SetSplit, describe, relaunches
+from gpudash.runtime.control import Command, Controller, ServerAction, SetShare, SetSplit, describe, relaunches
 from gpudash.records import Event
 from gpudash.tui import messages as msg
 from gpudash.tui.actions import BY_ID, Action

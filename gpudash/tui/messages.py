@@ -25,7 +25,7 @@ class SnapshotsPending(Message):
 class FeedStarted(Message):
     """The data source is running (sampler started, or the recorded session is loaded)."""
 
-    info: Any  # gpudash.tui.feeds.FeedInfo
+    info: Any  # gpudash.runtime.feed.FeedInfo
 
 
 class FeedClosed(Message):
@@ -107,7 +107,7 @@ class KnobsSaved(Message):
 class Propose(Message):
     """A view's change for the app to apply, or to confirm first when it re-launches a server."""
 
-    command: Any  # gpudash.control.Command
+    command: Any  # gpudash.runtime.control.Command
 
 
 @dataclass

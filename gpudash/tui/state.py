@@ -15,8 +15,8 @@ from gpudash.advisor.planner import PlanError, SplitPlan, plan_split
 from gpudash.advisor.rates import RatesUnavailable, budgets_from_samples
 from gpudash.config import ServerSpec
 from gpudash.launcher.logparse import says_no_gpu_offload
-from gpudash.records import GPU_FAULT_KINDS, Event, RequestSample, Snapshot
-from gpudash.shares import ShareWarning, share_warnings
+from gpudash.records import GPU_FAULT_KINDS, Event, RequestSample, ServerState, Snapshot
+from gpudash.launcher.shares import ShareWarning, share_warnings
 from gpudash.telemetry.links import link_status
 
 HISTORY_TICKS = 120  # points kept for the live PCIe plots
@@ -169,9 +169,9 @@ class ViewState:
         snap = self.latest
         return [s.server for s in snap.servers] if snap and snap.servers else list(self.specs)
 
-    def _track_rate(self, server: str, state: str, ts: float, value: float | None) -> None:
+    def _track_rate(self, server: str, state: ServerState, ts: float, value: float | None) -> None:
         window = self._rates.setdefault(server, deque())
-        if state != "ready":  # a stopped or re-launching server has no rate, and its old one is history
+        if state is not ServerState.READY:  # a stopped or re-launching server has no rate, and its old one is history
             window.clear()
             return
         if value is not None:

@@ -8,9 +8,9 @@ import pytest
 
 from gpudash.advisor import checks
 from gpudash.advisor.facts import CpuPlacement, DoctorFacts, LinkLoad
-from gpudash.advisor.llama_build import LlamaBuild
+from gpudash.launcher.llama.build_info import LlamaBuild
 from gpudash.config import ServerSpec
-from gpudash.rig import read_topology
+from gpudash.telemetry.rig import read_topology
 from gpudash.telemetry.topology import TopologyFacts
 
 MIB = 2**20

@@ -84,7 +84,7 @@ def test_plan_without_servers_plans_for_the_demo_model(tmp_path: Path, monkeypat
     demo = next((tmp_path / "cache").rglob("demo-*.gguf"))
     assert r.stdout.splitlines()[1] == f"model: the demo model {demo}"
     data = json.loads(run("plan", "--sim", "h200", "--json").stdout)
-    from gpudash.shares import gpu_bytes, model_shape
+    from gpudash.launcher.shares import gpu_bytes, model_shape
 
     shape = model_shape(demo)  # what llama.cpp puts on the GPUs: every tensor but token_embd, kept on the CPU
     assert data["need_bytes"] == gpu_bytes(shape, shape.layers + 1, 0) < demo.stat().st_size

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpudash.advisor.facts import cpu_placement, parse_cpulist, sim_cpu_placement
-from gpudash.advisor.llama_build import KIND_PTX, KIND_SASS, fatbin_archs, read_llama_build
-from gpudash.rig import read_topology
+from gpudash.launcher.llama.build_info import KIND_PTX, KIND_SASS, fatbin_archs, read_llama_build
+from gpudash.telemetry.rig import read_topology
 
 
 def test_parse_cpulist() -> None:

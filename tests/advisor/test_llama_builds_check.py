@@ -7,8 +7,8 @@ import dataclasses
 
 from gpudash.advisor import checks
 from gpudash.advisor.facts import CpuPlacement, DoctorFacts, ServerLlama
-from gpudash.advisor.llama_build import LlamaBuild
-from gpudash.rig import read_topology
+from gpudash.launcher.llama.build_info import LlamaBuild
+from gpudash.telemetry.rig import read_topology
 
 
 def _facts(servers: tuple[ServerLlama, ...], real: bool) -> DoctorFacts:

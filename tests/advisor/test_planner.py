@@ -6,7 +6,7 @@ import pytest
 
 from gpudash.advisor.planner import GB, GpuBudget, PlanError, plan_split, ts_argument
 from gpudash.advisor.rates import budgets, sim_rates
-from gpudash.rig import read_topology
+from gpudash.telemetry.rig import read_topology
 
 GiB = 2**30
 

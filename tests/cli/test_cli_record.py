@@ -144,7 +144,7 @@ def test_bad_prometheus_address_and_taken_port_are_usage_errors(tmp_path: Path) 
 
 
 def test_no_driver_falls_back_to_the_default_sim_rig_and_says_so(tmp_path: Path) -> None:
-    from gpudash.telemetry.nvml import driver_available
+    from gpudash.gpu.nvml import driver_available
 
     if driver_available() is None:
         pytest.skip("this machine has an NVIDIA driver; the fallback is for machines without one")

@@ -19,7 +19,7 @@ from rich.console import Console
 from gpudash.cli import main
 from gpudash.commands.status import COLUMNS, render
 from gpudash.records import GpuProcessSample, GpuSample, HostSample, Snapshot
-from gpudash.telemetry import nvml
+from gpudash.gpu import nvml
 
 EVERY_COLUMN = [name for names in COLUMNS.values() for name in names]
 
@@ -192,7 +192,7 @@ def test_doctor_reads_the_cards_own_link_through_nvml_and_warns(fake_nvml) -> No
     (4, what card and slot allow together) is a card held back by its slot: a warning, not full speed."""
     from gpudash.advisor.checks import check_link_under_load
     from gpudash.advisor.facts import CpuPlacement, DoctorFacts, LinkLoad
-    from gpudash.rig import read_topology
+    from gpudash.telemetry.rig import read_topology
 
     topo = read_topology("nvml")
     assert [(g.card_gen, g.link_gen_max, g.link_width_max) for g in topo.gpus] == [(5, 4, 8), (4, 4, 8)]

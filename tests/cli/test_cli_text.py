@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpudash import fmt
-from gpudash.cli import Group, main
+from gpudash.cli import main
+from gpudash.commands.groups import Group
 from gpudash.config import Config
 from gpudash.store import Store
 

@@ -15,7 +15,7 @@ from gpudash.engine.autotune import CHUNKS, tune
 from gpudash.cli import main
 from gpudash.commands.bench_engine import _store_tuned
 from gpudash.config import ConfigError
-from gpudash.tuned import save_tuned
+from gpudash.runtime.tuned import save_tuned
 
 
 def test_bench_cli_prints_a_sim_labelled_table_and_records_it(tmp_path: Path) -> None:

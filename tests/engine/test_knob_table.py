@@ -13,7 +13,7 @@ from gpudash.engine.config import KnobValueError, validate_knobs
 from gpudash.engine.knob_header import ABI_HEADER, HEADER, render, render_abi
 from gpudash.engine.transfer import TransferEngine
 from gpudash.config import ConfigError, EngineSettings, parse_knobs, validate
-from gpudash.control import ENGINE_KNOBS
+from gpudash.runtime.control import ENGINE_KNOBS
 
 
 def test_the_checked_in_header_is_the_one_the_table_writes() -> None:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from gpudash.advisor.overlap import LayerShape, compute_time_s
 from gpudash.cli import main
-from gpudash.telemetry import nvml
+from gpudash.gpu import nvml
 
 pytestmark = pytest.mark.gpu
 

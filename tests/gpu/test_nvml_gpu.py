@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from gpudash.telemetry import nvml
-from gpudash.rig import read_topology
+from gpudash.gpu import nvml
+from gpudash.telemetry.nvml import NvmlSource
+from gpudash.telemetry.rig import read_topology
 
 pytestmark = pytest.mark.gpu
 MiB = 2**20
@@ -35,12 +36,12 @@ def smi() -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def source():
     assert nvml.driver_available() is None
-    src = nvml.NvmlSource()
+    src = NvmlSource()
     yield src
     src.close()
 
 
-def test_static_fields_match_nvidia_smi(source: nvml.NvmlSource) -> None:
+def test_static_fields_match_nvidia_smi(source: NvmlSource) -> None:
     rows = smi()
     gpus = source.poll()["gpus"]
     assert len(gpus) == len(rows) >= 1
@@ -53,7 +54,7 @@ def test_static_fields_match_nvidia_smi(source: nvml.NvmlSource) -> None:
         assert g.bar1_total and g.bar1_total > 0
 
 
-def test_dynamic_fields_within_tolerance(source: nvml.NvmlSource) -> None:
+def test_dynamic_fields_within_tolerance(source: NvmlSource) -> None:
     """Idle GPUs retrain their link and move their power between reads, so nvidia-smi is asked just
     before and just after the sweep and our value must match one of them (within tolerance)."""
     before = smi()
@@ -69,7 +70,7 @@ def test_dynamic_fields_within_tolerance(source: nvml.NvmlSource) -> None:
         assert 0 <= g.util_pct <= 100 and g.sm_clock_mhz > 0
 
 
-def test_sweep_cost_is_printed(source: nvml.NvmlSource) -> None:
+def test_sweep_cost_is_printed(source: NvmlSource) -> None:
     times = []
     for _ in range(50):
         t0 = time.perf_counter()
@@ -81,7 +82,7 @@ def test_sweep_cost_is_printed(source: nvml.NvmlSource) -> None:
           f"poller interval {source.counters.interval_s * 1e3:.1f} ms")
 
 
-def test_topology_facts(source: nvml.NvmlSource) -> None:
+def test_topology_facts(source: NvmlSource) -> None:
     facts = read_topology("nvml")
     n = len(facts.gpus)
     assert n == len(source.devices) and not facts.is_sim
@@ -92,7 +93,7 @@ def test_topology_facts(source: nvml.NvmlSource) -> None:
     print(f"\np2p {facts.p2p} nvlink {facts.nvlink} numa {[g.numa_node for g in facts.gpus]}")
 
 
-def test_pcie_counter_calibration_and_live_rate(source: nvml.NvmlSource) -> None:
+def test_pcie_counter_calibration_and_live_rate(source: NvmlSource) -> None:
     cupy = pytest.importorskip("cupy", reason="the PCIe calibration copies with CuPy (cupy-cuda13x on the H200)")
     from gpudash.telemetry.pcie_calibration import calibrate
 
@@ -105,7 +106,7 @@ def test_pcie_counter_calibration_and_live_rate(source: nvml.NvmlSource) -> None
     assert cal.trusted, "counter deltas are not within 1.0-1.35x of the payload: the unit is not bytes"
 
     # The live source, told the measured overhead, reports the payload rate of a sustained H2D copy.
-    live = nvml.NvmlSource(wire_overhead={0: cal.wire_overhead})
+    live = NvmlSource(wire_overhead={0: cal.wire_overhead})
     stop = threading.Event()
     moved = [0, 0.0]
 
@@ -138,10 +139,10 @@ def test_pcie_counter_calibration_and_live_rate(source: nvml.NvmlSource) -> None
     assert abs(rx - copied) / copied < 0.15
 
 
-def test_xid_events_are_watched_where_the_driver_allows(source: nvml.NvmlSource) -> None:
+def test_xid_events_are_watched_where_the_driver_allows(source: NvmlSource) -> None:
     """The real driver either registers each GPU for Xid events (and an empty set drains in one cheap
     call, no fault being queued on a healthy box) or says in one note why not."""
-    from gpudash.telemetry.xid import XidWatcher
+    from gpudash.gpu.xid import XidWatcher
 
     watcher = XidWatcher({d.index: d.handle for d in source.devices})  # the source's own notes are taken by its polls
     notes = watcher.take_notes()

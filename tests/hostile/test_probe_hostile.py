@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from gpudash.config import ProbeConfig
-from gpudash.launcher.probe import ProbeRunner, model_id, probe_request, run_probe
-from gpudash.launcher.probe_http import Cutoff, ProbeFailure
+from gpudash.launcher.probe.runner import ProbeRunner, model_id, probe_request, run_probe
+from gpudash.launcher.probe.client import Cutoff, ProbeFailure
 from gpudash.telemetry.inbox import Inbox
 from hostile_helpers import gpudash
 from hostile_server import CHAT_MODES, WRONG_MODELS, HostileServer

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.control import Controller, SetEngineKnobs
+from gpudash.runtime.control import Controller, SetEngineKnobs
 from gpudash.preload import shm as P
 from gpudash.preload.knobs import PreloadKnobs
 from gpudash.telemetry.inbox import Inbox

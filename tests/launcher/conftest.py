@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "vllm_double.py"
 # Prompt processing of this model takes tens of ms for ~800 tokens on one CPU core: hits vs misses show.

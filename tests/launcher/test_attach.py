@@ -20,11 +20,13 @@ import psutil
 import pytest
 
 from gpudash.config import ConfigError, ServerSpec, validate
-from gpudash.control import Controller, ServerAction, SetShare, SetSplit
-from gpudash.launcher.attach import NOT_A_SERVER, UNREACHABLE
+from gpudash.runtime.control import Controller, ServerAction, SetShare, SetSplit
+from gpudash.records import ServerState
+
+NOT_A_SERVER, UNREACHABLE = ServerState.NOT_A_SERVER, ServerState.UNREACHABLE
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.health import free_port, wait_healthy
-from gpudash.launcher.metrics import SCRAPE_DEADLINE_S, ServerSource
+from gpudash.telemetry.servers import SCRAPE_DEADLINE_S, ServerSource
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.records import ServerSample
 
@@ -242,7 +244,7 @@ def test_bad_urls_say_what_they_are_back_off_and_hold_nothing(other_programs, ev
                                                          "refused": UNREACHABLE, "silent": UNREACHABLE}
         for s in got.values():
             assert s.error is not None and "\n" not in s.error and "Traceback" not in s.error
-            assert s.error.startswith(s.state)
+            assert s.error.startswith("unreachable" if s.state is UNREACHABLE else "not a llama-server/vLLM")
         assert "Connection refused" in got["refused"].error or "refused" in got["refused"].error.lower()
         assert any(e.startswith("metrics: not a llama-server/vLLM") for e in out["errors"])
         again = {s.server: s for s in source.poll()["servers"]}

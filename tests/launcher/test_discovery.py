@@ -12,7 +12,7 @@ import pytest
 from gpudash.config import ConfigError, load_config, save_server
 from gpudash.launcher.discovery import find_servers, found_lines, process_at, server_process
 from gpudash.launcher.kinds import KINDS
-from gpudash.launcher.stack import LaunchStack
+from gpudash.runtime.stack import LaunchStack
 from gpudash.telemetry.inbox import Inbox
 from test_attach import llama_outside  # noqa: F401 - the fixture: a llama-server started outside gpudash
 
@@ -97,8 +97,8 @@ def test_no_config_on_a_busy_box_attaches_instead_of_the_demo(llama_outside, tmp
 
 @pytest.mark.llama
 def test_a_found_server_shows_as_a_row_and_one_command_attaches_it(llama_outside, events, tmp_path) -> None:  # noqa: F811
-    from gpudash.control import AttachServer, Controller
-    from gpudash.launcher.metrics import ServerSource
+    from gpudash.runtime.control import AttachServer, Controller
+    from gpudash.telemetry.servers import ServerSource
     from gpudash.launcher.supervisor import Supervisor
     from test_attach import read_until
 

@@ -11,18 +11,16 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import ConfigError, ServerSpec, validate
-from gpudash.launcher.kinds import KINDS, kind_of, kind_running
-from gpudash.launcher.metrics import ServerSource
-from toy_kind import Toy, ToySpec
+from gpudash.launcher.kinds import kind_of, kind_running
+from gpudash.telemetry.servers import ServerSource
+from toy_kind import Toy, ToySpec, register
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch) -> Toy:
-    kind = Toy()
-    monkeypatch.setitem(KINDS, kind.name, kind)  # the one registry line
-    return kind
+    return register(monkeypatch)  # the registry lines
 
 
 def test_a_config_names_the_new_kind_and_its_own_fields(toy: Toy) -> None:

@@ -7,9 +7,9 @@ import statistics
 import pytest
 
 from gpudash.config import ProbeConfig, ServerSpec
-from gpudash.launcher.correlation import summarize, ttft_hit_correlation
-from gpudash.launcher.metrics import ServerSource
-from gpudash.launcher.probe import ProbeRunner, run_probe
+from gpudash.launcher.probe.correlation import summarize, ttft_hit_correlation
+from gpudash.telemetry.servers import ServerSource
+from gpudash.launcher.probe.runner import ProbeRunner, run_probe
 
 pytestmark = pytest.mark.llama
 

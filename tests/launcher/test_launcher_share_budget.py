@@ -8,7 +8,7 @@ from launcher_helpers import Events
 
 from gpudash.config import ServerSpec
 from gpudash.launcher.kinds.llama_cpp import budget_spec
-from gpudash.shares import model_shape
+from gpudash.launcher.shares import model_shape
 
 pytestmark = pytest.mark.llama
 GiB = 1 << 30

@@ -8,8 +8,8 @@ import pytest
 from launcher_helpers import assert_gone
 
 from gpudash.config import Config, ProbeConfig, ServerSpec
-from gpudash.launcher.demo import DEMO_NAME, default_servers
-from gpudash.launcher.stack import LaunchStack
+from gpudash.runtime.demo import DEMO_NAME, default_servers
+from gpudash.runtime.stack import LaunchStack
 
 
 def test_demo_servers_cache_their_model(tmp_path) -> None:

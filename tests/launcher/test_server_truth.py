@@ -14,12 +14,12 @@ import httpx
 import pytest
 
 from gpudash.config import ProbeConfig, ServerSpec
-from gpudash.launcher.correlation import summarize
+from gpudash.launcher.probe.correlation import summarize
 from gpudash.launcher.counters import Prev, acceptance, parse_metrics, printed_step, quantiles
 from gpudash.launcher.kinds import KINDS
 from gpudash.launcher.kinds.vllm import vllm_fields
-from gpudash.launcher.metrics import ServerSource
-from gpudash.launcher.probe import ProbeRunner
+from gpudash.telemetry.servers import ServerSource
+from gpudash.launcher.probe.runner import ProbeRunner
 from gpudash.records import ServerSample
 from gpudash.telemetry.inbox import Inbox
 from launcher_helpers import OneServer

@@ -1,5 +1,6 @@
 """A third server kind, whole in this one file: what a new kind needs to be launched, scraped, recorded
-and shown. The test registers it with one line (`KINDS[Toy.name] = Toy()`); nothing else changes."""
+and shown. A test registers it with `register(monkeypatch)`: one line for its fields (SPEC_CLASSES) and one
+for the kind (KINDS); nothing else changes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from gpudash.launcher.kinds.spec import ServerSpec
+import pytest
+
+from gpudash.config import SPEC_CLASSES, ServerSpec
 from gpudash.launcher.counters import Prev, rate
+from gpudash.launcher.kinds import KINDS
 from gpudash.launcher.kinds.base import Option, ServerKind
 
 TOY_SERVER = Path(__file__).resolve().parents[1] / "doubles" / "toy_server.py"
@@ -55,3 +59,11 @@ class Toy(ServerKind):
 
     def matches(self, cmdline: Sequence[str]) -> bool:
         return any(w.endswith("toy_server.py") for w in cmdline[:2])
+
+
+def register(monkeypatch: pytest.MonkeyPatch) -> Toy:
+    """The toy in both registries for one test: its fields (config) and its kind (launcher)."""
+    kind = Toy()
+    monkeypatch.setitem(SPEC_CLASSES, kind.name, ToySpec)
+    monkeypatch.setitem(KINDS, kind.name, kind)
+    return kind

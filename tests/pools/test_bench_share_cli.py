@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
-from gpudash.telemetry.nvml import driver_available
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
+from gpudash.gpu.nvml import driver_available
 
 REPO = Path(__file__).resolve().parents[2]
 

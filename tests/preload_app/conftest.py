@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpudash.preload import shm as P
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 from preload_helpers import ProcessSide, remove_blocks
 
 DATA = Path(__file__).resolve().parent / "data"

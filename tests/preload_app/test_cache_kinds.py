@@ -18,10 +18,10 @@ import pytest
 from gpudash.advisor import checks
 from gpudash.advisor.facts import CpuPlacement, DoctorFacts
 from gpudash.config import ServerSpec
-from gpudash.launcher import cache_kinds
+from gpudash.launcher.probe import cache_kinds
 from gpudash.launcher.logparse import LogFacts, parse_line
 from gpudash.records import Event, RequestSample
-from gpudash.rig import read_topology
+from gpudash.telemetry.rig import read_topology
 
 RESTORE = "srv          load:  - found better prompt with f_keep = 1.000, sim = 0.998"
 SAVE = "0.03.547.410 I srv   prompt_save:  - saving prompt with length 2405, total state size = 1.202 MiB (draft: 0.000 MiB)"

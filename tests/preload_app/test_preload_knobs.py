@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from gpudash.preload import shm as P
-from gpudash.control import Controller, SetEngineKnobs
+from gpudash.runtime.control import Controller, SetEngineKnobs
 from gpudash.preload.knobs import PreloadKnobs
 from gpudash.telemetry.inbox import Inbox
 from preload_helpers import wait_for_block

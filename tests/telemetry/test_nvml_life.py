@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from gpudash.telemetry import nvml
+from gpudash.gpu import device, nvml
 
 
 def _missing(*_: object) -> None:
@@ -60,8 +60,8 @@ def test_an_older_driver_is_asked_through_the_newest_variant_it_has(fresh, monke
 
     # The process list reads through it: the server's memory shows although the v3 symbol is missing.
     monkeypatch.setattr(pynvml, "nvmlDeviceGetProcessUtilization", _unsupported)
-    dev = nvml.Device.__new__(nvml.Device)  # no GPU here: only the handle-free readers are exercised
-    dev.index, dev.handle, dev._sm_since, dev._sm_read_at, dev._sm_last = 0, "h", 0, -nvml.PROCESS_SM_EVERY_S, {}
+    dev = device.Device.__new__(device.Device)  # no GPU here: only the handle-free readers are exercised
+    dev.index, dev.handle, dev._sm_since, dev._sm_read_at, dev._sm_last = 0, "h", 0, -device.PROCESS_SM_EVERY_S, {}
     (p,) = dev.processes(1.0, {4242: "tiny"})
     assert (p.pid, p.used_bytes, p.server) == (4242, 2**30, "tiny")
 
@@ -69,7 +69,7 @@ def test_an_older_driver_is_asked_through_the_newest_variant_it_has(fresh, monke
 def test_shutdown_waits_for_the_calls_in_flight_then_runs_once(fresh, monkeypatch) -> None:
     order: list[str] = []
     monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: order.append("nvmlShutdown"))
-    assert nvml._init() is None and fresh == [nvml.shutdown]  # registered at exit by the first init
+    assert nvml.init() is None and fresh == [nvml.shutdown]  # registered at exit by the first init
 
     entered, release = threading.Event(), threading.Event()
 
@@ -101,7 +101,7 @@ def test_shutdown_waits_for_the_calls_in_flight_then_runs_once(fresh, monkeypatc
 def test_a_query_that_hangs_is_not_shut_down_under(fresh, monkeypatch) -> None:
     shut: list[int] = []
     monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: shut.append(1))
-    assert nvml._init() is None
+    assert nvml.init() is None
     entered, release = threading.Event(), threading.Event()
     hung = threading.Thread(target=nvml.call, args=(lambda: (entered.set(), release.wait(5)),))
     hung.start()
@@ -117,7 +117,7 @@ def test_without_a_driver_shutdown_has_nothing_to_do(fresh, monkeypatch) -> None
     shut: list[int] = []
     monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: shut.append(1))
     monkeypatch.setattr(pynvml, "nvmlInit", lambda: _raise(pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)))
-    assert nvml._init() == "the NVIDIA kernel driver is not loaded" and fresh == []
+    assert nvml.init() == "the NVIDIA kernel driver is not loaded" and fresh == []
     nvml.shutdown()
     assert shut == []
 
@@ -129,7 +129,7 @@ def _raise(err: Exception) -> None:
 def test_the_xid_watcher_s_calls_count_in_flight_too(fresh, monkeypatch) -> None:
     """The event set's calls need NVML's exceptions, so they go through nvml.in_flight rather than call():
     shutdown waits for a wait in progress, and after it the watcher calls NVML no more."""
-    from gpudash.telemetry.xid import WATCHED, XidWatcher
+    from gpudash.gpu.xid import WATCHED, XidWatcher
 
     order: list[str] = []
     entered, release = threading.Event(), threading.Event()
@@ -145,7 +145,7 @@ def test_the_xid_watcher_s_calls_count_in_flight_too(fresh, monkeypatch) -> None
                      ("nvmlEventSetFree", lambda s: order.append("freed")),
                      ("nvmlShutdown", lambda: order.append("nvmlShutdown"))):
         monkeypatch.setattr(pynvml, name, fn)
-    assert nvml._init() is None
+    assert nvml.init() is None
     watcher = XidWatcher({0: "h"}, guard=nvml.in_flight)
     assert watcher.watching == {0: sum(WATCHED) & 0xFFFF}
     poll = threading.Thread(target=watcher.poll, args=(1.0,))

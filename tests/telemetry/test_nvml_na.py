@@ -5,8 +5,9 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from gpudash.telemetry import nvml
-from gpudash.rig import read_topology
+from gpudash.gpu import device, nvml
+from gpudash.telemetry.nvml import NvmlSource
+from gpudash.telemetry.rig import read_topology
 
 
 def test_unsupported_fields_become_na_then_none() -> None:
@@ -29,7 +30,7 @@ def test_no_driver_is_reported_not_raised() -> None:
     assert isinstance(reason, str) and reason
     assert nvml.device_count() == 0
     with pytest.raises(RuntimeError, match="NVML unavailable"):
-        nvml.NvmlSource()
+        NvmlSource()
     with pytest.raises(RuntimeError, match="cannot read the GPU topology"):
         read_topology("nvml")
 
@@ -50,11 +51,11 @@ def test_process_sm_is_read_every_few_seconds_as_a_mean_of_the_samples(monkeypat
 
     clock = [100.0]
     monkeypatch.setattr(pynvml, "nvmlDeviceGetProcessUtilization", utilization)
-    monkeypatch.setattr(nvml.time, "monotonic", lambda: clock[0])
-    dev = nvml.Device.__new__(nvml.Device)  # no GPU here: only the handle-free reader is exercised
-    dev.handle, dev._sm_since, dev._sm_read_at, dev._sm_last = None, 0, -nvml.PROCESS_SM_EVERY_S, {}
+    monkeypatch.setattr(device.time, "monotonic", lambda: clock[0])
+    dev = device.Device.__new__(device.Device)  # no GPU here: only the handle-free reader is exercised
+    dev.handle, dev._sm_since, dev._sm_read_at, dev._sm_last = None, 0, -device.PROCESS_SM_EVERY_S, {}
     assert dev._process_sm() == {7: 30.0, 9: 5.0}
-    clock[0] += nvml.PROCESS_SM_EVERY_S / 2
+    clock[0] += device.PROCESS_SM_EVERY_S / 2
     assert dev._process_sm() == {7: 30.0, 9: 5.0} and reads == [0]  # not read again yet
-    clock[0] += nvml.PROCESS_SM_EVERY_S
+    clock[0] += device.PROCESS_SM_EVERY_S
     assert dev._process_sm() == {9: 50.0} and reads == [0, 20]  # only samples newer than the last seen

@@ -16,7 +16,7 @@ from gpudash.telemetry.host import HostSource
 from gpudash.telemetry.inbox import Inbox
 from gpudash.telemetry.sampler import Sampler
 from gpudash.telemetry.sim import SimRigSource
-from gpudash.rig import read_topology
+from gpudash.telemetry.rig import read_topology
 
 MiB = 2**20
 MIXED = "rtx5080+rtx3090"

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from gpudash.engine.profiles import PROFILES
-from gpudash.rig import read_topology
+from gpudash.telemetry.rig import read_topology
 from gpudash.telemetry.topology import GpuFacts, TopologyFacts
 
 GiB = 2**30

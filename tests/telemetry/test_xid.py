@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from gpudash.telemetry import xid
+from gpudash.gpu import xid
 
 
 class FakeEventSet:

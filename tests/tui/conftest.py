@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.tui.feeds import LiveFeed
+from gpudash.runtime.feed import LiveFeed
 from tui_helpers import live_config
 
 os.environ["TZ"] = "UTC"

@@ -9,7 +9,7 @@ from gpudash.engine.profiles import get_profile
 from gpudash.config import ServerSpec
 from gpudash.records import (EnginePathSample, Event, GpuProcessSample, GpuSample, HostSample, PoolSample,
                              PoolShardSample, RequestSample, ServerSample, Snapshot)
-from gpudash.tui.feeds import FeedInfo
+from gpudash.runtime.feed import FeedInfo
 
 T0 = 1_800_000_000.0
 # pids no process can have (Linux's pid_max is at most 2**22): the Processes tab's user/command look-up

@@ -12,7 +12,7 @@ from textual.widgets import Input, Static
 from tui_helpers import wait_for
 
 from gpudash.config import ServerSpec
-from gpudash.control import Controller, ServerAction, SetShare, SetSplit
+from gpudash.runtime.control import Controller, ServerAction, SetShare, SetSplit
 from gpudash.telemetry.inbox import Inbox
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.screens.dialogs import ChoiceScreen

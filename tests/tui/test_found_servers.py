@@ -11,7 +11,7 @@ import pytest
 from fixtures import FixedFeed, sim_snapshot
 from tui_helpers import wait_for
 
-from gpudash.control import Controller
+from gpudash.runtime.control import Controller
 from gpudash.records import ServerSample
 from gpudash.telemetry.inbox import Inbox
 from gpudash.tui.app import GpudashApp

@@ -10,7 +10,7 @@ from tui_helpers import wait_for
 
 from gpudash.config import Config
 from gpudash.tui.app import GpudashApp
-from gpudash.tui.feeds import LiveFeed
+from gpudash.runtime.feed import LiveFeed
 from gpudash.tui.widgets.overview import GpuCard
 
 pytestmark = [pytest.mark.gpu, pytest.mark.anyio]

@@ -177,12 +177,12 @@ async def test_pool_shard_resize_and_refusal(live_feed) -> None:
         assert (first.pool, first.shard, first.capacity) == ("sim-host", "kv", 32 * 2**20)  # half of 64 MiB
         await pilot.press("m", "ctrl+a", "ctrl+k", *"24MiB", "enter")
         await wait_for(pilot, lambda: ("pool.shard_size", True) in kinds(app), what="the resize event")
-        assert live_feed.session.pools[first.pool].shard_stats(first.shard).capacity == 24 * 2**20
+        assert live_feed.run.session.pools[first.pool].shard_stats(first.shard).capacity == 24 * 2**20
         await pilot.press("m", "ctrl+a", "ctrl+k", *"1GiB", "enter")  # more than the slab holds: the form says so
         assert isinstance(app.screen, ShardForm)
         assert "at most 48MiB" in str(app.screen.query_one("#form-errors", Static).content)
         await pilot.press("escape")
-        assert live_feed.session.pools[first.pool].shard_stats(first.shard).capacity == 24 * 2**20
+        assert live_feed.run.session.pools[first.pool].shard_stats(first.shard).capacity == 24 * 2**20
         # 64 MiB: kv shrank from 32 to 24 MiB, staging keeps 16 MiB, so 24 MiB is left to grow into
         line = "sim-host: slab 64.0 MiB · 2 shards · 24.0 MiB unassigned"
         await wait_for(pilot, lambda: line in slabs_text(app), what="the pool's slab line")
@@ -305,7 +305,7 @@ async def test_quit_during_start_up_leaves_nothing_running(live_feed) -> None:
     await asyncio.sleep(0.5)
     children = [p for p in psutil.Process().children(recursive=True) if "llama-server" in p.name()]
     assert not [p for p in children if p.status() != psutil.STATUS_ZOMBIE]
-    assert live_feed.stack is None and live_feed.session is None
+    assert live_feed.run is None
 
 
 async def test_leaving_the_app_waits_for_a_quit_that_is_still_closing_the_feed() -> None:

@@ -10,7 +10,7 @@ from tui_helpers import live_config, wait_for
 from textual.widgets import Static
 
 from gpudash.tui.app import GpudashApp
-from gpudash.tui.feeds import LiveFeed
+from gpudash.runtime.feed import LiveFeed
 from gpudash.tui.screens.dialogs import ChoiceScreen
 
 pytestmark = pytest.mark.anyio

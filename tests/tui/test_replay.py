@@ -18,7 +18,7 @@ from gpudash.config import Config
 from gpudash.records import Event
 from gpudash.store import Store, StoreWriter
 from gpudash.tui.app import GpudashApp
-from gpudash.tui.feeds import ReplayFeed
+from gpudash.runtime.replay import ReplayFeed
 from gpudash.tui.screens.forms import KnobForm
 
 TICKS = 40

@@ -34,7 +34,7 @@ def test_split_balance_targets_against_held_memory() -> None:
 
 
 def test_core_and_commands_do_not_import_textual() -> None:
-    code = ("import sys, gpudash.control, gpudash.tui.feeds, gpudash.tui.state, gpudash.commands.launch, "
+    code = ("import sys, gpudash.runtime.control, gpudash.runtime.feed, gpudash.tui.state, gpudash.commands.launch, "
             "gpudash.commands.replay; assert 'textual' not in sys.modules, 'textual imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -77,7 +77,7 @@ def test_low_free_at_start_warning_stays_until_that_server_starts_again() -> Non
 
 def test_live_feed_lists_its_pools_and_the_engines_each_once(tmp_path) -> None:
     from gpudash.config import Config
-    from gpudash.session import Session
+    from gpudash.runtime.session import Session
 
     class Engine:  # what the session reads of the engine here: its own pools by name
         def pools(self) -> dict[str, str]:

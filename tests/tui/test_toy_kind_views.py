@@ -13,20 +13,19 @@ from fixtures import FixedFeed, sim_snapshot
 from tui_helpers import wait_for
 
 from gpudash.config import ServerSpec
-from gpudash.launcher.kinds import KINDS
 from gpudash.records import ServerSample
 from gpudash.tui.actions import VIEWS
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.widgets.fitted import FittedTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher"))  # toy_kind.py lives beside its test
-from toy_kind import Toy  # noqa: E402
+from toy_kind import register  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_the_toy_kind_shows_in_every_view(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(KINDS, Toy.name, Toy())  # the one registry line
+    register(monkeypatch)  # the registry lines
     spec = ServerSpec(name="toy1", kind="toy", speed=50, gpus=[0])
     toy = ServerSample(ts=0.0, server="toy1", kind="toy", state="ready", pid=777, port=9999, tokens_per_s=50.0,
                        uptime_s=3.0)

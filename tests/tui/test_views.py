@@ -105,7 +105,7 @@ async def test_processes_show_user_and_command_and_signal_one_the_user_owns(tmp_
     import subprocess
     import sys
 
-    from gpudash.control import Controller
+    from gpudash.runtime.control import Controller
     from gpudash.records import GpuProcessSample
     from gpudash.telemetry.inbox import Inbox
     from gpudash.tui.screens.dialogs import ChoiceScreen
@@ -198,7 +198,7 @@ async def test_a_pid_that_goes_and_comes_back_is_looked_up_again(monkeypatch) ->
 async def test_latency_tab_says_when_restores_lose_to_recompute() -> None:
     """Probe requests and restore events as the supervisor records them: the Latency tab's prompt-cache block
     names the server whose host-cache restores are slower than recomputing, with both medians."""
-    from gpudash.launcher.cache_kinds import RESTORE_EVENT
+    from gpudash.launcher.probe.cache_kinds import RESTORE_EVENT
     from gpudash.records import Event, RequestSample
 
     snap = sim_snapshot(tick=0)
@@ -267,7 +267,7 @@ async def test_history_says_interrupted_for_a_session_whose_writer_died(tmp_path
 
     from gpudash.config import Config
     from gpudash.store import Store
-    from gpudash.tui.feeds import FeedInfo
+    from gpudash.runtime.feed import FeedInfo
 
     db = tmp_path / "h.db"
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -303,7 +303,7 @@ def test_a_signal_to_a_supervised_server_or_a_gone_process_is_refused() -> None:
 
     import psutil
 
-    from gpudash.control import Controller, SignalProcess
+    from gpudash.runtime.control import Controller, SignalProcess
 
     class Supervisor:
         def pids(self) -> dict[int, str]:

@@ -1,19 +1,20 @@
 """Server kinds: one module each behind ServerKind (base.py), and the registry that names them.
 
-A new kind is one module (copy vllm.py's shape: a spec model and a ServerKind) and one line in KINDS.
+A new kind is its fields (a ServerSpec subclass under gpudash/config/, one line in SPEC_CLASSES there) and
+one module here (copy vllm.py's shape: a ServerKind whose spec_class is those fields), one line in KINDS.
 Everything else reaches a kind through `kind_of(spec)` or `kind_named(name)`.
 """
 
 from __future__ import annotations
 
+from gpudash.config import ServerSpec
 from gpudash.launcher.kinds.base import ServerKind
 from gpudash.launcher.kinds.llama_cpp import LlamaCpp
-from gpudash.launcher.kinds.spec import KINDS, ServerSpec
 from gpudash.launcher.kinds.vllm import Vllm
 
-KINDS.update({k.name: k for k in (LlamaCpp(), Vllm())})
+KINDS: dict[str, ServerKind] = {k.name: k for k in (LlamaCpp(), Vllm())}
 
-__all__ = ["KINDS", "ServerKind", "ServerSpec", "kind_named", "kind_of", "kind_recognising", "kind_running"]
+__all__ = ["KINDS", "ServerKind", "kind_named", "kind_of", "kind_recognising", "kind_running"]
 
 
 def kind_named(name: str) -> ServerKind:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gpudash.launcher.kinds.spec import ServerSpec
+from gpudash.config import ServerSpec
 from gpudash.launcher.counters import Prev, parse_metrics
 from gpudash.launcher.scrape_http import ScrapeError
 

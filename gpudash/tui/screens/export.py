@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Label, Static
 
-from gpudash.store.export import FORMATS
+from gpudash.runtime.history import EXPORT_FORMATS as FORMATS
 from gpudash.tui.screens.forms import FormScreen, FuncValidator
 
 

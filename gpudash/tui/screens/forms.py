@@ -15,8 +15,8 @@ from textual.widgets import Checkbox, Input, Label, Static
 
 from gpudash.engine.config import KNOB, KNOB_TABLE
 from gpudash.config import ServerSpec, parse_knobs, parse_size
-from gpudash.control import Command, SetEngineKnobs, SetShardSize, SetShare, SetSplit
-from gpudash.shares import parse_share
+from gpudash.runtime.control import Command, SetEngineKnobs, SetShardSize, SetShare, SetSplit
+from gpudash.launcher.shares import parse_share
 from gpudash import fmt
 
 # The live knobs of the knob table: numbers as inputs, switches as checkboxes.

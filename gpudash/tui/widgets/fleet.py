@@ -24,6 +24,7 @@ from textual_plotext import PlotextPlot
 from gpudash import fmt
 from gpudash.fleet.boxes import DOWN, NO_GPUDASH, STALE, Fleet, FleetBox
 from gpudash.fleet.cells import COLUMNS, SERVER_COLUMNS, box_cells, server_cells
+from gpudash.runtime.fleet import FleetReader, PrometheusError
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.fitted import FittedTable, fit_columns
@@ -90,8 +91,8 @@ class FleetView(DashView, KeepsSelection):
 
     def __init__(self, *children: Any, id: str | None = None) -> None:
         super().__init__(*children, id=id)
-        self._client: Any = None
-        self._client_lock = threading.Lock()
+        self._reader: FleetReader | None = None
+        self._reader_lock = threading.Lock()
         self._head: Text | None = None
         self._note = ""
         self.top = 0  # the first box on the page shown
@@ -110,28 +111,22 @@ class FleetView(DashView, KeepsSelection):
             self._polling = True
             self._poll()
 
-    def client(self) -> Any:
-        """The Prometheus client, made on first use (in a worker thread) and kept."""
-        with self._client_lock:
-            if self._client is None:
-                from gpudash.fleet.client import PrometheusClient
-
-                settings = fleet_settings(self.app)
-                self._client = PrometheusClient(settings.prometheus, settings.timeout_s)
-            return self._client
+    def reader(self) -> FleetReader:
+        """The fleet's reader, made on first use and kept (its client is made in a worker thread)."""
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = FleetReader(fleet_settings(self.app))
+            return self._reader
 
     def _poll(self) -> None:
         if not self.on_screen:
             self._polling = False  # starts again when the tab is shown
             return
-        job = fleet_settings(self.app).job
-        self.run_in_thread(lambda: self._read(job), "fleet.read", "fleet")
+        self.run_in_thread(self._read, "fleet.read", "fleet")
 
-    def _read(self, job: str | None) -> None:
-        from gpudash.fleet.boxes import PrometheusError, read_fleet
-
+    def _read(self) -> None:
         try:
-            self.post_message(msg.FleetRead(read_fleet(self.client(), job, detail=False), None))
+            self.post_message(msg.FleetRead(self.reader().boxes(), None))
         except PrometheusError as err:
             self.post_message(msg.FleetRead(None, str(err)))
 
@@ -152,8 +147,8 @@ class FleetView(DashView, KeepsSelection):
         self.set_timer(fleet_settings(self.app).refresh_s, self._poll)
 
     def on_unmount(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        if self._reader is not None:
+            self._reader.close()
 
     def _title(self, head: Text) -> None:
         if head != self._head:  # an unchanged title is not laid out again
@@ -289,13 +284,9 @@ class BoxScreen(Screen[None]):
         instance = self.box.instance
 
         def read() -> None:
-            from gpudash.fleet.boxes import PrometheusError, read_box_history, read_fleet
-
-            client = self.view.client()
             try:
-                boxes = read_fleet(client, instance=instance).boxes  # its servers with TTFT, hit rate, KV
-                self.post_message(msg.BoxHistory(instance, read_box_history(client, instance), None,
-                                                 boxes[0] if boxes else None))
+                series, box = self.view.reader().box(instance)  # its servers with TTFT, hit rate, KV
+                self.post_message(msg.BoxHistory(instance, series, None, box))
             except PrometheusError as err:
                 self.post_message(msg.BoxHistory(instance, None, str(err), None))
 

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from gpudash import fmt
 from gpudash.labels import is_sim_label
+from gpudash.runtime.history import ExportError, StoreError, export_recorded, recorded_sessions
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.tables import TableView
@@ -71,13 +72,7 @@ class HistoryView(TableView):
             return
 
         def load() -> None:
-            from gpudash.store import Store
-
-            store = Store.open(db, writing=False)
-            try:
-                self.post_message(msg.SessionsLoaded(store.sessions()))
-            finally:
-                store.close()
+            self.post_message(msg.SessionsLoaded(recorded_sessions(db)))
 
         self.run_in_thread(load, "history.load", "store")
 
@@ -114,18 +109,12 @@ class HistoryView(TableView):
         db = self._db_path()
 
         def export() -> None:
-            from gpudash.store import Store
-            from gpudash.store.export import ExportError, export_session
-
-            store = Store.open(db, writing=False)
             try:
-                done = export_session(store, request.session, request.fmt, request.folder)
+                _, done = export_recorded(db, request.session, request.fmt, request.folder)
                 self.post_message(msg.Exported(True, f"exported session {request.session}: {len(done)} "
                                                      f"{request.fmt} files to {request.folder}"))
-            except ExportError as err:
+            except (ExportError, StoreError) as err:
                 self.post_message(msg.Exported(False, str(err)))
-            finally:
-                store.close()
 
         self.run_in_thread(export, "history.export", "store")
 

@@ -9,7 +9,7 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from gpudash.launcher import cache_kinds
+from gpudash.launcher.probe import cache_kinds
 from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.view import DashView
 
@@ -19,7 +19,7 @@ SHOWN = 300  # most recent probe requests plotted
 def summary_text(requests: list) -> str:
     """TTFT median/p90 (overall, cache hits, misses), the hit rate and the TTFT-hit correlation, as
     `gpudash probe` reports them (the numbers come from the core's summarize, not from here)."""
-    from gpudash.launcher.correlation import summarize
+    from gpudash.launcher.probe.correlation import summarize
 
     s = summarize(requests)
 

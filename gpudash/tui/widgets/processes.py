@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from gpudash import fmt
-from gpudash.control import ServerAction, SignalProcess
+from gpudash.runtime.control import ServerAction, SignalProcess
 from gpudash.records import Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.procinfo import ProcInfo, lookup

@@ -12,9 +12,9 @@ from textual.widgets import Log, Static
 
 from gpudash.advisor.planner import SplitPlan
 from gpudash.config import ServerSpec
-from gpudash.control import AttachServer, ServerAction, SetSplit
+from gpudash.runtime.control import AttachServer, ServerAction, SetSplit
 from gpudash.launcher.logparse import says_no_gpu_offload
-from gpudash.records import ServerSample
+from gpudash.records import ServerSample, ServerState
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers, ts_ratios
 from gpudash.tui.widgets.fitted import FittedTable, NamesHiddenColumns, hidden_columns_line
@@ -25,6 +25,9 @@ from gpudash import fmt
 LOG_POLL_S = 1.0
 
 
+STATE_STYLE = {ServerState.READY: "green", ServerState.CRASHED: "bold red", ServerState.BACKOFF: "yellow",
+               ServerState.SLEEPING: "cyan", ServerState.RELAUNCHING: "bold magenta",
+               ServerState.UNREACHABLE: "bold red", ServerState.NOT_A_SERVER: "bold red"}
 GPU_ACTIONS = ("edit_split", "apply_plan", "edit_share")  # nothing a server does on the CPU alone
 
 
@@ -238,9 +241,8 @@ class ServersView(NamesHiddenColumns, ServerPicker):
                 spec = state.specs[name]
                 rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", "—", 0, 0, "—", "—"))
                 continue
-            style = {"ready": "green", "crashed": "bold red", "backoff": "yellow", "sleeping": "cyan",
-                     "relaunching": "bold magenta"}.get(s.state, "")
-            ready = s.state == "ready"  # only a serving server has rates; anything else would be stale
+            style = STATE_STYLE.get(s.state, "")
+            ready = s.state is ServerState.READY  # only a serving server has rates; anything else would be stale
             kv = "not reported" if ready and s.kv_cache_usage is None else fmt.pct(s.kv_cache_usage if ready else None)
             # an attached server is only read: its state says so, and why a read failed (unreachable, ...)
             shown = s.state if s.origin == "managed" else f"{s.error or s.state} ({s.origin})"

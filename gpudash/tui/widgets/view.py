@@ -24,7 +24,7 @@ from typing import Any, Callable
 from textual.containers import Vertical
 from textual.worker import Worker, WorkerState
 
-from gpudash.control import Command
+from gpudash.runtime.control import Command
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState
 

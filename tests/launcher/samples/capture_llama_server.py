@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.health import free_port
 
 HERE = Path(__file__).parent

@@ -1,9 +1,9 @@
 """A [[servers]] entry: the fields every kind has, and the turn to the kind's own model.
 
-Each kind's module (llama_cpp.py, vllm.py) subclasses ServerSpec with its own fields and checks, and the
-registry (kinds/__init__.py) puts each kind in KINDS. Building a ServerSpec, from a config file or in
-code, gives the kind's model. This module sits below both the kinds and gpudash.config, so that neither
-imports the other's users.
+Each kind's fields are a subclass of ServerSpec in this package (llama_cpp.py, vllm.py), named in
+SPEC_CLASSES by the package's __init__; building a ServerSpec, from a config file or in code, gives the
+kind's model. What gpudash does with a kind (its command line, metrics, health) is the kind's module under
+gpudash/launcher/kinds/, which imports its fields from here: settings sit below what uses them.
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 MAX_GPU_INDEX = 63
 # The kind of an entry that names none and has no `url`.
 DEFAULT_KIND = "llama.cpp"
-# {kind name: ServerKind}: filled by the registry in kinds/__init__.py (a kind needs only `.spec_class` here).
-KINDS: dict[str, Any] = {}
+# The name of the embedded demo server that runs when no [[servers]] are configured (runtime/demo.py).
+DEMO_NAME = "demo"
+# {kind name: the ServerSpec subclass of its fields}: filled by gpudash/config/__init__.py, one line a kind.
+SPEC_CLASSES: dict[str, type[ServerSpec]] = {}
 
 
 class ServerSpec(BaseModel):
     """One inference server (`[[servers]]`): launched and supervised by gpudash, or, with `url`, attached
     (only read). The fields here are every kind's; each kind's own fields are declared, and checked, by
-    its module under gpudash/launcher/kinds/, whose model (a subclass of this one) an entry becomes.
+    its model in this package (a subclass of this one), which an entry becomes.
     `ServerSpec(kind=..., ...)` and `ServerSpec.model_validate` build that subclass."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
@@ -210,12 +212,12 @@ def _spec_class(data: dict[str, Any]) -> type[ServerSpec]:
         if data.get("url") is not None:
             return ServerSpec
         kind = DEFAULT_KIND
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise ValueError(f"kind {kind!r} is not one gpudash knows; use one of: {', '.join(KINDS)}")
-    return KINDS[kind].spec_class
+    if not isinstance(kind, str) or kind not in SPEC_CLASSES:
+        raise ValueError(f"kind {kind!r} is not one gpudash knows; use one of: {', '.join(SPEC_CLASSES)}")
+    return SPEC_CLASSES[kind]
 
 
 def kind_declaring(field: str) -> str | None:
     """The kind whose own fields include `field` (to name it when another kind's entry uses it)."""
-    return next((name for name, k in KINDS.items()
-                 if field in k.spec_class.model_fields and field not in ServerSpec.model_fields), None)
+    return next((name for name, cls in SPEC_CLASSES.items()
+                 if field in cls.model_fields and field not in ServerSpec.model_fields), None)

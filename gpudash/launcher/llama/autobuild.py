@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Callable
 
 from gpudash import fmt
-from gpudash.advisor.llama_build import read_llama_build
+from gpudash.launcher.llama.build_info import read_llama_build
 from gpudash.config import ServerSpec
-from gpudash.launcher import llama_cuda
+from gpudash.launcher.llama import cuda as llama_cuda
 from gpudash.launcher.binary import resolve_binary
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.kinds import kind_of

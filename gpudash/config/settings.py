@@ -20,7 +20,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny,
 
 from gpudash import APP_NAME
 from gpudash.engine.config import KNOB, KNOB_TABLE, KnobValueError
-from gpudash.launcher.kinds import ServerSpec  # a [[servers]] entry; importing the registry names the kinds
+from gpudash.config.servers import ServerSpec
 from gpudash.redact import redact_config_data
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
@@ -125,7 +125,7 @@ class SimConfig(_Section):
 class _EngineSection(_Section):
     """The transfer engine's knobs: one field per row of gpudash/engine/config.py's KNOB_TABLE, with its default,
     doc and range; sizes take 4MiB, 2.81MB or bytes. A knob the config file leaves unset takes this
-    machine's tuned value when there is one (gpudash/tuned.py), else the table's default."""
+    machine's tuned value when there is one (gpudash/runtime/tuned.py), else the table's default."""
 
     _tuned_from: Path | None = PrivateAttr(None)
     _tuned: frozenset[str] = PrivateAttr(frozenset())
@@ -219,6 +219,16 @@ class PrometheusConfig(_Section):
     """Serve live values for Prometheus at [HOST:]PORT (host defaults to 127.0.0.1); unset: off."""
 
 
+def prometheus_url(url: str) -> str:
+    """The base URL of a Prometheus (http[s]://HOST[:PORT][/prefix]) without a trailing slash; ValueError
+    in one sentence otherwise."""
+    m = re.fullmatch(r"(https?://[^\s/?#@]+)(/[^\s?#]*)?", url.strip())
+    if m is None:
+        raise ValueError(f"{url!r} is not Prometheus' base URL; write it as http://HOST:PORT, e.g. "
+                         "http://prometheus.lan:9090")
+    return (m[1] + (m[2] or "")).rstrip("/")
+
+
 class FleetConfig(_Section):
     prometheus: str | None = None
     """Prometheus' base URL (http://HOST:9090) that `gpudash fleet` and the TUI's Fleet tab read the fleet from;
@@ -236,11 +246,7 @@ class FleetConfig(_Section):
     @field_validator("prometheus")
     @classmethod
     def _base_url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        from gpudash.fleet.client import check_url
-
-        return check_url(v)
+        return v if v is None else prometheus_url(v)
 
 
 class LlamaConfig(_Section):
@@ -354,39 +360,3 @@ def to_toml(config: Config, redacted: bool = False) -> str:
     secret-looking server env values and flags (for copies written to disk)."""
     data = config.model_dump(mode="json", exclude_none=True)
     return tomli_w.dumps(redact_config_data(data) if redacted else data)
-
-
-def save_engine_knobs(path: Path, knobs: dict[str, int]) -> None:
-    """Merge `knobs` into the [engine] table of the TOML file at `path` (created if missing), validated as
-    a whole first so a bad result never reaches the file (the TUI's `w`). Comments in the file are not kept."""
-    data: dict[str, Any] = {}
-    if path.exists():
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    data.setdefault("engine", {}).update(knobs)
-    validate(data, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(tomli_w.dumps(data), encoding="utf-8")
-
-
-def save_server(path: Path, entry: dict[str, Any]) -> None:
-    """Append a [[servers]] entry (a found server, attached: name, kind, url) to the TOML file at `path`
-    (created if missing), validated as a whole first so a bad result never reaches the file (the Servers
-    view's `W`). A name already there is refused. The file is the user's: its text, comments included,
-    stays as it was, and the entry is added after it."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    data = tomllib.loads(text)
-    if any(s.get("name") == entry.get("name") for s in data.get("servers", [])):
-        raise ConfigError([f"{path}: a server named {entry.get('name')!r} is there already; rename one of them"])
-    # an entry's values are scalars (name, kind, url, ...): they dump as the table's own lines
-    block = ("\n" if text and not text.endswith("\n") else "") + "\n[[servers]]\n" + tomli_w.dumps(entry)
-    try:
-        merged = tomllib.loads(text + block)
-    except tomllib.TOMLDecodeError:  # `servers = [...]` written inline: a [[servers]] table cannot follow it
-        merged = {}
-    if merged.get("servers", [])[-1:] != [entry]:
-        raise ConfigError([f"{path}: its servers are an inline array, so an entry cannot be added after them; "
-                           "write them as [[servers]] tables"])
-    validate(merged, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(block)

@@ -18,7 +18,7 @@ from gpudash.launcher.counters import Prev
 from gpudash.launcher.discovery import Found, find_servers
 from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.scrape_http import Scraper, ScrapeError
-from gpudash.records import ServerSample
+from gpudash.records import ServerSample, ServerState
 
 if TYPE_CHECKING:
     from gpudash.launcher.supervisor import Supervisor
@@ -61,7 +61,7 @@ class ServerSource:
         attached, errors = self._sup.attached.poll(self._http, self._pool)  # never waits on an attached one
         latest = {s.server: s for s in attached}
         scrapes = {st.server: self._pool.submit(self._scrape, st) for st in states
-                   if st.server not in latest and st.state in ("ready", "sleeping")}
+                   if st.server not in latest and st.state.up}
         out = []
         failed = list(errors)
         for st in states:
@@ -91,7 +91,7 @@ class ServerSource:
             known = set(self._sup.pids())
             self._finding = self._finder.submit(self._find, known)
         ts = time.time()
-        return [ServerSample(ts=ts, server=f.name, kind=f.kind, state="found", pid=f.pid,
+        return [ServerSample(ts=ts, server=f.name, kind=f.kind, state=ServerState.FOUND, pid=f.pid,
                              port=urlsplit(f.url).port, origin="found", error=f.hint, url=f.url)
                 for f in self._found if f.name not in names and f.pid not in pids]
 

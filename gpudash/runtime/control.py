@@ -1,6 +1,7 @@
 """The one place where a reconfiguration is validated, applied and recorded.
 
-Keys, the command palette and CLI tools all build a command and call `Controller.apply`. Each command
+Keys, the command palette and the CLI (`gpudash server sleep|wake`, runtime/server_actions.py) all build a
+command and call `Controller.apply`. Each command
 class carries its own description, event, relaunch flag and application, so the controller dispatches
 once. Each command is checked completely before anything changes; then it is applied, and an `Event` with the old and new
 values goes to the inbox (so it lands in the store and the event log). A refused command changes
@@ -25,7 +26,7 @@ from gpudash.engine.config import KNOBS
 from gpudash import fmt
 from gpudash.config import ServerSpec, parse_knobs, parse_size
 from gpudash.records import Event
-from gpudash.shares import oversubscription_warnings, parse_share
+from gpudash.launcher.shares import oversubscription_warnings, parse_share
 
 ENGINE_KNOBS = KNOBS
 
@@ -62,6 +63,10 @@ class Supervisor(Protocol):
 
     def restart(self, name: str, new_spec: ServerSpec | None = None) -> None: ...
 
+    def sleep(self, name: str, level: int = 1) -> Any: ...
+
+    def wake(self, name: str) -> Any: ...
+
     def refusal(self, name: str, action: str) -> str | None: ...
 
     def attach(self, spec: ServerSpec) -> None: ...
@@ -87,7 +92,7 @@ class Pool(Protocol):
 
 
 class Recorder(Protocol):
-    """What SetRecording drives: the sink that feeds the store writer (gpudash.session.StoreRecording)."""
+    """What SetRecording drives: the sink that feeds the store writer (gpudash.runtime.session.StoreRecording)."""
 
     @property
     def on(self) -> bool: ...
@@ -224,6 +229,7 @@ class ServerAction(ControlCommand):
 
     server: str
     action: Literal["start", "stop", "restart", "sleep", "wake"]
+    level: int = 1  # a sleep's level (vLLM 0: scheduling paused, 1: weights to host memory, 2: dropped)
 
     def relaunches(self) -> bool:
         return self.action in ("stop", "restart")
@@ -235,7 +241,7 @@ class ServerAction(ControlCommand):
         return f"server.{self.action}.request", self.server, self.action
 
     def perform(self, c: Controller) -> tuple[Any, Any]:
-        return c._server_action(self.server, self.action)
+        return c._server_action(self.server, self.action, self.level)
 
     def current(self, c: Controller) -> Any:
         return _state_of(c.supervisor, self.server) if c.supervisor is not None else None
@@ -471,13 +477,16 @@ class Controller:
             raise Refused(str(err)) from None
         return old, pool.shard_stats(shard).capacity
 
-    def _server_action(self, server: str, action: str) -> tuple[Any, Any]:
+    def _server_action(self, server: str, action: str, level: int = 1) -> tuple[Any, Any]:
         self._spec(server, action)
         if action not in ("start", "stop", "restart", "sleep", "wake"):
             raise Refused(f"unknown server action {action!r}; use start, stop, restart, sleep or wake")
         before = _state_of(self.supervisor, server)
         try:
-            getattr(self.supervisor, action)(server)
+            if action == "sleep":
+                self.supervisor.sleep(server, level)
+            else:
+                getattr(self.supervisor, action)(server)
         except Exception as err:  # noqa: BLE001 - reported as the refusal reason
             raise Refused(f"{action} {server} failed: {err}") from None
         return before, _state_of(self.supervisor, server)

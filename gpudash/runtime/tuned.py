@@ -19,12 +19,13 @@ from gpudash.config import APP_NAME, Config, ConfigError, EngineSettings, valida
 
 def machine_identity() -> str:
     """What a tuning result holds for: this host, its GPUs (name and UUID, in NVML order) and driver."""
-    from gpudash.telemetry import nvml
+    from gpudash.gpu import nvml
+    from gpudash.gpu.device import devices
 
     host = socket.gethostname()
     if nvml.driver_available() is not None:
         return f"{host}; no NVIDIA GPU"
-    gpus = ", ".join(f"{d.static.name} {d.static.uuid}" for d in nvml.devices())
+    gpus = ", ".join(f"{d.static.name} {d.static.uuid}" for d in devices())
     return f"{host}; driver {nvml.driver_version()}; {gpus}"
 
 

@@ -14,17 +14,14 @@ from typing import Callable
 import platformdirs
 
 from gpudash.config import APP_NAME, Config, ServerSpec
-from gpudash.launcher.demo import default_servers
+from gpudash.runtime.demo import default_servers
 from gpudash.launcher.discovery import find_servers, local_address
-from gpudash.launcher.llama_autobuild import CudaAutoBuild
-from gpudash.launcher.metrics import ServerSource
-from gpudash.launcher.probe import ProbeRunner
+from gpudash.launcher.llama.autobuild import CudaAutoBuild
+from gpudash.telemetry.servers import ServerSource
+from gpudash.launcher.probe.runner import ProbeRunner
 from gpudash.launcher.supervisor import Pushable, Supervisor
 from gpudash.preload.knobs import file_knobs
 from gpudash.records import Event
-
-
-RUNNING = ("loading", "relaunching", "ready", "backoff")  # states of a server that is meant to be up
 
 
 def default_log_dir() -> Path:
@@ -74,7 +71,7 @@ class LaunchStack:
 
     def _relaunch_if_running(self, name: str) -> None:
         """Move a server onto the new llama-server build, unless the operator stopped it (or it never started)."""
-        if any(s.server == name and s.state in RUNNING for s in self.supervisor.states()):
+        if any(s.server == name and s.state.running for s in self.supervisor.states()):
             self.supervisor.restart(name)
 
     @property

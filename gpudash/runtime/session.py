@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudash.config import Config
-from gpudash.rig import Rig, rig_of
+from gpudash.telemetry.rig import Rig, rig_of
 
 if TYPE_CHECKING:
     from gpudash.engine import MemoryPool, TransferEngine

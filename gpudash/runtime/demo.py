@@ -11,12 +11,11 @@ from pathlib import Path
 
 import platformdirs
 
-from gpudash.config import APP_NAME, Config, ServerSpec
-from gpudash.launcher.gguf_model import DemoModelShape, write_demo_model
-from gpudash.launcher.kinds.llama_cpp import LlamaCppSpec
+from gpudash.config import APP_NAME, Config, LlamaCppSpec, ServerSpec
+from gpudash.config.servers import DEMO_NAME
+from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 
 DEMO_SHAPE = DemoModelShape(layers=4, embedding=256, heads=4, heads_kv=4, feed_forward=512, context=8192)
-DEMO_NAME = "demo"
 
 
 def demo_model_path(cache_dir: Path | None = None) -> Path:

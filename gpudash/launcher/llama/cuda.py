@@ -92,11 +92,12 @@ def best_build(archs: set[int], cache_dir: Path | None = None) -> CudaBuild | No
 @lru_cache(maxsize=1)
 def local_archs() -> frozenset[int]:
     """Compute capabilities of this box's NVIDIA GPUs as sm numbers; empty without a driver."""
-    from gpudash.telemetry import nvml
+    from gpudash.gpu import nvml
+    from gpudash.gpu.device import devices
 
     if nvml.driver_available() is not None:
         return frozenset()
-    return frozenset(cc[0] * 10 + cc[1] for d in nvml.devices()
+    return frozenset(cc[0] * 10 + cc[1] for d in devices()
                      if (cc := d.static.compute_capability) is not None)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gpudash.launcher.kinds.spec import ServerSpec
+from gpudash.config import ServerSpec
 from gpudash.records import Snapshot
 
 MiB = 1 << 20

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpudash.launcher.probe_http import (MAX_BODY_BYTES, Cutoff, ProbeFailure, parse_json, read_capped, read_prefix,
+from gpudash.launcher.probe.client import (MAX_BODY_BYTES, Cutoff, ProbeFailure, parse_json, read_capped, read_prefix,
                                          sse_data)
-from gpudash.records import Event, RequestSample
+from gpudash.records import Event, RequestSample, ServerState
 
 if TYPE_CHECKING:
     from gpudash.config import ProbeConfig
@@ -378,7 +378,7 @@ class ProbeRunner:
         with httpx.Client(limits=limits, trust_env=False) as client:
             while not self._stop.is_set():
                 for st in self._sup.states():
-                    if st.state == "ready" and self._sup.probed(st.server) and not self._stop.is_set():
+                    if st.state is ServerState.READY and self._sup.probed(st.server) and not self._stop.is_set():
                         try:
                             self._round(client, st.server, st.pid)
                         except Exception as err:  # noqa: BLE001 - one bad round never ends the probing

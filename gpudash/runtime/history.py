@@ -1,0 +1,28 @@
+"""What was recorded, read back: the sessions in a database and one session's tables as files. The
+History tab, its export form, `gpudash history` and `gpudash export` all read through here, so a store
+that cannot be read is refused the same way everywhere (StoreError or ExportError, one sentence)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpudash.store import SessionInfo, Store, StoreError
+from gpudash.store.export import FORMATS, ExportError, Exported, export_session
+
+EXPORT_FORMATS = FORMATS
+
+__all__ = ["EXPORT_FORMATS", "ExportError", "StoreError", "export_recorded", "recorded_sessions"]
+
+
+def recorded_sessions(db: Path) -> list[SessionInfo]:
+    """Every session in the database at `db`, oldest first."""
+    with Store.open(db, writing=False) as store:
+        return store.sessions()
+
+
+def export_recorded(db: Path, session: str | int, fmt: str, folder: Path, force: bool = False) -> tuple[int, list[Exported]]:
+    """The session's tables as `fmt` files in `folder` (never over files there unless `force`); returns the
+    session id ("latest" resolved) and what was written."""
+    with Store.open(db, writing=False) as store:
+        sid = store.resolve_session(str(session))
+        return sid, export_session(store, sid, fmt, folder, force=force)

@@ -1,5 +1,5 @@
 """Source labels as sessions, snapshots and exports store them ("nvml", "sim:<profile>"), and the UUIDs of
-a sim rig's GPUs. The ground floor under records.py and rig.py: it imports nothing of gpudash, so both
+a sim rig's GPUs. The ground floor under records.py and telemetry/rig.py: it imports nothing of gpudash, so both
 can read a label without importing each other. `SimulatedRig.label` writes the sim label through
 `sim_label` and `rig.rig_of` is the one place that turns a label back into a rig."""
 

@@ -240,7 +240,7 @@ class Event:
     reason: str | None = None
 
 
-# Event kinds of driver-reported GPU faults (telemetry/xid.py): an Xid, a double-bit ECC error, a lost GPU.
+# Event kinds of driver-reported GPU faults (gpu/xid.py): an Xid, a double-bit ECC error, a lost GPU.
 GPU_FAULT_KINDS = ("gpu.xid", "gpu.ecc", "gpu.lost")
 
 

@@ -463,7 +463,7 @@ class Supervisor:
                     srv.facts = parse_line(line, srv.facts)
                     restored = srv.facts.cache_restores > restores
                     warned = len(srv.facts.warnings) > warnings
-                if restored:  # tells restores from in-slot hits (cache_kinds.py)
+                if restored:  # tells restores from in-slot hits (probe/cache_kinds.py)
                     self._event(RESTORE_EVENT, srv.spec.name, new=line.strip()[:200])
                 if warned:  # e.g. a CPU build told to split over GPUs (logparse.py)
                     self._event("server.warning", srv.spec.name, new=srv.facts.warnings[-1])

@@ -4,7 +4,7 @@ their PCIe rates and driver faults.
 PCIe rates come from the wrapping byte counters, unwrapped by a background poller (pcie_counters.py);
 where a GPU lacks those fields, `nvmlDeviceGetPcieThroughput` (blocks ~20 ms) runs per GPU on its own
 thread (ThroughputPoller) so it never sits on the tick's critical path. Xid and other fatal driver events
-come from xid.py's event set, drained once per tick.
+come from gpu/xid.py's event set, drained once per tick.
 """
 
 from __future__ import annotations

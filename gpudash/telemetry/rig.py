@@ -6,7 +6,7 @@ what to do. The text label ("nvml", "sim:<profile>", gpudash/labels.py) is what 
 exports store; `rig_of` is the one place that reads it back and `SimulatedRig.label` the one place that
 writes it.
 
-The rig sits above the telemetry sources it builds (nvml.py, sim.py, topology.py), which never import it.
+The rig sits above the telemetry sources it builds (nvml.py, sim.py, topology.py beside it), which never import it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Topology facts the advisor (doctor, split planner) reasons about: GPUs, their links, P2P, NVLink.
 
-`gpudash.telemetry.rig.read_topology(rig)` asks the rig for them: the real box is read through nvml.py
+`gpudash.telemetry.rig.read_topology(rig)` asks the rig for them: the real box is read through gpu/
 (`nvml_topology`), a simulated one is built from gpudash/engine/profiles.py (`profile_topology`, with a live
 `SimRigSource`'s degraded links when one is given). This module never imports the rig that calls it.
 """

@@ -6,7 +6,7 @@ prompt and cached token counts the server reports (llama-server `timings.cache_n
 A `shared_prefix` fraction of the requests starts with one fixed prefix (prefix-cache hits after the first);
 the rest are all-new text (misses), so the TTFT-vs-hit correlation has both kinds to compare.
 Whatever a server does (stall, drip, flood, answer nonsense), a request ends by its deadline as one
-sample; the bounded reading itself is probe_http.py's job.
+sample; the bounded reading itself is client.py's job.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def _start_prometheus(listen: str | None, cfg: Config, db: Path) -> Any:
     from gpudash.telemetry.prometheus import StoreSize, open_sink
 
     try:
-        return open_sink(listen, StoreSize(db, cfg.store.max_bytes))
+        return open_sink(listen, StoreSize(db, cfg.store.max_bytes), cfg)
     except ValueError as err:
         usage_error(str(err))
 

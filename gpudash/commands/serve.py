@@ -70,7 +70,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     prom = None
     if listen or cfg.prometheus.listen:
         try:
-            prom = open_sink(listen or cfg.prometheus.listen or "", StoreSize(path, cfg.store.max_bytes))
+            prom = open_sink(listen or cfg.prometheus.listen or "", StoreSize(path, cfg.store.max_bytes), cfg)
         except ValueError as err:
             usage_error(str(err))
     try:

@@ -214,15 +214,44 @@ class PoolsConfig(_Section):
         return parse_size(v)
 
 
+# http[s]://HOST[:PORT][/path]: no credentials, query or fragment (a URL gpudash asks, never one that it
+# would have to keep secret).
+_HTTP_URL = re.compile(r"(https?://[^\s/?#@]+)(/[^\s?#]*)?")
+
+
 class PrometheusConfig(_Section):
     listen: str | None = None
-    """Serve live values for Prometheus at [HOST:]PORT (host defaults to 127.0.0.1); unset: off."""
+    """Serve live values for Prometheus at [HOST:]PORT (host defaults to 127.0.0.1); unset: off. Pick a port
+    other than 9400 where dcgm-exporter runs (9400 is its default)."""
+
+    gpu: Literal["auto", "all", "own"] = "auto"
+    """Which GPU series to serve beside a dcgm-exporter: "all" serves every one; "own" only what
+    dcgm-exporter's default counters do not carry (PCIe link generation and width against their maximum,
+    what the link carries, BAR1, fault counts); "auto" asks the dcgm-exporter at `dcgm_exporter` every
+    minute and leaves out, GPU by GPU, each figure it exports (all are served while none answers)."""
+
+    dcgm_exporter: str = "http://127.0.0.1:9400/metrics"
+    """Where `gpu = "auto"` asks this box's dcgm-exporter which figures it exports (its default address)."""
+
+    servers: Literal["own", "all"] = "own"
+    """Which server series to serve: "own" only what a server does not export itself (its state, gpudash's
+    probe TTFT and prefix-cache hits, rates gpudash derives, what gpudash reads from /slots); "all" also
+    re-exports the server's own figures (KV cache, requests, prefix-cache counters, its TTFT histogram),
+    for a Prometheus that cannot reach the server's /metrics."""
+
+    @field_validator("dcgm_exporter")
+    @classmethod
+    def _dcgm_url(cls, v: str) -> str:
+        if _HTTP_URL.fullmatch(v.strip()) is None:
+            raise ValueError("expected a /metrics URL without credentials, query or spaces, written as "
+                             "http://HOST:PORT/metrics (e.g. http://127.0.0.1:9400/metrics)")
+        return v.strip()
 
 
 def prometheus_url(url: str) -> str:
     """The base URL of a Prometheus (http[s]://HOST[:PORT][/prefix]) without a trailing slash; ValueError
     in one sentence otherwise."""
-    m = re.fullmatch(r"(https?://[^\s/?#@]+)(/[^\s?#]*)?", url.strip())
+    m = _HTTP_URL.fullmatch(url.strip())
     if m is None:
         raise ValueError(f"{url!r} is not Prometheus' base URL; write it as http://HOST:PORT, e.g. "
                          "http://prometheus.lan:9090")
@@ -235,7 +264,9 @@ class FleetConfig(_Section):
     unset: no Fleet tab, and nothing is ever sent anywhere."""
 
     job: str | None = None
-    """Only the targets of this scrape job (e.g. "gpudash"); unset: every target Prometheus scrapes."""
+    """Only the targets of these scrape jobs, a regular expression matched as Prometheus does (e.g.
+    "gpudash|dcgm-exporter|vllm"); unset: the targets of every job that exports gpudash, dcgm-exporter,
+    vLLM or llama-server series."""
 
     timeout_s: float = Field(5.0, gt=0, le=120)
     """Seconds one read of the fleet may take in all, before it is given up and shown as stale."""

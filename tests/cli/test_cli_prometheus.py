@@ -1,4 +1,5 @@
-"""The Prometheus sink: address parsing, NA values left out, sim labels on every series (real HTTP scrape)."""
+"""The Prometheus sink: address parsing, NA values left out, sim labels on every series about the box (real HTTP
+scrape). What it leaves to dcgm-exporter and to the servers: tests/telemetry/test_prometheus_*.py."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpudash.config import PrometheusConfig
 from gpudash.engine import EngineConfig, TransferEngine
 from gpudash.engine.pools import MemoryPool
 from gpudash.records import GpuSample, HostSample, Snapshot
 from gpudash.telemetry.pools import PoolSource
 from gpudash.telemetry.prometheus import PrometheusSink, parse_listen
 from gpudash.telemetry.sampler import Sampler
+
+
+ALL = PrometheusConfig(gpu="all", servers="all")  # every family, whatever runs beside (none asked)
 
 
 @pytest.mark.parametrize("text, want", [("9400", ("127.0.0.1", 9400)), ("0.0.0.0:9401", ("0.0.0.0", 9401)),
@@ -28,8 +33,12 @@ def test_parse_listen_refuses_with_the_expected_form(text: str) -> None:
         parse_listen(text)
 
 
+def info_host(fams: dict) -> str:
+    return fams["gpudash_box_info"].samples[0].labels["hostname"]
+
+
 def test_scrape_serves_the_latest_snapshot_and_leaves_na_out() -> None:
-    sink = PrometheusSink("127.0.0.1", 0)
+    sink = PrometheusSink("127.0.0.1", 0, settings=ALL)
     port = sink._server.server_address[1]
     try:
         before = httpx.get(f"http://127.0.0.1:{port}/metrics").text
@@ -41,7 +50,9 @@ def test_scrape_serves_the_latest_snapshot_and_leaves_na_out() -> None:
     finally:
         sink.close()
     (util,) = fams["gpudash_gpu_utilization_ratio"].samples
-    assert util.value == 0.55 and util.labels == {"gpu": "0", "uuid": "GPU-a", "name": "NVIDIA H200", "source": "sim:h200"}
+    assert util.value == 0.55 and util.labels == {"gpu": "0", "UUID": "GPU-a", "pci_bus_id": "", "device": "nvidia0",
+                                                  "modelName": "NVIDIA H200", "Hostname": info_host(fams),
+                                                  "source": "sim:h200"}
     assert fams["gpudash_gpu_pcie_rx_bytes_per_second"].samples[0].value == 3e9
     assert "gpudash_gpu_power_watts" not in fams  # NA is absent, never a made-up 0
     assert "gpudash_host_cpu_utilization_ratio" not in fams  # the newest tick had no host sample
@@ -57,7 +68,7 @@ def test_every_family_follows_the_naming_guide() -> None:
     """Counters end in _total, gauges never do, and a unit-bearing name ends in a base unit."""
     from gpudash.records import EnginePathSample, Event, PoolSample, PoolShardSample, RequestSample, ServerSample
 
-    sink = PrometheusSink("127.0.0.1", 0)
+    sink = PrometheusSink("127.0.0.1", 0, settings=ALL)
     gpu = GpuSample(1.0, 0, "GPU-a", "NVIDIA H200", util_pct=40.0, mem_used=1, mem_total=2, power_w=100.0,
                     temp_c=50.0, sm_clock_mhz=1980, pcie_tx_bps=1.0, pcie_rx_bps=2.0, link_gen=5, link_width=16,
                     link_gen_max=5, link_width_max=16, ecc_uncorrected=0, remapped_rows=0)
@@ -85,7 +96,7 @@ def test_every_family_follows_the_naming_guide() -> None:
             assert all(s.name == name + "_total" or s.name == name + "_created" for s in fam.samples), name
         else:
             assert not name.endswith("_total"), name
-    for name in ("gpudash_gpu_memory_used_bytes", "gpudash_gpu_sm_clock_hertz", "gpudash_server_ttft_mean_seconds",
+    for name in ("gpudash_gpu_memory_used_bytes", "gpudash_gpu_sm_clock_hertz", "gpudash_server_kv_cache_usage_ratio",
                  "gpudash_gpu_utilization_ratio", "gpudash_box_info"):
         assert name.endswith(units)
     assert fams["gpudash_gpu_sm_clock_hertz"].samples[0].value == 1.98e9
@@ -94,9 +105,9 @@ def test_every_family_follows_the_naming_guide() -> None:
     states = {s.labels["state"]: s.value for s in fams["gpudash_server_state"].samples}
     assert states["ready"] == 1 and sum(states.values()) == 1 and "backoff" in states
     assert all("state" not in s.labels for s in fams["gpudash_server_up"].samples)
-    faults = {(s.labels["gpu"], s.labels["kind"]): s.value for s in fams["gpudash_gpu_fault_events"].samples
+    faults = {(s.labels["UUID"], s.labels["kind"]): s.value for s in fams["gpudash_gpu_fault_events"].samples
               if s.name.endswith("_total")}
-    assert faults == {("0", "xid"): 1, ("0", "ecc"): 0, ("0", "lost"): 0}
+    assert faults == {("GPU-a", "xid"): 1, ("GPU-a", "ecc"): 0, ("GPU-a", "lost"): 0}
     assert fams["gpudash_gpu_last_xid"].samples[0].value == 79
     ttft = {(s.name, s.labels.get("le")): s.value for s in fams["gpudash_server_request_ttft_seconds"].samples
             if s.labels["cache"] == "slot"}
@@ -109,7 +120,7 @@ def test_scrape_serves_each_pools_slab_and_unassigned_bytes() -> None:
     eng = TransferEngine(EngineConfig(backend="sim", profile="h200"))
     pool = MemoryPool(4 << 20, engine=eng, gpu=0, shards={"kv": 3 << 20})
     sampler = Sampler([PoolSource([pool])], interval_s=1.0, source_label="sim:h200")
-    sink = PrometheusSink("127.0.0.1", 0)
+    sink = PrometheusSink("127.0.0.1", 0, settings=ALL)
     try:
         sink(sampler.poll_once())
         text = httpx.get(f"http://127.0.0.1:{sink._server.server_address[1]}/metrics").text

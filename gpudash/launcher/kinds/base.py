@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -82,6 +82,10 @@ class ServerKind(ABC):
     eager_field: ClassVar[str | None] = None
     """Its [[servers]] field that turns CUDA graphs off (vLLM's enforce_eager), if it has one: graphs reserve
     memory on each card, so doctor warns when several such servers crowd a GPU and one keeps them."""
+
+    own_series: ClassVar[Mapping[str, str]] = {}
+    """The ServerSample fields that copy a series the server exports itself (field -> that family): gpudash's
+    Prometheus exposition leaves them out unless `[prometheus] servers = "all"`, so nothing is exported twice."""
 
     def nccl_ranks(self, spec: ServerSpec) -> int:
         """The GPUs it spreads one model over through NCCL (tensor parallelism); 1 for none."""

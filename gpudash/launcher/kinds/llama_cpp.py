@@ -142,6 +142,10 @@ class LlamaCpp(ServerKind):
     metric_prefix = "llamacpp:"
     models_owner = "llamacpp"
     runs_llama_build = True
+    # KV-cache use is not among them: llama-server no longer exports it, gpudash reads it from /slots.
+    own_series = {"requests_running": "llamacpp:requests_processing", "requests_waiting": "llamacpp:requests_deferred",
+                  "prefix_cache_hits": "llamacpp:prompt_tokens_cached",
+                  "prefix_cache_queries": "llamacpp:prompt_tokens (plus the cached ones)"}
 
     def find_binary(self, spec: ServerSpec) -> str:
         cuda_build = llama_cuda.best_build(set(llama_cuda.local_archs()))

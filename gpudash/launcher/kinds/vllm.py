@@ -90,6 +90,11 @@ class Vllm(ServerKind):
     models_owner = "vllm"
     sleep_levels = (0, 1, 2)
     eager_field = "enforce_eager"
+    own_series = {"requests_running": "vllm:num_requests_running", "requests_waiting": "vllm:num_requests_waiting",
+                  "kv_cache_usage": "vllm:kv_cache_usage_perc", "prefix_cache_queries": "vllm:prefix_cache_queries",
+                  "prefix_cache_hits": "vllm:prefix_cache_hits",
+                  "external_prefix_cache_queries": "vllm:external_prefix_cache_queries",
+                  "external_prefix_cache_hits": "vllm:external_prefix_cache_hits"}
 
     def find_binary(self, spec: ServerSpec) -> str:
         found = shutil.which("vllm")

@@ -1,0 +1,209 @@
+"""The server series of gpudash's Prometheus exposition: what a server does not export itself.
+
+A vLLM or llama-server already serves its own /metrics, which Prometheus scrapes; gpudash re-exporting
+them gave two series of one figure under two names. By default (`[prometheus] servers = "own"`) gpudash
+serves only what it alone knows: each server's state (one series per state, 0 or 1), up, restarts and
+relaunches, the rates it derives from the server's counters, what it reads from /slots, and its probe
+requests (TTFT as a histogram by how the prompt was served, prompt tokens and those found cached, failures
+with the last error, every known secret masked). The fields a kind copies from the server's own series
+(its `own_series`) join them under "all". Every series carries `server` and `kind`; none carries the rig's
+`source`, since a server's figures are real even on a simulated rig. A TTFT is only ever a histogram:
+quantile gauges over one scrape interval could not be aggregated over servers or time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from gpudash.launcher.kinds import KINDS
+from gpudash.launcher.probe.cache_kinds import GRACE_S, RESTORE_EVENT, classify
+from gpudash.records import RequestSample, ServerSample, ServerState, Snapshot
+from gpudash.redact import MASK, mask_values
+from gpudash.telemetry.prom_build import Families
+
+# (record field, metric name, help, counter) of every server figure gpudash exports.
+FIELDS = (
+    ("tokens_per_s", "gpudash_server_generation_tokens_per_second", "Generated tokens per second.", False),
+    ("prompt_tokens_per_s", "gpudash_server_prompt_tokens_per_second",
+     "Computed prompt tokens per second (prefix-cache hits left out, for llama.cpp and vLLM alike).", False),
+    ("draft_acceptance", "gpudash_server_draft_acceptance_ratio", "Speculative draft tokens accepted, 0..1.", False),
+    ("requests_running", "gpudash_server_requests_running", "Requests being processed.", False),
+    ("requests_waiting", "gpudash_server_requests_waiting", "Requests queued.", False),
+    ("kv_cache_usage", "gpudash_server_kv_cache_usage_ratio", "KV cache in use, 0..1.", False),
+    ("prefix_cache_queries", "gpudash_server_prefix_cache_queries",
+     "Prompt tokens (vLLM 0.8: blocks) looked up in the prefix cache.", True),
+    ("prefix_cache_hits", "gpudash_server_prefix_cache_hits", "Prefix-cache lookups that hit.", True),
+    ("external_prefix_cache_queries", "gpudash_server_external_prefix_cache_queries",
+     "Prompt tokens looked up in the host-memory KV cache after the GPU prefix cache missed (vLLM KV offload).",
+     True),
+    ("external_prefix_cache_hits", "gpudash_server_external_prefix_cache_hits",
+     "Host-memory KV cache lookups that hit (vLLM KV offload).", True),
+    ("restarts", "gpudash_server_restarts", "Restarts after a crash since launch.", True),
+    ("relaunches", "gpudash_server_relaunches", "Re-launches an operator asked for.", True),
+)
+# Every state a live server can be in: each gets a series (1 for the current one, else 0), so a change of
+# state never starts or ends a series and `gpudash_server_state{state="backoff"} == 1` is an alert expression.
+STATES = tuple(s for s in ServerState if s is not ServerState.UNKNOWN)
+# TTFT buckets: from an in-slot hit on a small model (tens of ms) to a long prompt computed anew.
+TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 40.0)
+PENDING_MAX = 10_000  # probe requests waiting for their restore line; a flood beyond it is counted now
+ERROR_CHARS = 200
+
+
+class Histogram:
+    """Cumulative buckets, sum and count of one series."""
+
+    __slots__ = ("bounds", "buckets", "total", "count")
+
+    def __init__(self, bounds: Sequence[float] = TTFT_BUCKETS) -> None:
+        self.bounds = tuple(bounds)
+        self.buckets = [0] * len(self.bounds)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, v: float) -> None:
+        for i, le in enumerate(self.bounds):
+            if v <= le:
+                self.buckets[i] += 1
+        self.total += v
+        self.count += 1
+
+    def add_to(self, fam: HistogramMetricFamily, labels: list[str]) -> None:
+        buckets = [(repr(le), n) for le, n in zip(self.bounds, self.buckets)] + [("+Inf", self.count)]
+        fam.add_metric(labels, buckets, sum_value=self.total)
+
+
+def server_port(s: ServerSample) -> str:
+    """The port a server listens on (a launched one's, or its URL's), "" when unknown: what a Prometheus that
+    scrapes the server itself has in its `instance`, so the two can be matched."""
+    if s.port:
+        return str(s.port)
+    try:
+        port = urlsplit(s.url or "").port
+    except ValueError:
+        return ""
+    return str(port) if port else ""
+
+
+def own_fields(kind: str) -> Mapping[str, str]:
+    """The fields that kind copies from the server's own series (none for a kind not known yet)."""
+    k = KINDS.get(kind)
+    return k.own_series if k is not None else {}
+
+
+class ServerFamilies:
+    """Builds the server series from each Snapshot, and what accumulates across ticks: the probe's TTFT
+    histograms and token counts, its failures and last error, and every kind a server was exported under.
+
+    A probe request waits GRACE_S after its end for the log line that marks a host-cache restore, then
+    cache_kinds.classify names it slot, restore or miss (unknown where its cache use is not reported).
+    `secrets(server)` gives the texts to mask in that server's error line (its key, its secret flags)."""
+
+    def __init__(self, every: bool = False, secrets: Callable[[str], Sequence[str]] = lambda server: ()) -> None:
+        self.every = every  # servers = "all": the server's own figures too
+        self._secrets = secrets
+        self.lock = threading.Lock()
+        self.ttft: dict[tuple[str, str], Histogram] = {}
+        self.probe_tokens: dict[str, list[int]] = {}  # server -> [prompt tokens, of them cached]
+        self.probe_failed: dict[str, int] = {}
+        self.probe_error: dict[str, str] = {}
+        self.kinds: dict[str, dict[str, None]] = {}  # server -> every kind it was exported under, in order
+        self._pending: deque[RequestSample] = deque()
+        self._restores: deque[Any] = deque(maxlen=1000)
+
+    def add(self, snap: Snapshot) -> None:
+        with self.lock:
+            for s in snap.servers:
+                self.kinds.setdefault(s.server, {})[s.kind] = None
+            self._restores.extend(e for e in snap.events if e.kind == RESTORE_EVENT)
+            for r in snap.requests:
+                if r.ok:
+                    if r.ttft_s is not None:
+                        self._pending.append(r)
+                    if r.prompt_tokens:
+                        counts = self.probe_tokens.setdefault(r.server, [0, 0])
+                        counts[0] += r.prompt_tokens
+                        counts[1] += min(r.cached_tokens or 0, r.prompt_tokens)
+                else:
+                    self.probe_failed[r.server] = self.probe_failed.get(r.server, 0) + 1
+                    self.probe_error[r.server] = self._masked(r.server, r.error or "unknown")
+            self._settle(snap.ts)
+
+    def _masked(self, server: str, error: str) -> str:
+        """The error with every secret gpudash knows for this server masked, cut to ERROR_CHARS: a key that
+        a server echoes in its error body must not become a label value."""
+        text = mask_values(error, self._secrets(server))
+        return text[:ERROR_CHARS]
+
+    def _settle(self, now: float) -> None:
+        ready = []
+        while self._pending and (len(self._pending) > PENDING_MAX or _ended(self._pending[0]) + GRACE_S <= now):
+            ready.append(self._pending.popleft())
+        for r, kind in zip(ready, classify(ready, self._restores)):
+            key = (r.server, kind or "unknown")
+            hist = self.ttft.get(key)
+            if hist is None:
+                hist = self.ttft[key] = Histogram()
+            hist.observe(float(r.ttft_s or 0.0))
+
+    def families(self, f: Families, servers: Sequence[ServerSample]) -> None:
+        with self.lock:
+            kinds = {s: list(k) for s, k in self.kinds.items()}
+            for s in servers:
+                self._server(f, s, kinds.get(s.server, [s.kind]))
+            self._probe(f, {s: k[-1] for s, k in kinds.items()})
+
+    def _server(self, f: Families, s: ServerSample, kinds: list[str]) -> None:
+        labels = {"server": s.server, "kind": s.kind}
+        own = () if self.every else own_fields(s.kind)
+        for attr, name, doc, counter in FIELDS:
+            value = getattr(s, attr)
+            if value is not None and attr not in own:
+                f.value(CounterMetricFamily if counter else GaugeMetricFamily, name, doc, labels, value,
+                        sourced=False)
+        f.value(GaugeMetricFamily, "gpudash_server_info", "The server: how gpudash knows it (origin: managed, "
+                "attached, found) and the port it listens on (value 1).",
+                {**labels, "origin": s.origin, "port": server_port(s)}, 1, sourced=False)
+        f.value(GaugeMetricFamily, "gpudash_server_up", "1 while the server answers (ready or sleeping).", labels,
+                s.state.up, sourced=False)
+        # Under each kind the server was ever exported as (an attached server is "unknown" until it is read):
+        # 1 for its state under its kind now, 0 for every other, so a series goes to 0 and never just ends.
+        for kind in kinds:
+            for state in STATES:
+                f.value(GaugeMetricFamily, "gpudash_server_state", "1 for the state the server is in, else 0.",
+                        {"server": s.server, "kind": kind, "state": state.value},
+                        kind == s.kind and s.state is state, sourced=False)
+
+    def _probe(self, f: Families, kind_of: dict[str, str]) -> None:
+        def labels(server: str) -> dict[str, str]:
+            return {"server": server, "kind": kind_of.get(server, "unknown")}
+
+        for server, n in sorted(self.probe_failed.items()):
+            f.value(CounterMetricFamily, "gpudash_server_probe_failed_requests",
+                    "Probe requests that failed (they never count as missing TTFT).", labels(server), n, sourced=False)
+            f.value(GaugeMetricFamily, "gpudash_server_probe_last_error_info",
+                    "The last error a failed probe request ended with (secrets masked as " + MASK + ").",
+                    {**labels(server), "error": self.probe_error[server]}, 1, sourced=False)
+        for server, (prompt, cached) in sorted(self.probe_tokens.items()):
+            f.value(CounterMetricFamily, "gpudash_server_probe_prompt_tokens",
+                    "Prompt tokens of the probe requests that succeeded.", labels(server), prompt, sourced=False)
+            f.value(CounterMetricFamily, "gpudash_server_probe_prompt_tokens_cached",
+                    "Of those, the tokens the server found in its prefix cache.", labels(server), cached,
+                    sourced=False)
+        if self.ttft:
+            fam = f.family(HistogramMetricFamily, "gpudash_server_request_ttft_seconds",
+                           "Time to first token of the requests gpudash measured (probe), by how the prompt was "
+                           "served: slot (in-slot hit), restore (host cache), miss, unknown.",
+                           ["server", "kind", "cache"], sourced=False)
+            for (server, cache), h in sorted(self.ttft.items()):
+                h.add_to(fam, [server, kind_of.get(server, "unknown"), cache])
+
+
+def _ended(r: RequestSample) -> float:
+    return r.ts + (r.total_s or r.ttft_s or 0.0)

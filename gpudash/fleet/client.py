@@ -1,16 +1,20 @@
 """A small client for Prometheus' HTTP API (/api/v1/query, /api/v1/query_range) with hard bounds.
 
-A fleet view must never hang or swell because Prometheus is down, slow, behind something that answers
-HTML, or returns far more than asked: every call has one deadline for the whole answer (connect, headers
-and body), the body is read in pieces and refused past `max_bytes`, and whatever goes wrong becomes one
-PrometheusError sentence naming the URL and what to check. Only the configured URL is ever contacted:
-no proxy or .netrc from the environment, no redirects followed.
+A fleet view must never hang or swell because Prometheus is down, slow, dripping its answer, behind
+something that answers HTML, or returns far more (or deeper) than asked: every call has one deadline from
+connect to the last byte of the body (headers included: a server that sends one header byte every
+0.2 s is cut off at it), the body is read in pieces and refused past `max_bytes`, and whatever goes wrong
+becomes one PrometheusError sentence naming the URL and what to check. The deadline is asyncio's, around
+an httpx request on its own event loop, so it interrupts any read, not only the gaps between body pieces.
+Only the configured URL is ever contacted: no proxy or .netrc from the environment, no redirects followed.
+Label values that are not strings (no Prometheus sends one) are dropped from the rows handed on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
+import ssl
 from typing import Any
 
 import httpx
@@ -26,17 +30,17 @@ class PrometheusError(Exception):
 
 
 class PrometheusClient:
-    """Instant and range queries against one Prometheus; `close()` frees the connection pool."""
+    """Instant and range queries against one Prometheus; each call opens its own connection (so a call can
+    be cut off at its deadline whatever it is waiting for) and may run in any thread without an event loop."""
 
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.url = prometheus_url(url)
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
-        self._http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout_s), trust_env=False,
-                                  follow_redirects=False, headers={"Accept": "application/json"})
+        self._tls: ssl.SSLContext | bool = httpx.create_ssl_context() if self.url.startswith("https:") else False
 
     def close(self) -> None:
-        self._http.close()
+        """Nothing is held between calls; kept so a client can be used as a context manager."""
 
     def __enter__(self) -> PrometheusClient:
         return self
@@ -63,23 +67,15 @@ class PrometheusClient:
         rows = data["result"]
         if not all(isinstance(r, dict) and isinstance(r.get("metric"), dict) for r in rows):
             raise PrometheusError(f"Prometheus at {self.url} answered {path} with malformed series")
+        for r in rows:
+            if not all(isinstance(v, str) for v in r["metric"].values()):
+                r["metric"] = {k: v for k, v in r["metric"].items() if isinstance(v, str)}
         return rows
 
     def _get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
-        deadline = time.monotonic() + self.timeout_s
-        body = bytearray()
         try:
-            # POST, as Prometheus' API allows: a long query goes in a form body, not the URL
-            with self._http.stream("POST", path, data=params) as r:
-                for piece in r.iter_bytes():
-                    body += piece
-                    if len(body) > self.max_bytes:
-                        raise PrometheusError(f"Prometheus at {self.url} answered more than "
-                                              f"{self.max_bytes >> 20} MiB for one query; ask a narrower one")
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout("deadline")
-                status = r.status_code
-        except httpx.TimeoutException:
+            status, body = asyncio.run(self._fetch(path, params))
+        except (TimeoutError, httpx.TimeoutException):
             raise PrometheusError(f"Prometheus at {self.url} did not answer within {self.timeout_s:g} s; "
                                   "check it is up and not overloaded") from None
         except httpx.HTTPError as err:
@@ -87,7 +83,10 @@ class PrometheusClient:
             raise PrometheusError(f"cannot reach Prometheus at {self.url} ({reason}); check the URL and that "
                                   "it is running") from None
         try:
-            doc = json.loads(bytes(body))
+            doc = json.loads(body)
+        except RecursionError:
+            raise PrometheusError(f"{self.url} answered {path} with JSON nested too deeply to be Prometheus'; "
+                                  "is this Prometheus' base URL?") from None
         except ValueError:
             doc = None
         if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
@@ -96,3 +95,19 @@ class PrometheusClient:
         if doc["status"] == "error":
             raise PrometheusError(f"Prometheus at {self.url} refused the query: {str(doc.get('error'))[:200]}")
         return doc
+
+    async def _fetch(self, path: str, params: dict[str, str]) -> tuple[int, bytes]:
+        """(HTTP status, body) of one POST (as Prometheus' API allows: a long query goes in a form body, not
+        the URL), all of it within timeout_s."""
+        async with asyncio.timeout(self.timeout_s):
+            async with httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(self.timeout_s), verify=self._tls,
+                                         trust_env=False, follow_redirects=False,
+                                         headers={"Accept": "application/json"}) as http:
+                async with http.stream("POST", path, data=params) as r:
+                    body = bytearray()
+                    async for piece in r.aiter_bytes():
+                        body += piece
+                        if len(body) > self.max_bytes:
+                            raise PrometheusError(f"Prometheus at {self.url} answered more than "
+                                                  f"{self.max_bytes >> 20} MiB for one query; ask a narrower one")
+                    return r.status_code, bytes(body)

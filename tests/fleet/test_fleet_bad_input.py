@@ -1,6 +1,6 @@
-"""`gpudash fleet` against a Prometheus that is down, slow, dripping, answering garbage, answering an error,
-or answering far too much: one line, exit 1, within the timeout, in bounded memory, never a traceback.
-The misbehaving servers are real HTTP servers on 127.0.0.1 started by this module."""
+"""`gpudash fleet` against a Prometheus that is down, slow, dripping its body or its headers, answering garbage,
+an error or far too much: one line starting "gpudash: ", exit 1, within the timeout, in bounded memory, never
+a traceback. The misbehaving servers are real HTTP servers on 127.0.0.1 started by this module."""
 
 from __future__ import annotations
 
@@ -65,6 +65,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(0.2)
 
+    def _drip_headers(self) -> None:
+        """The status line, then one byte of a header every 0.2 s: no read ever waits long (issue 37.2)."""
+        self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        self.wfile.flush()
+        for byte in b"X-Slow: " + b"a" * 200:
+            self.wfile.write(bytes([byte]))
+            self.wfile.flush()
+            time.sleep(0.2)
+
     def _huge(self) -> None:
         self._head(200)
         self.wfile.write(b'{"status":"success","data":{"resultType":"vector","result":[')
@@ -120,12 +129,13 @@ def _fleet(tmp: Path, url: str, timeout: float = 1.0) -> tuple[int, str, float, 
     ("error", "refused the query: 1:1: parse error"),
     ("slow", "did not answer within 1 s"),
     ("drip", "did not answer within 1 s"),
+    ("drip_headers", "did not answer within 1 s"),
     ("huge", "answered more than 32 MiB"),
 ], indirect=["bad_prometheus"])
 def test_a_bad_prometheus_is_one_line_within_the_timeout(tmp_path: Path, bad_prometheus: str, words: str) -> None:
     code, err, took, peak_kib = _fleet(tmp_path, bad_prometheus)
     assert code == 1, err
-    assert err.count("\n") == 1 and words in err and "Traceback" not in err, err
+    assert err.startswith("gpudash: ") and err.count("\n") == 1 and words in err and "Traceback" not in err, err
     assert bad_prometheus in err  # it names the URL it asked
     assert took < 8, took  # the slow server would take 8 s; the drip 20 s; the huge one sends 512 MiB
     assert peak_kib < 400 * 1024, peak_kib  # at most the 32 MiB cap is held, never the whole answer
@@ -135,17 +145,20 @@ def test_prometheus_down_is_one_line(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     proc = run(tmp_path, "fleet", "--prometheus", url)
     assert proc.returncode == 1
-    assert proc.stderr.startswith(f"Error: cannot reach Prometheus at {url}") and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"gpudash: cannot reach Prometheus at {url}") and proc.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("args, words", [
     ((), "no Prometheus to ask: pass --prometheus URL"),
+    (("--prometheus", "http://x:9090", "--timeout", "0"), "--timeout expects seconds from 0.1 to 120"),
+    (("--prometheus", "http://x:9090", "--timeout", "soon"), "--timeout expects seconds from 0.1 to 120"),
     (("--prometheus", "prometheus.lan:9090"), "is not Prometheus' base URL; write it as http://HOST:PORT"),
     (("--prometheus", "http://x:9090/?q=1"), "is not Prometheus' base URL"),
 ])
 def test_usage_errors_exit_2_without_asking_anyone(tmp_path: Path, args: tuple[str, ...], words: str) -> None:
     proc = run(tmp_path, "fleet", *args)
     assert proc.returncode == 2 and words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("gpudash: "), proc.stderr  # every error of this command in one style
 
 
 def test_a_bad_fleet_url_in_the_config_is_one_clear_line(tmp_path: Path) -> None:

@@ -1,9 +1,13 @@
-"""One look at a fleet through Prometheus: a row per box (scrape target), with its GPUs, servers and
-firing alerts, as frozen records the CLI prints and the Fleet tab shows.
+"""One look at a fleet through Prometheus: a row per box, with its GPUs, servers and firing alerts, as frozen
+records the CLI prints and the Fleet tab shows.
 
-Every target Prometheus scrapes is a row: one that exports no gpudash metrics is "no gpudash", one
-that stopped answering (or left the scrape config within the last hour) is "down" with the time it was
-last seen, one whose sampler stopped moving is "stale"; none is dropped.
+A box is a host: the scrape targets whose `instance` names the same host (dcgm-exporter on :9400, vLLM on
+:8000, gpudash on :9401) are one box, so a box that runs no gpudash still shows its GPUs and servers, and
+one that runs gpudash beside dcgm-exporter shows each figure once, with the series it came from
+(queries.GPU_FIGURES, SERVER_FIGURES). The fleet is every target of the jobs that export gpudash,
+dcgm-exporter, vLLM or llama-server series (or of the jobs asked for). A box none of whose targets answers
+(or that left the scrape config within the last hour) is "down" with the time it was last seen, one with
+some targets down "partly down", one whose gpudash sampler stopped moving "stale"; none is dropped.
 """
 
 from __future__ import annotations
@@ -17,46 +21,92 @@ from typing import Any
 from gpudash.fleet import queries
 from gpudash.fleet.client import PrometheusClient, PrometheusError
 
-STALE_S = 60.0  # a box whose newest sample is older than this (while its target answers) is stale
-UP, DOWN, STALE, NO_GPUDASH = "up", "down", "stale", "no gpudash"
+STALE_S = 60.0  # a box whose gpudash's newest sample is older than this (while its target answers) is stale
+UP, DOWN, PARTLY, STALE, NO_METRICS = "up", "down", "partly down", "stale", "no GPU metrics"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetTarget:
+    """One scrape target of a box and what it exports ("gpudash", "dcgm-exporter", "vllm", "llama.cpp")."""
+
+    instance: str
+    job: str
+    up: bool
+    exports: tuple[str, ...] = ()
+    last_seen: float | None = None  # its last answered scrape within the last hour
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGpu:
+    """One GPU of a box; `sources` names the series each figure came from (figure -> family)."""
+
+    uuid: str
+    gpu: str  # its index on the box, as the series say it
+    model: str | None = None
+    util: float | None = None  # 0..1
+    mem_used: float | None = None
+    mem_total: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    xid: float | None = None  # the last Xid it reported
+    tx_bps: float | None = None
+    rx_bps: float | None = None
+    link_bps: float | None = None  # what its current PCIe link carries one way
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class FleetServer:
-    """One inference server on a box, as its gpudash exports it."""
+    """One inference server on a box: from gpudash's series (state, probe), from its own (when Prometheus
+    scrapes it: `instance`), or both, matched by the port it listens on."""
 
     server: str
     kind: str
     state: str
-    ttft_p90_s: float | None = None  # from the probe requests gpudash measured (histogram)
-    ttft_mean_s: float | None = None  # the server's own mean over its last scrape interval
-    hit_rate: float | None = None
+    instance: str | None = None  # the target of its own /metrics, when Prometheus scrapes it
+    origin: str | None = None  # how gpudash knows it (managed, attached, found); None: no gpudash reads it
+    ttft_p90_s: float | None = None  # of every request it served (its own histogram)
+    probe_ttft_p90_s: float | None = None  # of gpudash's probe requests
+    hit_rate: float | None = None  # prefix-cache hits of every request (its own counters)
+    probe_hit_rate: float | None = None  # of the probe's requests
     kv_usage: float | None = None
     tokens_per_s: float | None = None
+    running: float | None = None
+    waiting: float | None = None
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class FleetBox:
-    """One scrape target."""
+    """One host and its targets."""
 
-    instance: str
-    job: str
-    status: str  # up | down | stale | no gpudash
-    last_seen: float | None = None  # the box's newest sample time (its clock), within the last hour
-    hostname: str | None = None
+    box: str  # the host its targets' instances name
+    status: str  # up | down | partly down | stale | no GPU metrics
+    targets: tuple[FleetTarget, ...] = ()
+    last_seen: float | None = None  # when it last answered (or its gpudash last sampled), within the last hour
+    hostname: str | None = None  # what gpudash or dcgm-exporter calls the host
     rig: str | None = None
     driver: str | None = None
     cuda: str | None = None
     version: str | None = None
-    gpus: int | None = None
-    util: float | None = None  # mean over the box's GPUs, 0..1
-    mem_used: float | None = None
-    mem_total: float | None = None
-    tx_bps: float | None = None
-    rx_bps: float | None = None
-    link_bps: float | None = None  # what the GPUs' current links carry one way, summed
+    gpus: tuple[FleetGpu, ...] = ()
     servers: tuple[FleetServer, ...] = ()
     alerts: tuple[str, ...] = ()
+
+    def total(self, figure: str) -> float | None:
+        """A GPU figure summed over the box's GPUs that have it (None when none has)."""
+        values = [getattr(g, figure) for g in self.gpus if getattr(g, figure) is not None]
+        return sum(values) if values else None
+
+    @property
+    def util(self) -> float | None:
+        """Mean utilisation over the GPUs that report one."""
+        values = [g.util for g in self.gpus if g.util is not None]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def exports(self) -> tuple[str, ...]:
+        return tuple(sorted({e for t in self.targets for e in t.exports}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +118,14 @@ class Fleet:
     boxes: tuple[FleetBox, ...] = field(default=())
 
 
+def host_of(instance: str) -> str:
+    """The host an instance names: "gpu-01:9400" -> "gpu-01", "[::1]:9400" -> "::1"; as is without a port."""
+    host, sep, port = instance.rpartition(":")
+    if not sep or not port.isdigit() or (host.count(":") and not host.endswith("]")):
+        return instance
+    return host.strip("[]")
+
+
 def _value(row: dict[str, Any]) -> float | None:
     try:
         v = float(row["value"][1])
@@ -76,90 +134,222 @@ def _value(row: dict[str, Any]) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _by(rows: Iterable[dict[str, Any]], *labels: str) -> dict[tuple[str, ...], float | None]:
-    return {tuple(r["metric"].get(k, "") for k in labels): _value(r) for r in rows}
-
-
 def read_fleet(client: PrometheusClient, job: str | None = None, now: float | None = None, *, detail: bool = True,
-               instance: str | None = None) -> Fleet:
-    """Every box (or the one `instance`), asked in one instant query (queries.combined); PrometheusError if
-    it fails. Without `detail` the servers carry their state only (what a list of boxes shows)."""
-    matchers = ",".join(m for m in (queries.job_matcher(job) if job else "",
-                                    queries.instance_matcher(instance) if instance else "") if m)
-    servers = queries.SERVER if detail else {"state": queries.SERVER["state"]}
-    exprs = {**{f"box.{k}": v for k, v in queries.BOX.items()}, **{f"server.{k}": v for k, v in servers.items()}}
+               instances: list[str] | None = None) -> Fleet:
+    """Every box of the fleet (or the one whose targets are `instances`), asked in one instant query
+    (queries.combined); PrometheusError if it fails. Without `detail` the servers carry their state only
+    (what a list of boxes shows)."""
+    sel = [queries.job_matcher(job)] if job else []
+    if instances:
+        sel.append(queries.instances_matcher(instances))
+    matchers = ",".join(sel)
+    exprs = dict(queries.PARTS)
+    if detail:
+        exprs.update({f"server.{k}": v for k, v in queries.SERVER_PARTS.items()})
     exprs = {k: queries.fill(v, matchers) for k, v in exprs.items()}
     # Alerts by instance only: a rule that aggregates (by instance, server) drops the job label.
-    exprs["alerts"] = queries.fill(queries.ALERTS, queries.instance_matcher(instance) if instance else "")
+    exprs["alerts"] = queries.fill(queries.ALERTS, queries.instances_matcher(instances) if instances else "")
     at = time.time() if now is None else now
-    answers: dict[str, list[dict[str, Any]]] = {f"server.{k}": [] for k in queries.SERVER}
-    answers.update({k: [] for k in exprs})
+    answers: dict[str, list[dict[str, Any]]] = {k: [] for k in exprs}
     for row in client.query(queries.combined(exprs), at):
         part = answers.get(row["metric"].pop(queries.TAG, ""))
         if part is not None:
             part.append(row)
-    return Fleet(client.url, at, _boxes(answers, at))
+    return Fleet(client.url, at, _Assembly(answers, at, every_job=job is not None or bool(instances)).boxes())
 
 
-def _boxes(a: dict[str, list[dict[str, Any]]], now: float) -> tuple[FleetBox, ...]:
-    up = {r["metric"].get("instance", ""): r for r in a["box.up"]}
-    info = {r["metric"].get("instance", ""): r["metric"] for r in a["box.info"]}
-    seen = _by(a["box.last_seen"], "instance")
-    per = {k: _by(a[f"box.{k}"], "instance") for k in ("gpus", "util", "mem_used", "mem_total", "tx", "rx", "link")}
-    servers = _servers(a)
-    alerts: dict[str, list[str]] = {}
-    for r in a["alerts"]:
-        m = r["metric"]
-        alerts.setdefault(m.get("instance", ""), []).append(m.get("alertname", "?"))
-    boxes = []
-    for inst in sorted(set(up) | set(info) | {k[0] for k in seen}):
-        i = info.get(inst, {})
-        last = seen.get((inst,))
-        target = up.get(inst)
-        if target is None or _value(target) != 1:
-            status = DOWN
-        elif not i and last is None:
-            status = NO_GPUDASH
-        elif last is None or now - last > STALE_S:
-            status = STALE
-        else:
-            status = UP
-        job = (target or {}).get("metric", {}).get("job") or i.get("job", "")
-        gpus = per["gpus"].get((inst,))
-        boxes.append(FleetBox(
-            instance=inst, job=job, status=status, last_seen=last, hostname=i.get("hostname"), rig=i.get("rig"),
-            driver=i.get("driver"), cuda=i.get("cuda"), version=i.get("version"),
-            gpus=int(gpus) if gpus is not None else None, util=per["util"].get((inst,)),
-            mem_used=per["mem_used"].get((inst,)), mem_total=per["mem_total"].get((inst,)),
-            tx_bps=per["tx"].get((inst,)), rx_bps=per["rx"].get((inst,)), link_bps=per["link"].get((inst,)),
-            servers=tuple(servers.get(inst, ())), alerts=tuple(sorted(alerts.get(inst, ())))))
-    return tuple(boxes)
+class _Assembly:
+    """The parts of one answer put together into boxes."""
+
+    def __init__(self, a: dict[str, list[dict[str, Any]]], now: float, every_job: bool) -> None:
+        self.a, self.now = a, now
+        self.members: dict[tuple[str, str], set[str]] = {}  # (instance, job) -> what it exports
+        self.model: dict[str, str] = {}  # a vLLM target's model name
+        for part, rows in a.items():
+            if part.startswith("member."):
+                for r in rows:
+                    m = r["metric"]
+                    self.members.setdefault((m.get("instance", ""), m.get("job", "")), set()).add(part[7:])
+                    if m.get("model_name"):
+                        self.model.setdefault(m.get("instance", ""), m["model_name"])
+        jobs = {job for _, job in self.members}
+        self.targets: dict[str, FleetTarget] = {}
+        seen = {(r["metric"].get("instance", ""), r["metric"].get("job", "")): _value(r) for r in a.get("seen", ())}
+        for r in a.get("up", ()):
+            key = (r["metric"].get("instance", ""), r["metric"].get("job", ""))
+            if every_job or key[1] in jobs:
+                self.targets[key[0]] = FleetTarget(key[0], key[1], _value(r) == 1,
+                                                   tuple(sorted(self.members.get(key, ()))), seen.get(key))
+        for (inst, job), what in self.members.items():  # gone from the scrape config within the hour: down
+            if inst not in self.targets:
+                self.targets[inst] = FleetTarget(inst, job, False, tuple(sorted(what)), seen.get((inst, job)))
+
+    def boxes(self) -> tuple[FleetBox, ...]:
+        hosts: dict[str, list[FleetTarget]] = {}
+        for t in self.targets.values():
+            hosts.setdefault(host_of(t.instance), []).append(t)
+        info = {r["metric"].get("instance", ""): r["metric"] for r in self.a.get("info", ())}
+        dcgm = {r["metric"].get("instance", ""): r["metric"] for r in self.a.get("dcgm.host", ())}
+        sampled = {r["metric"].get("instance", ""): _value(r) for r in self.a.get("sampled", ())}
+        gpus, servers, alerts = self._gpus(), self._servers(), self._alerts()
+        out = []
+        for host, targets in sorted(hosts.items()):
+            targets.sort(key=lambda t: t.instance)
+            insts = [t.instance for t in targets]
+            gd = next((info[i] for i in insts if i in info), {})
+            dc = next((dcgm[i] for i in insts if i in dcgm), {})
+            times = [v for v in [*(sampled.get(i) for i in insts), *(t.last_seen for t in targets)] if v is not None]
+            last = max(times) if times else None
+            newest_sample = max((v for i in insts if (v := sampled.get(i)) is not None), default=None)
+            box_gpus = tuple(g for i in insts for g in gpus.get(i, ()))
+            box_servers = self._box_servers(targets, servers)
+            out.append(FleetBox(
+                box=host, status=_status(targets, gd, newest_sample, self.now), targets=tuple(targets),
+                last_seen=last, hostname=gd.get("hostname") or dc.get("Hostname") or dc.get("hostname"),
+                rig=gd.get("rig"), driver=gd.get("driver") or dc.get("DCGM_FI_DRIVER_VERSION"), cuda=gd.get("cuda"),
+                version=gd.get("version"), gpus=_merge_gpus(box_gpus), servers=box_servers,
+                alerts=tuple(sorted(a for i in insts for a in alerts.get(i, ())))))
+        return tuple(out)
+
+    def _alerts(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for r in self.a.get("alerts", ()):
+            m = r["metric"]
+            out.setdefault(m.get("instance", ""), []).append(m.get("alertname") or "?")
+        return out
+
+    def _gpus(self) -> dict[str, list[tuple[str, str, str, dict[str, float]]]]:
+        """instance -> its GPUs as (uuid, index, model, {family: value})."""
+        per: dict[tuple[str, str], tuple[str, str, dict[str, float]]] = {}
+        for name in queries.GPU_FAMILIES:
+            for r in self.a.get(f"gpu.{name}", ()):
+                m = r["metric"]
+                uuid = m.get("UUID") or m.get("uuid") or f"GPU{m.get('gpu', '?')}"
+                v = _value(r)
+                entry = per.setdefault((m.get("instance", ""), uuid), (m.get("gpu", "?"), m.get("modelName", ""), {}))
+                if v is not None:
+                    entry[2][name] = v
+        out: dict[str, list[tuple[str, str, str, dict[str, float]]]] = {}
+        for (inst, uuid), (index, model, values) in per.items():
+            out.setdefault(inst, []).append((uuid, index, model, values))
+        return out
+
+    def _servers(self) -> dict[str, dict[str, Any]]:
+        """Per gpudash server (instance, server) and per server target (instance): the rows that say something."""
+        rows: dict[str, dict[str, Any]] = {}
+        for part in ("server.state", "server.info", *(f"server.{k}" for k in queries.SERVER_PARTS)):
+            for r in self.a.get(part, ()):
+                m = r["metric"]
+                key = f"{m.get('instance', '')}\0{m.get('server', '')}" if "server" in m else m.get("instance", "")
+                rows.setdefault(key, {})[part.removeprefix("server.")] = r
+        return rows
+
+    def _box_servers(self, targets: list[FleetTarget], rows: dict[str, dict[str, Any]]) -> tuple[FleetServer, ...]:
+        insts = {t.instance for t in targets}
+        own = {t.instance: t for t in targets if {"vllm", "llama.cpp"} & set(t.exports)}
+        by_port = {t.instance.rpartition(":")[2]: t for t in own.values()}
+        out = []
+        matched: set[str] = set()
+        for key in sorted(k for k in rows if "\0" in k and k.split("\0")[0] in insts):
+            parts = rows[key]
+            state, info = parts.get("state"), parts.get("info")
+            m = (state or info or next(iter(parts.values())))["metric"]
+            port = (info or {}).get("metric", {}).get("port", "")
+            target = by_port.get(port) if port else None
+            if target is not None:
+                matched.add(target.instance)
+            figures = dict(parts)
+            if target is not None:
+                figures.update({k: v for k, v in rows.get(target.instance, {}).items() if k not in figures})
+            out.append(_server(m.get("server", "?"), m.get("kind") or _kind(target), m.get("state") if state else
+                               _target_state(target, figures), target, (info or {}).get("metric", {}).get("origin"),
+                               figures))
+        for inst, target in sorted(own.items()):
+            if inst not in matched:
+                figures = rows.get(inst, {})
+                out.append(_server(self.model.get(inst) or inst, _kind(target), _target_state(target, figures),
+                                   target, None, figures))
+        return tuple(out)
 
 
-def _servers(a: dict[str, list[dict[str, Any]]]) -> dict[str, list[FleetServer]]:
-    vals = {k: _by(a[f"server.{k}"], "instance", "server") for k in ("ttft_p90", "ttft_mean", "hit_rate", "kv",
-                                                                       "tokens_per_s")}
-    out: dict[str, list[FleetServer]] = {}
-    for r in sorted(a["server.state"], key=lambda r: (r["metric"].get("instance", ""), r["metric"].get("server", ""))):
-        m = r["metric"]
-        key = (m.get("instance", ""), m.get("server", ""))
-        out.setdefault(key[0], []).append(FleetServer(
-            server=key[1], kind=m.get("kind", ""), state=m.get("state", ""), ttft_p90_s=vals["ttft_p90"].get(key),
-            ttft_mean_s=vals["ttft_mean"].get(key), hit_rate=vals["hit_rate"].get(key), kv_usage=vals["kv"].get(key),
-            tokens_per_s=vals["tokens_per_s"].get(key)))
-    return out
+def _kind(target: FleetTarget | None) -> str:
+    if target is None:
+        return "unknown"
+    return next((k for k in ("vllm", "llama.cpp") if k in target.exports), "unknown")
 
 
-def read_box_history(client: PrometheusClient, instance: str, seconds: float = 3600.0,
+def _target_state(target: FleetTarget | None, figures: dict[str, Any]) -> str:
+    """A server known only from its own series: ready while its target answers (sleeping when vLLM says it
+    sleeps), unreachable when it does not."""
+    if target is None:
+        return "unknown"
+    if not target.up:
+        return "unreachable"
+    awake = _value(figures["vllm:awake"]) if "vllm:awake" in figures else None
+    return "sleeping" if awake == 0 else "ready"
+
+
+def _server(name: str, kind: str, state: str, target: FleetTarget | None, origin: str | None,
+            figures: dict[str, Any]) -> FleetServer:
+    values: dict[str, float | None] = {}
+    sources: dict[str, str] = {}
+    for figure, parts in queries.SERVER_FIGURES.items():
+        for part in parts:
+            v = _value(figures[part]) if part in figures else None
+            if v is not None:
+                values[figure], sources[figure] = v, part
+                break
+    return FleetServer(server=name, kind=kind, state=state, instance=target.instance if target else None,
+                       origin=origin, sources=sources, **values)
+
+
+def _merge_gpus(found: Iterable[tuple[str, str, str, dict[str, float]]]) -> tuple[FleetGpu, ...]:
+    """The box's GPUs by UUID, each figure from the first source that has it (queries.GPU_FIGURES)."""
+    by_uuid: dict[str, tuple[str, str, dict[str, float]]] = {}
+    for uuid, index, model, values in found:
+        known = by_uuid.setdefault(uuid, (index, model, {}))
+        known[2].update({k: v for k, v in values.items() if k not in known[2]})
+        if not known[1] and model:
+            by_uuid[uuid] = (known[0], model, known[2])
+    gpus = []
+    for uuid, (index, model, values) in by_uuid.items():
+        figures: dict[str, float] = {}
+        sources: dict[str, str] = {}
+        for figure, options in queries.GPU_FIGURES.items():
+            for src in options:
+                if all(f in values for f in src.families):
+                    used = [*src.families, *(f for f in src.extra if f in values)]
+                    figures[figure] = sum(values[f] for f in used) * src.scale
+                    sources[figure] = "+".join(used)
+                    break
+        gpus.append(FleetGpu(uuid=uuid, gpu=index, model=model or None, sources=sources, **figures))
+    return tuple(sorted(gpus, key=lambda g: (int(g.gpu) if g.gpu.isdigit() else 1 << 30, g.gpu, g.uuid)))
+
+
+def _status(targets: list[FleetTarget], gpudash_info: dict[str, str], newest_sample: float | None, now: float) -> str:
+    answering = [t for t in targets if t.up]
+    if not answering:
+        return DOWN
+    if any(t.up and "gpudash" in t.exports for t in targets) and (newest_sample is None
+                                                                  or now - newest_sample > STALE_S):
+        return STALE
+    if len(answering) < len(targets):
+        return PARTLY
+    if not any(t.exports for t in targets) and not gpudash_info:
+        return NO_METRICS
+    return UP
+
+
+def read_box_history(client: PrometheusClient, instances: list[str], seconds: float = 3600.0,
                      points: int = 120) -> dict[str, dict[str, list[tuple[float, float]]]]:
-    """The last `seconds` of one box's per-GPU series, for the drill-down's plots:
+    """The last `seconds` of one box's per-GPU series (its targets' `instances`), for the drill-down's plots:
     {"util": {"0": [(ts, v), ...], ...}, "memory": ..., "pcie tx": ..., "pcie rx": ...}."""
     end = time.time()
     step = max(1.0, seconds / points)
-    sel = queries.instance_matcher(instance)
+    sel = queries.instances_matcher(instances)
     out: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for name, expr in queries.GPU_SERIES.items():
-        series = {}
+        series: dict[str, list[tuple[float, float]]] = {}
         for r in client.query_range(queries.fill(expr, sel), end - seconds, end, step):
             pts = []
             for p in r.get("values", ()):
@@ -167,10 +357,10 @@ def read_box_history(client: PrometheusClient, instance: str, seconds: float = 3
                     pts.append((float(p[0]), float(p[1])))
                 except (TypeError, ValueError, IndexError):
                     continue
-            series[r["metric"].get("gpu", "?")] = pts
+            series.setdefault(r["metric"].get("gpu", "?"), pts)
         out[name] = series
     return out
 
 
-__all__ = ["DOWN", "NO_GPUDASH", "STALE", "UP", "Fleet", "FleetBox", "FleetServer", "PrometheusError", "read_fleet",
-           "read_box_history"]
+__all__ = ["DOWN", "NO_METRICS", "PARTLY", "STALE", "UP", "Fleet", "FleetBox", "FleetGpu", "FleetServer",
+           "FleetTarget", "PrometheusError", "host_of", "read_fleet", "read_box_history"]

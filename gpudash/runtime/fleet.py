@@ -32,11 +32,12 @@ class FleetReader:
         """Every box of the configured job, each server with its state only (a list of boxes)."""
         return read_fleet(self._get(), self.settings.job, detail=False)
 
-    def box(self, instance: str) -> tuple[dict[str, dict[str, list[tuple[float, float]]]], FleetBox | None]:
-        """One box's last hour of GPU series, and the box with its servers' TTFT, hit rate and KV."""
+    def box(self, box: FleetBox) -> tuple[dict[str, dict[str, list[tuple[float, float]]]], FleetBox | None]:
+        """One box's last hour of GPU series, and the box read again with its servers' TTFT, hit rate and KV."""
         client = self._get()
-        boxes = read_fleet(client, instance=instance).boxes
-        return read_box_history(client, instance), boxes[0] if boxes else None
+        instances = [t.instance for t in box.targets]
+        boxes = [b for b in read_fleet(client, instances=instances).boxes if b.box == box.box]
+        return read_box_history(client, instances), boxes[0] if boxes else None
 
     def close(self) -> None:
         with self._lock:

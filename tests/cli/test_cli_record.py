@@ -131,7 +131,7 @@ def test_bad_prometheus_address_and_taken_port_are_usage_errors(tmp_path: Path) 
     proc = run(tmp_path, "record", "--sim", "h200", "--duration", "1", "--db", str(db), "--prometheus", "localhost:")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "gpudash: --prometheus expects [HOST:]PORT with a port from 1 to 65535 (e.g. 9400 or 0.0.0.0:9400), "
+        "gpudash: --prometheus expects [HOST:]PORT with a port from 1 to 65535 (e.g. 9401 or 0.0.0.0:9401), "
         "got 'localhost:'"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

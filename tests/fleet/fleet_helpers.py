@@ -29,7 +29,6 @@ REPO = Path(__file__).resolve().parents[2]
 DOUBLE = REPO / "tests" / "doubles" / "vllm_double.py"
 RULES = REPO / "deploy" / "prometheus" / "gpudash-rules.yml"
 ALERTS_NOW = REPO / "tests" / "fleet" / "alerts_now.yml"  # fires at once, so a firing alert can be seen
-PROFILES = ("h200", "8xh20", "rtx5080+rtx3090")
 
 
 def binary(name: str) -> str:
@@ -75,9 +74,10 @@ class PromServer:
 
 def start_prometheus(workdir: Path, jobs: dict[str, list[str]], interval: str = "1s",
                      rules: tuple[Path, ...] = (RULES,), self_scrape: bool = False,
-                     port: int | None = None) -> PromServer:
+                     port: int | None = None, relabel: dict[str, list[dict]] | None = None) -> PromServer:
     """A Prometheus on 127.0.0.1:`port` (unset: a free one), its config and TSDB in `workdir`; jobs: name ->
-    targets; `self_scrape` adds a job "prometheus" scraping this Prometheus (a target with no gpudash metrics)."""
+    targets; `self_scrape` adds a job "prometheus" scraping this Prometheus (a target with no gpudash metrics);
+    `relabel`: job -> its relabel_configs."""
     exe = binary("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -86,7 +86,9 @@ def start_prometheus(workdir: Path, jobs: dict[str, list[str]], interval: str = 
     config = {  # JSON is YAML: no YAML writer needed
         "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
         "rule_files": [str(r) for r in rules],
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]} for job, targets in jobs.items()],
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}],
+                            **({"relabel_configs": relabel[job]} if relabel and job in relabel else {})}
+                           for job, targets in jobs.items()],
     }
     (workdir / "prometheus.yml").write_text(json.dumps(config))
     log = open(workdir / "prometheus.log", "wb")
@@ -120,6 +122,11 @@ def gpudash(tmp: Path, *args: str) -> subprocess.Popen:
 @dataclass
 class FleetRig:
     prom: PromServer
-    boxes: dict[str, str]  # instance -> what runs there ("sim:h200", "vllm", "prometheus", "nothing")
+    targets: dict[str, str]  # instance -> what answers there ("gpudash sim:h200", "vllm", "nothing", ...)
     procs: list[subprocess.Popen]
     tmp: Path
+
+    def instance(self, what: str) -> str:
+        """The one target where `what` answers."""
+        (inst,) = [i for i, w in self.targets.items() if w == what]
+        return inst

@@ -31,7 +31,8 @@ def test_the_units_command_records_and_serves(tmp_path: Path) -> None:
     exe, *args = _exec_start()
     assert Path(exe).name == "gpudash" and args[:1] == ["record"]
     port = free_port()
-    swap = {"--no-sim": ["--sim", "h200"], "0.0.0.0:9400": [f"127.0.0.1:{port}"]}
+    assert "0.0.0.0:9400" not in args  # dcgm-exporter's port: a box running both would refuse one
+    swap = {"--no-sim": ["--sim", "h200"], "0.0.0.0:9401": [f"127.0.0.1:{port}"]}
     argv = [w for a in args for w in swap.get(a, [a])] + ["--duration", "4", "--db", str(tmp_path / "g.db")]
     proc = subprocess.Popen(cmd(*argv), env=env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -52,7 +53,7 @@ def test_the_units_command_records_and_serves(tmp_path: Path) -> None:
             proc.wait()
     assert proc.returncode == 0, err
     names = {f.name for f in text_string_to_metric_families(text)}
-    assert {"gpudash_box_info", "gpudash_gpu_utilization_ratio", "gpudash_store_data_bytes"} <= names
+    assert {"gpudash_box_info", "gpudash_gpu_pcie_link_generation", "gpudash_store_data_bytes"} <= names
 
 
 def test_systemd_verifies_the_unit(tmp_path: Path) -> None:

@@ -1,10 +1,13 @@
 """Fleet: every box one Prometheus scrapes, as rows (sortable, `/` filter), read through gpudash/fleet
 while the tab is on screen; Enter opens one box: its servers and the last hour of its GPUs, plotted.
+A box is a host: its dcgm-exporter, its servers' own /metrics and its gpudash, whichever it runs.
 
 The Prometheus is `[fleet] prometheus` or `gpudash launch --fleet URL`; without one the tab says how to
 set it and nothing is sent anywhere. Each read is a worker thread with the client's bounds (one timeout,
 a size cap), chained: the next starts `[fleet] refresh_s` after the last one ended, never two at once,
-and none while the tab is off screen. A read that fails keeps the last rows, marked "stale since".
+and none while the tab is off screen. A read that fails says why in full under the title ("cannot reach
+Prometheus at ...: ...", as `gpudash fleet` does) and keeps the last rows, marked "stale since". Labels
+from Prometheus are shown as text (gpudash/outside.py, through fleet/cells.py).
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from gpudash import fmt
-from gpudash.fleet.boxes import DOWN, NO_GPUDASH, STALE, Fleet, FleetBox
+from gpudash.fleet.boxes import DOWN, NO_METRICS, PARTLY, STALE, Fleet, FleetBox
 from gpudash.fleet.cells import COLUMNS, SERVER_COLUMNS, box_cells, server_cells
+from gpudash.outside import printable
 from gpudash.runtime.fleet import FleetReader, PrometheusError
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState
@@ -33,18 +37,19 @@ from gpudash.tui.widgets.sorted_rows import KeepsSelection, Sort, filter_and_sor
 from gpudash.tui.widgets.view import DashView
 
 HISTORY_REFRESH_S = 15.0  # the drill-down's range plots (the last hour, 30 s steps) are asked again this often
-_STATE_ORDER = {DOWN: 0, STALE: 1, NO_GPUDASH: 2}
-STATE_STYLE = {DOWN: "bold red", STALE: "yellow", NO_GPUDASH: "yellow"}
+_STATE_ORDER = {DOWN: 0, PARTLY: 1, STALE: 2, NO_METRICS: 3}
+STATE_STYLE = {DOWN: "bold red", PARTLY: "yellow", STALE: "yellow", NO_METRICS: "yellow"}
 
 
 SORTS: tuple[Sort[FleetBox], ...] = (
-    Sort("box", lambda b: b.instance, False),
+    Sort("box", lambda b: b.box, False),
     Sort("state", lambda b: _STATE_ORDER.get(b.status, 3), False),  # the boxes needing a look first
     Sort("alerts", lambda b: len(b.alerts), True),
     Sort("util", lambda b: b.util, True),
-    Sort("VRAM", lambda b: b.mem_used, True),
-    Sort("PCIe", lambda b: None if b.tx_bps is None else (b.tx_bps or 0) + (b.rx_bps or 0), True),
-    Sort("GPUs", lambda b: b.gpus, True),
+    Sort("VRAM", lambda b: b.total("mem_used"), True),
+    Sort("PCIe", lambda b: None if b.total("tx_bps") is None else (b.total("tx_bps") or 0) + (b.total("rx_bps") or 0),
+         True),
+    Sort("GPUs", lambda b: len(b.gpus) or None, True),
 )
 
 
@@ -55,12 +60,13 @@ def fleet_settings(app: Any) -> Any:
 
 
 def shown_boxes(boxes: tuple[FleetBox, ...], sort: int, text: str) -> list[FleetBox]:
-    """Boxes whose address, host, rig, state, servers or alerts contain `text` (any case), in sort order."""
+    """Boxes whose host, targets, host name, rig, state, exporters, servers or alerts contain `text` (any case),
+    in sort order."""
     def words(b: FleetBox) -> str:
-        return " ".join([b.instance, b.hostname or "", b.rig or "", b.status, *(s.server for s in b.servers),
-                         *b.alerts]).lower()
+        return " ".join([b.box, *(t.instance for t in b.targets), b.hostname or "", b.rig or "", b.status,
+                         *b.exports, *(s.server for s in b.servers), *b.alerts]).lower()
 
-    return filter_and_sort(boxes, SORTS[sort], text, words, lambda b: b.instance)
+    return filter_and_sort(boxes, SORTS[sort], text, words, lambda b: b.box)
 
 
 class FleetLines(TextLines):
@@ -79,7 +85,7 @@ class FleetView(DashView, KeepsSelection):
     on a table-wide update count), and a fleet's rows change at every read somewhere."""
 
     COLUMNS = COLUMNS
-    DROP = ("host", "rig", "servers", "VRAM", "PCIe TX / RX")  # given way in this order on a narrow screen
+    DROP = ("from", "host", "rig", "servers", "VRAM", "PCIe TX / RX")  # given way in this order on a narrow screen
     RIGHT = ("GPUs", "util")
 
     sort = 1  # by state: down and stale boxes first
@@ -174,19 +180,28 @@ class FleetView(DashView, KeepsSelection):
         boxes = self.fleet.boxes if self.fleet is not None else ()
         shown = shown_boxes(boxes, self.sort, self.filter_text)
         self._shown = shown
-        self.follow_selection([b.instance for b in shown])
+        self.follow_selection([b.box for b in shown])
         s = SORTS[self.sort]
         head = Text(f"Fleet {len(shown)} of {len(boxes)} boxes from {settings.prometheus}, by {s.column} "
                     "(o: sort, /: filter, Enter: open)")
         if self.filter_text:
-            head.append(f"  filter {self.filter_text!r}", style="bold magenta")
-        if self.error is not None:
-            head.append(f"\nstale since {fmt.clock(self.stale_since)}: {self.error}", style="bold red")
-        elif self.fleet is None:
-            head.append("\nasking Prometheus…", style="italic")
+            head.append(f"  filter {printable(repr(self.filter_text))}", style="bold magenta")
         self._title(head)
-        empty.display = not shown
-        empty.update(f"no box matches {self.filter_text!r}" if boxes else "no boxes yet")
+        # The title is one line: why the fleet cannot be read goes under it, in full (it wraps).
+        if self.error is not None:
+            error = printable(self.error)
+            note = Text(f"stale since {fmt.clock(self.stale_since)}: {error}" if boxes else error, style="bold red")
+        elif self.fleet is None:
+            note = Text(f"asking Prometheus at {settings.prometheus}…", style="italic")
+        elif not shown:
+            note = Text(f"no box matches {printable(repr(self.filter_text))}" if boxes else
+                        f"Prometheus at {settings.prometheus} scrapes no gpudash, dcgm-exporter, vLLM or "
+                        "llama-server targets" + (" of that job" if settings.job else ""))
+        else:
+            note = None
+        empty.display = note is not None
+        if note is not None:
+            empty.update(note)
         self.rows = [box_cells(b) for b in shown]
         self._lines(self.rows, shown)
 
@@ -234,7 +249,7 @@ class FleetView(DashView, KeepsSelection):
             note.update(text)
 
     def action_select(self, step: int) -> None:
-        if self.step_selection(step, [b.instance for b in self._shown]):
+        if self.step_selection(step, [b.box for b in self._shown]):
             self.show(self.state)
 
     def action_sort_fleet(self) -> None:
@@ -281,14 +296,14 @@ class BoxScreen(Screen[None]):
             [tuple(server_cells(b, s)[c] for c in SERVER_COLUMNS[1:]) for s in b.servers])
 
     def _load(self) -> None:
-        instance = self.box.instance
+        box = self.box
 
         def read() -> None:
             try:
-                series, box = self.view.reader().box(instance)  # its servers with TTFT, hit rate, KV
-                self.post_message(msg.BoxHistory(instance, series, None, box))
+                series, again = self.view.reader().box(box)  # its servers with TTFT, hit rate, KV
+                self.post_message(msg.BoxHistory(box.box, series, None, again))
             except PrometheusError as err:
-                self.post_message(msg.BoxHistory(instance, None, str(err), None))
+                self.post_message(msg.BoxHistory(box.box, None, str(err), None))
 
         self.run_worker(read, name="fleet.box_history", group="fleet-box", thread=True, exit_on_error=False)
 
@@ -306,15 +321,17 @@ class BoxScreen(Screen[None]):
 
     def _draw(self) -> None:
         b = self.box
-        head = Text(f"{b.instance}  {b.hostname or fmt.NA}  {b.rig or fmt.NA}  driver {b.driver or fmt.NA}  "
-                    f"CUDA {b.cuda or fmt.NA}  gpudash {b.version or fmt.NA}  ", style="bold")
-        head.append(box_cells(b, time.time())["state"], style="bold red" if b.status == DOWN else "")
+        cells = box_cells(b, time.time())
+        facts = "  ".join(printable(f"{what} {v}") for what, v in (("driver", b.driver), ("CUDA", b.cuda),
+                                                                  ("gpudash", b.version)) if v)
+        head = Text(f"{cells['box']}  {cells['host']}  {cells['rig']}  {facts}  from {cells['from']}  ", style="bold")
+        head.append(cells["state"], style="bold red" if b.status == DOWN else "")
         if b.alerts:
-            head.append(f"\nalerts firing: {', '.join(b.alerts)}", style="bold red")
+            head.append(f"\nalerts firing: {cells['alerts']}", style="bold red")
         if not b.servers:
             head.append("\nno servers")
         if self.error is not None:
-            head.append(f"\nthe last hour could not be read: {self.error}", style="bold red")
+            head.append(f"\nthe last hour could not be read: {printable(self.error)}", style="bold red")
         self.query_one("#box-title", Static).update(head)
         units = {"util": ("GPU utilisation, %", 100.0), "memory": ("GPU memory used, GiB", 1 / 2**30),
                  "pcie tx": ("PCIe TX (GPU to host), GB/s", 1e-9), "pcie rx": ("PCIe RX (host to GPU), GB/s", 1e-9)}

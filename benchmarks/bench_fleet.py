@@ -1,17 +1,20 @@
-"""Fleet benchmark: `gpudash fleet` over 100 boxes in one real Prometheus, and the Fleet view's refresh cost.
+"""Fleet benchmark: `gpudash fleet` over a mixed fleet of 100 boxes in one real Prometheus, and the Fleet
+view's refresh cost.
 
-100 boxes are 100 real exporters (gpudash's PrometheusSink, each on its own 127.0.0.1 port, in this
-process) serving snapshots taken from the three simulated rigs (8xh20, rtx5080+rtx3090, h200: 370
-GPUs in all) plus two generated inference servers per box with probe TTFTs. Debian's Prometheus
-(`apt-get install prometheus`) scrapes them every 2 s with the shipped rules loaded. Then:
+The boxes are as operators run them, each on its own loopback address (a box is a host): half run gpudash
+(its PrometheusSink, in this process, serving a tick of a simulated rig plus two generated inference
+servers with probe TTFTs); the other half run no gpudash: a dcgm-exporter stand-in built from its own
+default counters file (tests/fleet/dcgm_standin.py) for a rig's GPUs and a vLLM serving the /metrics of
+tests/launcher/samples/vllm-0.33.0-metrics-dp2-a.txt. Debian's Prometheus (`apt-get install prometheus`)
+scrapes all 150 targets every 2 s with the shipped rules loaded. Then:
   * `gpudash fleet --prometheus URL --json`, the whole command (Python start included), median of 5, its
     CPU time, and `gpudash fleet --help` beside it: the start-up (interpreter, imports, config) alone;
-  * read_fleet() alone (the queries and the assembly), median of 10;
+  * read_fleet() alone (the query and the assembly), median of 10;
   * the Fleet view's refresh at 1 s: a separate process that reads the fleet once a second for
     --cpu-seconds and builds its rows (what the view's worker does), its CPU share of one core;
   * the real `gpudash launch --sim h200` in tmux (bench_tui's helpers): its CPU on the Fleet tab and on
-    the Events tab, each for --cpu-seconds, while every box's utilisation moves each second (so rows
-    change at every scrape); the difference is the tab's own cost (reads, rows, table).
+    the Events tab, each for --cpu-seconds, while every gpudash box's utilisation moves each second (so
+    rows change at every scrape); the difference is the tab's own cost (reads, rows, table).
 Printed beside the issue's targets (ratio = measured / target, <= 1 is met).
 
 Run: .venv/bin/python benchmarks/bench_fleet.py [--boxes 100] [--cpu-seconds 20]
@@ -33,11 +36,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "fleet"))  # the tests' way to start a private Prometheus
 sys.path.insert(0, str(REPO / "tests" / "cli"))
+import dcgm_standin  # noqa: E402
 from fleet_helpers import start_prometheus, stop, wait_for  # noqa: E402
 
 import bench_tui as tui  # noqa: E402  (its private tmux server and screen helpers)
 
-from gpudash.config import Config  # noqa: E402
+from gpudash.config import Config, PrometheusConfig  # noqa: E402
 from gpudash.fleet.boxes import read_fleet  # noqa: E402
 from gpudash.fleet.client import PrometheusClient  # noqa: E402
 from gpudash.labels import sim_label  # noqa: E402
@@ -47,6 +51,7 @@ from gpudash.telemetry.prometheus import PrometheusSink  # noqa: E402
 from gpudash.telemetry.sampler import Sampler  # noqa: E402
 
 PROFILES = ("8xh20", "rtx5080+rtx3090", "h200")
+VLLM_METRICS = (REPO / "tests" / "launcher" / "samples" / "vllm-0.33.0-metrics-dp2-a.txt").read_text()
 REFRESH_LOOP = """
 import sys, time
 from gpudash.fleet.cells import box_cells
@@ -104,7 +109,7 @@ class Moving:
         tick = 2
         while not self.stop.wait(1.0):
             for i, sink in enumerate(self.sinks):
-                sink(box_snapshot(self.bases[i], i, tick))
+                sink(box_snapshot(self.bases[i], 2 * i, tick))
             tick += 1
 
     def close(self) -> None:
@@ -112,7 +117,7 @@ class Moving:
         self.thread.join(timeout=5)
 
 
-def tab_cpu(url: str, tmp: str, seconds: float) -> tuple[float, float]:
+def tab_cpu(url: str, tmp: str, seconds: float, boxes: int) -> tuple[float, float]:
     """CPU share of one core of the real `gpudash launch --sim h200` in a terminal (tmux, 160x48), reading
     the fleet at `url` every second: on the Fleet tab, then on the Events tab (the fleet is read only
     while its tab is on screen: the difference is the tab's cost)."""
@@ -127,7 +132,7 @@ def tab_cpu(url: str, tmp: str, seconds: float) -> tuple[float, float]:
     try:
         tui.wait_for(session, "GPU0", 60)
         shares = []
-        for key, needle in (("0", "100 of 100 boxes"), ("8", "Events")):
+        for key, needle in (("0", f"{boxes} of {boxes} boxes"), ("8", "Events")):
             tui.tmux("send-keys", "-t", session, key)
             tui.wait_for(session, needle, 30)
             time.sleep(3)
@@ -155,30 +160,52 @@ def command_times(args: list[str], cwd: str, runs: int = 5) -> tuple[list[float]
     return wall, cpu
 
 
+def host(i: int) -> str:
+    return f"127.0.0.{i + 2}"
+
+
+def no_gpudash_box(i: int, base: Snapshot) -> tuple[list, list[str]]:
+    """A box without gpudash: a dcgm-exporter for `base`'s GPUs (UUIDs of its own) and a vLLM's /metrics."""
+    gpus = [{"gpu": g.index, "uuid": f"GPU-bench-{i}-{g.index}", "model": g.name, "pci_bus_id": ""}
+            for g in base.gpus]
+    servers = [dcgm_standin.serve(host(i), 0, dcgm_standin.exposition(gpus, f"box-{i}")),
+               dcgm_standin.serve(host(i), 0, VLLM_METRICS)]
+    for srv in servers:
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return servers, [f"{host(i)}:{srv.server_address[1]}" for srv in servers]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--boxes", type=int, default=100)
     ap.add_argument("--cpu-seconds", type=float, default=20.0)
     args = ap.parse_args()
+    assert args.boxes <= 250, "one loopback address a box: at most 250"
     snaps = rig_snapshots()
-    sinks = [PrometheusSink("127.0.0.1", 0) for _ in range(args.boxes)]
+    settings = PrometheusConfig(gpu="all")  # no dcgm-exporter beside these (the other half has only that)
     bases = [snaps[PROFILES[i % len(PROFILES)]] for i in range(args.boxes)]
+    sinks = [PrometheusSink(host(i), 0, settings=settings) for i in range(0, args.boxes, 2)]
+    others = [no_gpudash_box(i, bases[i]) for i in range(1, args.boxes, 2)]
     gpus = sum(len(b.gpus) for b in bases)
     with tempfile.TemporaryDirectory(prefix="gpudash-bench-fleet-") as tmp:
-        targets = [f"127.0.0.1:{s._server.server_address[1]}" for s in sinks]
-        prom = start_prometheus(Path(tmp) / "prometheus", {"gpudash": targets}, interval="2s")
+        jobs = {"gpudash": [f"{s.host}:{s.port}" for s in sinks],
+                "dcgm-exporter": [t[0] for _, t in others], "vllm": [t[1] for _, t in others]}
+        prom = start_prometheus(Path(tmp) / "prometheus", jobs, interval="2s")
+        targets = sum(len(t) for t in jobs.values())
         try:
             for tick in range(2):  # two values per counter, so rate() has something to say
-                for i, sink in enumerate(sinks):
-                    sink(box_snapshot(bases[i], i, tick))
+                for n, sink in enumerate(sinks):
+                    sink(box_snapshot(bases[2 * n], 2 * n, tick))
                 if tick == 0:
-                    wait_for(lambda: len(prom.query("up == 1")) == args.boxes, 60, "every box scraped")
+                    wait_for(lambda: len(prom.query("up == 1")) == targets, 90, "every target scraped")
                     time.sleep(4.5)
             time.sleep(4.5)
             client = PrometheusClient(prom.url)
             fleet = read_fleet(client)
             assert len(fleet.boxes) == args.boxes and all(b.status == "up" for b in fleet.boxes), \
                 [b.status for b in fleet.boxes]
+            assert sum(len(b.gpus) for b in fleet.boxes) == gpus and sum(len(b.servers) for b in fleet.boxes) == \
+                2 * len(sinks) + len(others)
             inproc = []
             for _ in range(10):
                 t0 = time.perf_counter()
@@ -189,16 +216,21 @@ def main() -> None:
             loop = subprocess.run([sys.executable, "-c", REFRESH_LOOP, prom.url, str(args.cpu_seconds)], cwd=tmp,
                                   check=True, capture_output=True, text=True)
             refresh_cpu = float(loop.stdout.strip())
-            moving = Moving(sinks, bases)
+            moving = Moving(sinks, bases[0::2])
             try:
-                on_fleet, on_events = tab_cpu(prom.url, tmp, args.cpu_seconds)
+                on_fleet, on_events = tab_cpu(prom.url, tmp, args.cpu_seconds, args.boxes)
             finally:
                 moving.close()
         finally:
             stop(prom.proc)
             for s in sinks:
                 s.close()
-    print(f"{args.boxes} boxes, {gpus} simulated GPUs, 2 servers each, Prometheus 2.42 scraping every 2 s")
+            for servers, _ in others:
+                for srv in servers:
+                    srv.shutdown()
+                    srv.server_close()
+    print(f"{args.boxes} boxes ({len(sinks)} with gpudash and 2 servers, {len(others)} with dcgm-exporter and vLLM "
+          f"only), {gpus} GPUs, {targets} targets, Prometheus 2.42 scraping every 2 s")
     print(f"{'figure':<52}{'measured':>12}{'target':>10}{'ratio':>8}")
     rows = [("gpudash fleet --json, whole command (median of 5)", statistics.median(cli), 2.0),
             ("  its CPU time, user + system (median of 5)", statistics.median(cli_cpu), 2.0),

@@ -26,13 +26,9 @@ from gpudash.outside import markup_free
 
 
 def fleet_json(fleet: Fleet) -> dict:
-    """The fleet as one JSON object: each box with its targets, GPUs and servers (each figure with the series
-    it came from, under "sources") and its totals."""
-    boxes = []
-    for b in fleet.boxes:
-        totals = {"gpu_count": len(b.gpus) if b.gpus else None, "util": b.util,
-                  **{k: b.total(k) for k in ("mem_used", "mem_total", "tx_bps", "rx_bps", "link_bps")}}
-        boxes.append({**dataclasses.asdict(b), "exports": list(b.exports), **totals})
+    """The fleet as one JSON object: each box with its totals, targets, GPUs and servers (each figure with the
+    series it came from, under "sources")."""
+    boxes = [{**dataclasses.asdict(b), "exports": list(b.exports)} for b in fleet.boxes]
     return {"prometheus": fleet.url, "ts": fleet.ts, "boxes": boxes}
 
 

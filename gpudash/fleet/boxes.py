@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpudash.fleet import queries
@@ -78,7 +78,7 @@ class FleetServer:
 
 @dataclass(frozen=True, slots=True)
 class FleetBox:
-    """One host and its targets."""
+    """One host and its targets. The totals count each GPU once, each figure from its first source."""
 
     box: str  # the host its targets' instances name
     status: str  # up | down | partly down | stale | no GPU metrics
@@ -89,20 +89,16 @@ class FleetBox:
     driver: str | None = None
     cuda: str | None = None
     version: str | None = None
-    gpus: tuple[FleetGpu, ...] = ()
+    gpu_count: int | None = None
+    util: float | None = None  # mean over the GPUs that report one, 0..1
+    mem_used: float | None = None
+    mem_total: float | None = None
+    tx_bps: float | None = None
+    rx_bps: float | None = None
+    link_bps: float | None = None  # what the GPUs' current links carry one way, summed
+    gpus: tuple[FleetGpu, ...] = ()  # read with detail only (a list of boxes has the totals)
     servers: tuple[FleetServer, ...] = ()
     alerts: tuple[str, ...] = ()
-
-    def total(self, figure: str) -> float | None:
-        """A GPU figure summed over the box's GPUs that have it (None when none has)."""
-        values = [getattr(g, figure) for g in self.gpus if getattr(g, figure) is not None]
-        return sum(values) if values else None
-
-    @property
-    def util(self) -> float | None:
-        """Mean utilisation over the GPUs that report one."""
-        values = [g.util for g in self.gpus if g.util is not None]
-        return sum(values) / len(values) if values else None
 
     @property
     def exports(self) -> tuple[str, ...]:
@@ -136,26 +132,34 @@ def _value(row: dict[str, Any]) -> float | None:
 
 def read_fleet(client: PrometheusClient, job: str | None = None, now: float | None = None, *, detail: bool = True,
                instances: list[str] | None = None) -> Fleet:
-    """Every box of the fleet (or the one whose targets are `instances`), asked in one instant query
-    (queries.combined); PrometheusError if it fails. Without `detail` the servers carry their state only
-    (what a list of boxes shows)."""
+    """Every box of the fleet (or the one whose targets are `instances`), asked in few combined instant
+    queries side by side (queries.combined), and one more for when the targets that do not answer last
+    did; PrometheusError if any fails. With `detail` each box has its GPUs and its servers' figures;
+    without (what a list of boxes shows: one query) its GPU totals and its servers' states."""
     sel = [queries.job_matcher(job)] if job else []
     if instances:
         sel.append(queries.instances_matcher(instances))
     matchers = ",".join(sel)
-    exprs = dict(queries.PARTS)
-    if detail:
-        exprs.update({f"server.{k}": v for k, v in queries.SERVER_PARTS.items()})
-    exprs = {k: queries.fill(v, matchers) for k, v in exprs.items()}
+    base = {k: queries.fill(v, matchers) for k, v in queries.PARTS.items()}
     # Alerts by instance only: a rule that aggregates (by instance, server) drops the job label.
-    exprs["alerts"] = queries.fill(queries.ALERTS, queries.instances_matcher(instances) if instances else "")
+    base["alerts"] = queries.fill(queries.ALERTS, queries.instances_matcher(instances) if instances else "")
+    if detail:  # each group one query, the groups evaluated at once: `or` over every part costs Prometheus more
+        groups = [base, {k: queries.fill(v, matchers) for k, v in queries.GPU_PARTS.items()},
+                  {f"server.{k}": queries.fill(v, matchers) for k, v in queries.SERVER_PARTS.items()}]
+    else:
+        groups = [{**base, **{k: queries.fill(v, matchers) for k, v in queries.TOTAL_PARTS.items()}}]
     at = time.time() if now is None else now
-    answers: dict[str, list[dict[str, Any]]] = {k: [] for k in exprs}
-    for row in client.query(queries.combined(exprs), at):
-        part = answers.get(row["metric"].pop(queries.TAG, ""))
-        if part is not None:
-            part.append(row)
-    return Fleet(client.url, at, _Assembly(answers, at, every_job=job is not None or bool(instances)).boxes())
+    answers: dict[str, list[dict[str, Any]]] = {k: [] for g in groups for k in g}
+    for rows in client.query_all([queries.combined(g) for g in groups], at):
+        for row in rows:
+            part = answers.get(row["metric"].pop(queries.TAG, ""))
+            if part is not None:
+                part.append(row)
+    fleet = _Assembly(answers, at, every_job=job is not None or bool(instances))
+    down = [t.instance for t in fleet.targets.values() if not t.up]
+    if down:
+        fleet.seen(client.query(queries.fill(queries.SEEN, queries.instances_matcher(down)), at))
+    return Fleet(client.url, at, fleet.boxes())
 
 
 class _Assembly:
@@ -174,15 +178,21 @@ class _Assembly:
                         self.model.setdefault(m.get("instance", ""), m["model_name"])
         jobs = {job for _, job in self.members}
         self.targets: dict[str, FleetTarget] = {}
-        seen = {(r["metric"].get("instance", ""), r["metric"].get("job", "")): _value(r) for r in a.get("seen", ())}
         for r in a.get("up", ()):
             key = (r["metric"].get("instance", ""), r["metric"].get("job", ""))
             if every_job or key[1] in jobs:
                 self.targets[key[0]] = FleetTarget(key[0], key[1], _value(r) == 1,
-                                                   tuple(sorted(self.members.get(key, ()))), seen.get(key))
+                                                   tuple(sorted(self.members.get(key, ()))))
         for (inst, job), what in self.members.items():  # gone from the scrape config within the hour: down
             if inst not in self.targets:
-                self.targets[inst] = FleetTarget(inst, job, False, tuple(sorted(what)), seen.get((inst, job)))
+                self.targets[inst] = FleetTarget(inst, job, False, tuple(sorted(what)))
+
+    def seen(self, rows: list[dict[str, Any]]) -> None:
+        """When each target that does not answer now last did (SEEN's answer)."""
+        for r in rows:
+            t = self.targets.get(r["metric"].get("instance", ""))
+            if t is not None and t.job == r["metric"].get("job", t.job):
+                self.targets[t.instance] = replace(t, last_seen=_value(r))
 
     def boxes(self) -> tuple[FleetBox, ...]:
         hosts: dict[str, list[FleetTarget]] = {}
@@ -192,6 +202,7 @@ class _Assembly:
         dcgm = {r["metric"].get("instance", ""): r["metric"] for r in self.a.get("dcgm.host", ())}
         sampled = {r["metric"].get("instance", ""): _value(r) for r in self.a.get("sampled", ())}
         gpus, servers, alerts = self._gpus(), self._servers(), self._alerts()
+        totals = {k.removeprefix("total."): _by_instance(rows) for k, rows in self.a.items() if k.startswith("total.")}
         out = []
         for host, targets in sorted(hosts.items()):
             targets.sort(key=lambda t: t.instance)
@@ -199,15 +210,15 @@ class _Assembly:
             gd = next((info[i] for i in insts if i in info), {})
             dc = next((dcgm[i] for i in insts if i in dcgm), {})
             times = [v for v in [*(sampled.get(i) for i in insts), *(t.last_seen for t in targets)] if v is not None]
-            last = max(times) if times else None
             newest_sample = max((v for i in insts if (v := sampled.get(i)) is not None), default=None)
-            box_gpus = tuple(g for i in insts for g in gpus.get(i, ()))
-            box_servers = self._box_servers(targets, servers)
+            box_gpus = _merge_gpus(g for i in insts for g in gpus.get(i, ()))
             out.append(FleetBox(
                 box=host, status=_status(targets, gd, newest_sample, self.now), targets=tuple(targets),
-                last_seen=last, hostname=gd.get("hostname") or dc.get("Hostname") or dc.get("hostname"),
-                rig=gd.get("rig"), driver=gd.get("driver") or dc.get("DCGM_FI_DRIVER_VERSION"), cuda=gd.get("cuda"),
-                version=gd.get("version"), gpus=_merge_gpus(box_gpus), servers=box_servers,
+                last_seen=max(times) if times else None,
+                hostname=gd.get("hostname") or dc.get("Hostname") or dc.get("hostname"), rig=gd.get("rig"),
+                driver=gd.get("driver") or dc.get("DCGM_FI_DRIVER_VERSION"), cuda=gd.get("cuda"),
+                version=gd.get("version"), **(_summed(totals, insts) if totals else _totals(box_gpus)), gpus=box_gpus,
+                servers=self._box_servers(targets, servers),
                 alerts=tuple(sorted(a for i in insts for a in alerts.get(i, ())))))
         return tuple(out)
 
@@ -234,42 +245,76 @@ class _Assembly:
             out.setdefault(inst, []).append((uuid, index, model, values))
         return out
 
-    def _servers(self) -> dict[str, dict[str, Any]]:
-        """Per gpudash server (instance, server) and per server target (instance): the rows that say something."""
-        rows: dict[str, dict[str, Any]] = {}
+    def _servers(self) -> tuple[dict[str, dict[str, dict[str, Any]]], dict[str, dict[str, Any]]]:
+        """The rows that say something of a server, by part: of each gpudash server (instance -> server ->
+        parts) and of each server target (instance -> parts)."""
+        ours: dict[str, dict[str, dict[str, Any]]] = {}
+        theirs: dict[str, dict[str, Any]] = {}
         for part in ("server.state", "server.info", *(f"server.{k}" for k in queries.SERVER_PARTS)):
             for r in self.a.get(part, ()):
                 m = r["metric"]
-                key = f"{m.get('instance', '')}\0{m.get('server', '')}" if "server" in m else m.get("instance", "")
-                rows.setdefault(key, {})[part.removeprefix("server.")] = r
-        return rows
+                inst = m.get("instance", "")
+                parts = ours.setdefault(inst, {}).setdefault(m["server"], {}) if "server" in m else \
+                    theirs.setdefault(inst, {})
+                parts[part.removeprefix("server.")] = r
+        return ours, theirs
 
-    def _box_servers(self, targets: list[FleetTarget], rows: dict[str, dict[str, Any]]) -> tuple[FleetServer, ...]:
-        insts = {t.instance for t in targets}
+    def _box_servers(self, targets: list[FleetTarget],
+                     rows: tuple[dict[str, dict[str, dict[str, Any]]], dict[str, dict[str, Any]]]) -> tuple[FleetServer, ...]:
+        ours, theirs = rows
         own = {t.instance: t for t in targets if {"vllm", "llama.cpp"} & set(t.exports)}
         by_port = {t.instance.rpartition(":")[2]: t for t in own.values()}
         out = []
         matched: set[str] = set()
-        for key in sorted(k for k in rows if "\0" in k and k.split("\0")[0] in insts):
-            parts = rows[key]
-            state, info = parts.get("state"), parts.get("info")
-            m = (state or info or next(iter(parts.values())))["metric"]
-            port = (info or {}).get("metric", {}).get("port", "")
-            target = by_port.get(port) if port else None
-            if target is not None:
-                matched.add(target.instance)
-            figures = dict(parts)
-            if target is not None:
-                figures.update({k: v for k, v in rows.get(target.instance, {}).items() if k not in figures})
-            out.append(_server(m.get("server", "?"), m.get("kind") or _kind(target), m.get("state") if state else
-                               _target_state(target, figures), target, (info or {}).get("metric", {}).get("origin"),
-                               figures))
+        for t in targets:
+            for name, parts in sorted(ours.get(t.instance, {}).items()):
+                state, info = parts.get("state"), parts.get("info")
+                m = (state or info or next(iter(parts.values())))["metric"]
+                port = (info or {}).get("metric", {}).get("port", "")
+                target = by_port.get(port) if port else None
+                figures = dict(parts)
+                if target is not None:
+                    matched.add(target.instance)
+                    figures.update({k: v for k, v in theirs.get(target.instance, {}).items() if k not in figures})
+                out.append(_server(name, m.get("kind") or _kind(target), m.get("state") if state else
+                                   _target_state(target, figures), target, (info or {}).get("metric", {}).get("origin"),
+                                   figures))
         for inst, target in sorted(own.items()):
             if inst not in matched:
-                figures = rows.get(inst, {})
+                figures = theirs.get(inst, {})
                 out.append(_server(self.model.get(inst) or inst, _kind(target), _target_state(target, figures),
                                    target, None, figures))
         return tuple(out)
+
+
+_SUMMED = ("mem_used", "mem_total", "tx_bps", "rx_bps", "link_bps")
+
+
+def _by_instance(rows: list[dict[str, Any]]) -> dict[str, float]:
+    return {r["metric"].get("instance", ""): v for r in rows if (v := _value(r)) is not None}
+
+
+def _totals(gpus: tuple[FleetGpu, ...]) -> dict[str, Any]:
+    """A box's totals from its GPUs."""
+    out: dict[str, Any] = {"gpu_count": len(gpus) or None}
+    util = [g.util for g in gpus if g.util is not None]
+    out["util"] = sum(util) / len(util) if util else None
+    for figure in _SUMMED:
+        values = [getattr(g, figure) for g in gpus if getattr(g, figure) is not None]
+        out[figure] = sum(values) if values else None
+    return out
+
+
+def _summed(totals: dict[str, dict[str, float]], instances: list[str]) -> dict[str, Any]:
+    """A box's totals from its targets' (queries.TOTAL_PARTS)."""
+    def total(figure: str) -> float | None:
+        values = [totals.get(figure, {}).get(i) for i in instances]
+        present = [v for v in values if v is not None]
+        return sum(present) if present else None
+
+    gpus, util, util_n = total("gpus"), total("util"), total("util_n")
+    return {"gpu_count": int(gpus) if gpus else None, "util": util / util_n if util is not None and util_n else None,
+            **{figure: total(figure) for figure in _SUMMED}}
 
 
 def _kind(target: FleetTarget | None) -> str:

@@ -25,17 +25,17 @@ def box_cells(b: FleetBox, now: float | None = None) -> dict[str, str]:
         state = f"{b.status}, last seen {when}"
     elif b.status == PARTLY:
         state = f"{b.status}: {', '.join(t.instance for t in b.targets if not t.up)}"
-    tx, rx, link = b.total("tx_bps"), b.total("rx_bps"), b.total("link_bps")
+    tx, rx, link = b.tx_bps, b.rx_bps, b.link_bps
     if tx is None and rx is None:
         pcie = fmt.NA
     else:  # GB/s one way each, against what the links carry one way
         pcie = f"{fmt.num(None if tx is None else tx / 1e9, '.2f')} / " \
                f"{fmt.num(None if rx is None else rx / 1e9, '.2f')}{f' of {link / 1e9:.1f}' if link else ''} GB/s"
-    used, total = b.total("mem_used"), b.total("mem_total")
+    used, total = b.mem_used, b.mem_total
     ready = sum(s.state == "ready" for s in b.servers)
     return {
         "box": printable(b.box), "host": printable(b.hostname or fmt.NA), "rig": printable(b.rig or fmt.NA),
-        "state": printable(state), "GPUs": fmt.num(len(b.gpus) if b.gpus else None, "d"), "util": fmt.pct(b.util),
+        "state": printable(state), "GPUs": fmt.num(b.gpu_count, "d"), "util": fmt.pct(b.util),
         "VRAM": f"{fmt.size(used)} / {fmt.size(total)}" if total else fmt.NA,
         "PCIe TX / RX": pcie,
         "servers": f"{len(b.servers)} ({ready} ready)" if b.servers else fmt.NA,

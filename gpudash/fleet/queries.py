@@ -111,10 +111,9 @@ SERVER_PARTS = {
     "llamacpp:requests_deferred": "max by (instance) (llamacpp:requests_deferred{sel})",
 }
 
-# What every read asks: the targets, what each exports, the boxes' facts, every GPU family, server states.
+# What every read asks: the targets, what each exports, the boxes' facts, server states.
 PARTS = {
     "up": "up{sel}",
-    "seen": f"max by (instance, job) (max_over_time(timestamp(up{{sel}} == 1)[{LOOKBACK}:5s]))",
     **{f"member.{what}": "group by (instance, job, model_name) ("
        + " or ".join(f"last_over_time({name}{{sel}}[{LOOKBACK}])" for name in names) + ")"
        for what, names in MEMBERS.items()},
@@ -122,9 +121,35 @@ PARTS = {
     "sampled": f"max by (instance) (last_over_time(gpudash_sample_timestamp_seconds{{sel}}[{LOOKBACK}]))",
     "dcgm.host": ("group by (instance, Hostname, hostname, DCGM_FI_DRIVER_VERSION) "
                   "(DCGM_FI_DEV_FB_USED{sel} or DCGM_FI_DEV_GPU_UTIL{sel})"),
-    **{f"gpu.{name}": f"max by ({GPU_BY}) ({name}{{sel}})" for name in GPU_FAMILIES},
-    "server.state": "gpudash_server_state{sel} == 1",
-    "server.info": "gpudash_server_info{sel}",
+    "server.state": "group by (instance, server, kind, state) (gpudash_server_state{sel} == 1)",
+    "server.info": "group by (instance, server, kind, port, origin) (gpudash_server_info{sel})",
+}
+# The last time each target answered (5 s steps), asked for the targets that do not answer now.
+SEEN = f"max by (instance, job) (max_over_time(timestamp(up{{sel}} == 1)[{LOOKBACK}:5s]))"
+# Each GPU family raw, per GPU: what a box's GPUs are put together from (read_fleet with detail).
+GPU_PARTS = {f"gpu.{name}": f"max by ({GPU_BY}) ({name}{{sel}})" for name in GPU_FAMILIES}
+
+
+def _preferred(figure: str) -> str:
+    """One series per GPU for `figure`, from its first source that has the GPU (`or on(UUID)`), in base units."""
+    terms = []
+    for src in GPU_FIGURES[figure]:
+        names = [f"{n}{{sel}}" for n in src.families]
+        names += [f"({extra}{{sel}} or {src.families[0]}{{sel}} * 0)" for extra in src.extra]
+        term = names[0] if len(names) == 1 else "(" + " + ".join(names) + ")"
+        terms.append(term if src.scale == 1 else f"{term} * {src.scale!r}")
+    return " or on(UUID) ".join(terms)
+
+
+# Per target: each GPU figure summed over its GPUs (and how many have a utilisation, for the mean), each GPU
+# counted once whoever exports it: what a list of boxes shows, without a row per GPU (read_fleet without
+# detail; the same preference as GPU_FIGURES, so the totals equal those of the GPUs put together).
+TOTAL_PARTS = {
+    "total.gpus": ("count by (instance) (group by (instance, UUID) (DCGM_FI_DEV_FB_USED{sel}) or on(UUID) "
+                   "group by (instance, UUID) (gpudash_gpu_fault_events_total{sel}))"),
+    "total.util_n": f"count by (instance) ({_preferred('util')})",
+    **{f"total.{figure}": f"sum by (instance) ({_preferred(figure)})"
+       for figure in ("util", "mem_used", "mem_total", "tx_bps", "rx_bps", "link_bps")},
 }
 ALERTS = 'ALERTS{alertstate="firing",sel}'
 

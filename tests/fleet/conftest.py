@@ -22,22 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from fleet_helpers import ALERTS_NOW, DOUBLE, RULES, FleetRig, binary, gpudash, start_prometheus, stop, wait_for
+from fleet_helpers import (ALERTS_NOW, DOUBLE, H100S, RULES, FleetRig, binary, gpudash, sim_gpus, start_prometheus,
+                           stop, wait_for)
 from cli_helpers import free_ports  # noqa: E402 (fleet_helpers puts tests/cli on the path)
 
-from gpudash.engine.profiles import get_profile
-from gpudash.labels import sim_uuid
-
 STANDIN = Path(__file__).resolve().parent / "dcgm_standin.py"
-H100S = [{"gpu": i, "uuid": f"GPU-5e1d0c7a-0000-4000-8000-00000000000{i}", "model": "NVIDIA H100 80GB HBM3",
-          "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0"} for i in range(2)]
 PROBE = "[probe]\ninterval_s = 0.5\nprompt_tokens = 64\nmax_tokens = 2\nshared_prefix = 0.8\n\n"
-
-
-def sim_gpus(profile: str) -> list[dict]:
-    """A sim rig's GPUs as the dcgm-exporter stand-in takes them (the UUIDs gpudash gives them)."""
-    return [{"gpu": i, "uuid": sim_uuid(profile, i), "model": g.name, "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0"}
-            for i, g in enumerate(get_profile(profile).gpus)]
 
 
 def _standin(host: str, port: int, gpus: list[dict]) -> subprocess.Popen:

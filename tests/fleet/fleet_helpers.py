@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from gpudash.engine.profiles import get_profile
+from gpudash.labels import sim_uuid
 from gpudash.launcher.health import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
@@ -29,6 +31,17 @@ REPO = Path(__file__).resolve().parents[2]
 DOUBLE = REPO / "tests" / "doubles" / "vllm_double.py"
 RULES = REPO / "deploy" / "prometheus" / "gpudash-rules.yml"
 ALERTS_NOW = REPO / "tests" / "fleet" / "alerts_now.yml"  # fires at once, so a firing alert can be seen
+
+
+# The GPUs of a box that runs dcgm-exporter and no gpudash.
+H100S = [{"gpu": i, "uuid": f"GPU-5e1d0c7a-0000-4000-8000-00000000000{i}", "model": "NVIDIA H100 80GB HBM3",
+          "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0"} for i in range(2)]
+
+
+def sim_gpus(profile: str) -> list[dict]:
+    """A sim rig's GPUs as the dcgm-exporter stand-in takes them (the UUIDs gpudash gives them)."""
+    return [{"gpu": i, "uuid": sim_uuid(profile, i), "model": g.name, "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0"}
+            for i, g in enumerate(get_profile(profile).gpus)]
 
 
 def binary(name: str) -> str:

@@ -21,9 +21,8 @@ import pytest
 from gpudash.fleet import dashboard, queries
 from gpudash.telemetry.dcgm import TWINS
 
-from conftest import H100S, sim_gpus
 from dcgm_standin import value as standin_value
-from fleet_helpers import REPO, RULES, FleetRig, binary, stop, wait_for
+from fleet_helpers import H100S, REPO, RULES, FleetRig, binary, sim_gpus, stop, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tui"))
@@ -64,6 +63,7 @@ def test_every_host_is_one_box_of_its_targets(fleet_rig: FleetRig) -> None:
         assert sorted(t["instance"] for t in b["targets"]) == sorted(i for i in fleet_rig.targets
                                                                        if i.startswith(host + ":"))
     assert boxes["127.0.0.7"]["last_seen"] is None and boxes["127.0.0.7"]["gpu_count"] is None
+    assert all(b["gpu_count"] == (len(b["gpus"]) or None) for b in boxes.values())
     assert boxes["127.0.0.5"]["driver"] == "580.95.05" and boxes["127.0.0.5"]["rig"] is None  # from dcgm-exporter
     assert boxes["127.0.0.3"]["rig"] == "sim:8xh20" and boxes["127.0.0.3"]["hostname"]
     only = fleet_json(fleet_rig, "--job", "prometheus")  # asked for by name, a job of no fleet series is listed
@@ -103,6 +103,25 @@ def test_each_gpu_figure_equals_the_series_it_names(fleet_rig: FleetRig) -> None
         assert g["sources"]["util"] == "DCGM_FI_DEV_GPU_UTIL"
         assert math.isclose(g["util"], standin_value("DCGM_FI_DEV_GPU_UTIL", int(g["gpu"])) / 100)
         assert g["sources"]["tx_bps"] == "gpudash_gpu_pcie_tx_bytes_per_second" and g["link_bps"] > 0
+
+
+def test_a_list_of_boxes_has_the_totals_of_their_gpus(fleet_rig: FleetRig) -> None:
+    """The Fleet tab's list asks Prometheus for each box's totals (no row per GPU); they are the totals of
+    the GPUs `gpudash fleet --json` puts together, read at the same instant."""
+    from gpudash.fleet.boxes import read_fleet
+    from gpudash.fleet.client import PrometheusClient
+
+    client = PrometheusClient(fleet_rig.prom.url)
+    now = time.time()
+    detail = {b.box: b for b in read_fleet(client, now=now).boxes}
+    listed = {b.box: b for b in read_fleet(client, now=now, detail=False).boxes}
+    assert set(detail) == set(listed) == set(BOXES)
+    for box, b in listed.items():
+        assert b.gpus == () and b.gpu_count == detail[box].gpu_count, box
+        for figure in ("util", "mem_used", "mem_total", "tx_bps", "rx_bps", "link_bps"):
+            mine, theirs = getattr(b, figure), getattr(detail[box], figure)
+            assert (mine is None and theirs is None) or math.isclose(mine, theirs, rel_tol=1e-9), (box, figure)
+        assert [(s.server, s.state) for s in b.servers] == [(s.server, s.state) for s in detail[box].servers]
 
 
 def test_no_gpu_figure_is_exported_twice_from_one_box(fleet_rig: FleetRig) -> None:
@@ -219,7 +238,7 @@ def test_every_dashboard_query_evaluates_against_the_real_prometheus(fleet_rig: 
     # no probe TTFT p90 of vLLM's own (the double's histogram is empty while only the probe asks).
     assert all(("gpudash_server_up" in e and "== 0" in e) or "store" in e or "engine_path" in e
                or "XID" in e for e in empty), empty
-    picker = doc["templating"]["list"][0]["query"]["query"]
+    picker = doc["templating"]["list"][1]["query"]["query"]  # the job picker
     listed = httpx.get(f"{fleet_rig.prom.url}/api/v1/series",
                        params={"match[]": picker.removeprefix("label_values(").removesuffix(", job)")},
                        timeout=10, trust_env=False).json()["data"]

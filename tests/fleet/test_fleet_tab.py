@@ -161,7 +161,7 @@ async def test_a_bad_prometheus_says_why_on_screen_and_nothing_else_stalls(
 async def test_sixty_boxes_at_80x24_page_with_the_cursor() -> None:
     """Only the page the cursor is on is drawn; moving past its end turns the page. The fleet here is
     records handed to the view (no Prometheus answers: its reads fail, the rows stay, marked stale)."""
-    from gpudash.fleet.boxes import Fleet, FleetBox, FleetGpu
+    from gpudash.fleet.boxes import Fleet, FleetBox
     from gpudash.tui import messages as msg
     from gpudash.tui.widgets.fleet import FleetView
     from gpudash.tui.widgets.lines import TextLines
@@ -170,9 +170,7 @@ async def test_sixty_boxes_at_80x24_page_with_the_cursor() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     config = Config.model_validate({"fleet": {"prometheus": f"http://127.0.0.1:{port}", "timeout_s": 0.5}})
-    boxes = tuple(FleetBox(f"box{i:02d}", "up", gpus=tuple(FleetGpu(f"GPU-{i}-{g}", str(g), util=i / 100)
-                                                           for g in range(8)), rig="sim:8xh20")
-                  for i in range(60))
+    boxes = tuple(FleetBox(f"box{i:02d}", "up", gpu_count=8, util=i / 100, rig="sim:8xh20") for i in range(60))
     app = GpudashApp(ConfiguredFeed(config))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.info is not None, what="the feed")
@@ -209,7 +207,7 @@ async def test_a_tick_leaves_the_fleet_as_it_is_and_a_read_redraws_it() -> None:
     """The app redraws the view on screen at every tick; the Fleet draws from its own reads, so a tick
     leaves its rows as they are (redrawing them twice a second was most of the tab's CPU) and a read,
     a key or a new size draws them again."""
-    from gpudash.fleet.boxes import Fleet, FleetBox, FleetGpu
+    from gpudash.fleet.boxes import Fleet, FleetBox
     from gpudash.tui import messages as msg
     from gpudash.tui.widgets.fleet import FleetView
 
@@ -219,8 +217,7 @@ async def test_a_tick_leaves_the_fleet_as_it_is_and_a_read_redraws_it() -> None:
     config = Config.model_validate({"fleet": {"prometheus": f"http://127.0.0.1:{port}", "timeout_s": 0.5}})
 
     def fleet(n: int) -> Fleet:
-        return Fleet("http://x", 0.0, tuple(FleetBox(f"box{i}", "up", gpus=(FleetGpu(f"GPU-{i}", "0"),))
-                                            for i in range(n)))
+        return Fleet("http://x", 0.0, tuple(FleetBox(f"box{i}", "up", gpu_count=1) for i in range(n)))
 
     app = GpudashApp(ConfiguredFeed(config))
     async with app.run_test(size=(120, 40)) as pilot:

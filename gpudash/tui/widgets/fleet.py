@@ -46,10 +46,9 @@ SORTS: tuple[Sort[FleetBox], ...] = (
     Sort("state", lambda b: _STATE_ORDER.get(b.status, 3), False),  # the boxes needing a look first
     Sort("alerts", lambda b: len(b.alerts), True),
     Sort("util", lambda b: b.util, True),
-    Sort("VRAM", lambda b: b.total("mem_used"), True),
-    Sort("PCIe", lambda b: None if b.total("tx_bps") is None else (b.total("tx_bps") or 0) + (b.total("rx_bps") or 0),
-         True),
-    Sort("GPUs", lambda b: len(b.gpus) or None, True),
+    Sort("VRAM", lambda b: b.mem_used, True),
+    Sort("PCIe", lambda b: None if b.tx_bps is None else (b.tx_bps or 0) + (b.rx_bps or 0), True),
+    Sort("GPUs", lambda b: b.gpu_count, True),
 )
 
 

@@ -78,8 +78,8 @@ class LiveFeed:
         with self._life:  # a quit during start-up waits for it, then stops everything it started
             if self._closing:
                 raise RuntimeError("gpudash is quitting")
-            run = self.run = Run(self.config, self.rig, self.db_path, servers=True, live_engine=True, pools=True,
-                                 log_dir=self.log_dir)
+            run = self.run = Run(self.config, self.rig, self.db_path, note="gpudash launch", servers=True,
+                                 live_engine=True, pools=True, log_dir=self.log_dir)  # `history` says what recorded it
             run.start([deliver], record=self.record)
             controller = run.controller
             assert controller is not None

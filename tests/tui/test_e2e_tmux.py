@@ -80,8 +80,11 @@ def test_launch_in_tmux_records_and_quits_cleanly(tmp_path: Path) -> None:
     finally:
         subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
     con = sqlite3.connect(db)
-    [(source, ended)] = con.execute("SELECT source, ended FROM sessions").fetchall()
+    [(source, ended, note)] = con.execute("SELECT source, ended, note FROM sessions").fetchall()
     assert source == "sim:8xh20" and ended is not None  # the session was closed cleanly
+    assert note == "gpudash launch (demo)"  # what recorded it, for `history`'s "what" column
+    listed = subprocess.run([str(GPUDASH), "history", "--db", str(db)], capture_output=True, text=True, check=True)
+    assert "gpudash launch (demo)" in listed.stdout
     gpus = con.execute("SELECT count(DISTINCT [index]), count(*) FROM gpu_samples").fetchone()
     assert gpus[0] == 8 and gpus[1] >= 8 * 3
     kinds = [r[0] for r in con.execute("SELECT kind FROM events ORDER BY ts")]

@@ -120,7 +120,7 @@ def card_lines(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list
     plot(f"TX {fmt.rate(g.pcie_tx_bps):>10} {fmt.pct(link.tx_fraction):>4} of link", tx_hist, "green", rows)
     plot(f"RX {fmt.rate(g.pcie_rx_bps):>10} {fmt.pct(link.rx_fraction):>4} of link", rx_hist, "cyan", rows)
     if tall:
-        add(_line(f"SM {fmt.num(g.sm_clock_mhz, 'd', ' MHz')} held by {g.throttle or 'NA'}  "
+        add(_line(f"SM {fmt.num(g.sm_clock_mhz, 'd', ' MHz')} held down by {fmt.held_down_by(g.throttle)}  "
                   f"ECC {fmt.num(g.ecc_uncorrected, 'd')} remapped {fmt.num(g.remapped_rows, 'd')}",
                   "bold red" if g.ecc_uncorrected or g.remapped_rows else ""))
         plot("util history", util_hist, "yellow", rows)

@@ -147,6 +147,10 @@ def test_80x24_keeps_help_quit_and_every_gpus_pcie(tmp_path: Path) -> None:
         assert (screen.count("TX "), screen.count("RX ")) == (8, 8), screen
         assert screen.splitlines()[-1].rstrip().endswith("?  Help  q  Quit"), screen
         assert "simulated" in screen.splitlines()[0], screen
+        screen = wait_screen("small", "Processes by VRAM", "% CPU")  # kept under the cards; the demo's cost
+        assert "DEMO" in screen.splitlines()[0] and db.name in screen.splitlines()[0], screen
+        assert " D  Stop the demo" in screen.splitlines()[-1], screen  # one key, named in the footer
+        assert (screen.count("TX "), screen.count("RX ")) == (8, 8), screen
         for key, title in zip("123456789", ("host CPU", "Split", "Servers", "TTFT", "Engine paths", "Memory pools",
                                              "Recorded sessions", "Events", "Processes")):
             tmux("send-keys", "-t", "small", key)
@@ -154,6 +158,8 @@ def test_80x24_keeps_help_quit_and_every_gpus_pcie(tmp_path: Path) -> None:
             lines = tab.splitlines()
             assert all(len(line.rstrip()) <= 80 for line in lines), tab
             assert lines[-1].rstrip().endswith("?  Help  q  Quit") and "simulated" in lines[0], (key, tab)
+            assert lines[1].split() == ["Overview", "Split", "Servers", "Latency", "Engine", "Pools", "History",
+                                        "Events", "Processes", "Fleet"], (key, tab)  # every tab's title whole
         tmux("send-keys", "-t", "small", "?")
         wait_screen("small", "keys (up/down")
         tmux("send-keys", "-t", "small", "End")
@@ -166,7 +172,10 @@ def test_80x24_keeps_help_quit_and_every_gpus_pcie(tmp_path: Path) -> None:
         dialog = wait_screen("small", "Stop demo?", "apply now", "discard")
         assert all(len(line.rstrip()) <= 80 for line in dialog.splitlines())
         tmux("send-keys", "-t", "small", "Escape")
-        wait_screen("small", "discarded: stop demo")
+        notice = wait_screen("small", "discarded: stop demo")
+        assert notice.splitlines()[-2].strip() == "discarded: stop demo"  # its own line above the keys
+        tmux("send-keys", "-t", "small", "D")  # one key stops the demo
+        wait_screen("small", "DEMO stopped", "applied: stop demo")
         tmux("send-keys", "-t", "small", "q")
         wait_screen("small", "GPUDASH-EXIT=0", timeout=30)
     finally:

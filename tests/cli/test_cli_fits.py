@@ -83,6 +83,15 @@ def test_bench_overlap_splits_its_table_at_80_columns(tmp_path: Path) -> None:
     assert len(rows) == 8 and all("GB/s)" in r and "%" in r for r in rows)  # a GPU a line, every column
 
 
+def test_plan_wraps_its_reason_at_80_and_not_when_piped(tmp_path: Path) -> None:
+    narrow = gpudash(tmp_path, "plan", "--sim", "rtx5080+rtx3090", "--model-gb", "30")
+    assert narrow.returncode == 0, narrow.stderr
+    assert too_wide(narrow.stdout) == [] and "-ts " in narrow.stdout
+    piped = gpudash(tmp_path, "plan", "--sim", "rtx5080+rtx3090", "--model-gb", "30", columns=None)
+    why = [ln for ln in piped.stdout.splitlines() if ln.startswith("why: ")]
+    assert len(why) == 1 and len(why[0]) > WIDTH  # the reason whole on its line
+
+
 @pytest.mark.parametrize("profile, relays", [
     ("rtx5080+rtx3090", "relays: none on SIM rtx5080+rtx3090: its GPUs cannot copy peer to peer"),
     ("h200", "relays: none on SIM h200: one GPU"),

@@ -150,3 +150,5 @@ def test_serve_says_where_prometheus_scrapes_and_wraps_its_lines(tmp_path: Path)
             proc.kill()
     assert proc.returncode == 0, said
     assert too_wide("\n".join(said)) == [] and any(ln.startswith("    ") for ln in said)  # wrapped, indented
+    listed = gpudash(tmp_path, "history", "--db", str(tmp_path / "s.db"), columns=None)
+    assert "gpudash serve" in listed.stdout.splitlines()[1]  # history says what recorded the session

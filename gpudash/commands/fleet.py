@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import click
 
 from gpudash.commands.common import pass_config, usage_error
+from gpudash.commands.output import echo_fitted
 from gpudash.config import Config
 from gpudash.fleet.boxes import Fleet
 from gpudash.fleet.cells import COLUMNS, RIGHT, SERVER_COLUMNS, box_cells, server_cells
@@ -44,8 +45,8 @@ def _table(title: str, columns: tuple[str, ...], rows: list[dict[str, str]]) -> 
 
 
 def _fail(message: str) -> NoReturn:
-    """One line on stderr, exit 1: the fleet could not be read (not a usage error)."""
-    click.echo(f"gpudash: {message}", err=True)
+    """The fleet could not be read (not a usage error): one sentence as usage_error prints one, exit 1."""
+    echo_fitted([f"gpudash: {message}"], "    ", err=True)
     sys.exit(1)
 
 

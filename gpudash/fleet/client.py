@@ -17,6 +17,7 @@ import asyncio
 import json
 import ssl
 import threading
+from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -50,11 +51,17 @@ class PrometheusClient:
             loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
         if loop is None or thread is None:
             return
-        if self._http is not None:
-            asyncio.run_coroutine_threadsafe(self._http.aclose(), loop).result(timeout=5)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5)
-        loop.close()
+        try:
+            if self._http is not None:
+                asyncio.run_coroutine_threadsafe(self._http.aclose(), loop).result(timeout=5)
+            asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result(timeout=5)
+        except TimeoutError:  # a connection that will not close in time is left to the daemon thread
+            pass
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+            if not thread.is_alive():
+                loop.close()
 
     def __enter__(self) -> PrometheusClient:
         return self
@@ -148,9 +155,9 @@ class PrometheusClient:
     async def _fetch(self, http: httpx.AsyncClient, path: str, params: dict[str, str]) -> tuple[int, bytes]:
         """(HTTP status, body) of one POST (as Prometheus' API allows: a long query goes in a form body, not
         the URL), refused past max_bytes."""
-        async with http.stream("POST", path, data=params) as r:
-            body = bytearray()
-            async for piece in r.aiter_bytes():
+        async with http.stream("POST", path, data=params) as r, aclosing(r.aiter_bytes()) as pieces:
+            body = bytearray()  # (aclosing: a piece past the cap must not leave the generator to the loop's end)
+            async for piece in pieces:
                 body += piece
                 if len(body) > self.max_bytes:
                     raise PrometheusError(f"Prometheus at {self.url} answered more than "

@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import socketserver
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,51 @@ def sim_gpus(profile: str) -> list[dict]:
     """A sim rig's GPUs as the dcgm-exporter stand-in takes them (the UUIDs gpudash gives them)."""
     return [{"gpu": i, "uuid": sim_uuid(profile, i), "model": g.name, "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0"}
             for i, g in enumerate(get_profile(profile).gpus)]
+
+
+@contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[int]:
+    """Run an HTTP server of this test in a thread; its port while in the block, shut down after."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@contextmanager
+def raw_port(handle: Callable[[socket.socket, threading.Event], None]) -> Iterator[int]:
+    """A 127.0.0.1 port whose every connection `handle(conn, stop)` gets in a thread of its own (for peers
+    that misbehave below HTTP); the port while in the block, every connection closed after."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn = srv.accept()[0]
+            except OSError:
+                continue
+            held.append(conn)
+            threading.Thread(target=handle, args=(conn, stop), daemon=True).start()
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        stop.set()
+        t.join(timeout=2)
+        for conn in held:
+            conn.close()
+        srv.close()
 
 
 def binary(name: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +17,7 @@ from gpudash.launcher.health import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from cli_helpers import env, run  # noqa: E402
+from fleet_helpers import serving  # noqa: E402
 
 HUGE_BYTES = 512 << 20
 
@@ -89,13 +89,8 @@ def bad_prometheus(request: pytest.FixtureRequest) -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     server.mode = request.param  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(server) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 # The fleet command with its own peak resident memory written at exit: VmHWM of /proc/self/status is the

@@ -6,6 +6,7 @@ timeout, while every other tab keeps working. (Against the real fleet: test_flee
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 import sys
 import threading
 import time
@@ -16,6 +17,7 @@ from textual.widgets import Static
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tui"))
 from fixtures import FixedFeed, sim_snapshot  # noqa: E402
+from fleet_helpers import raw_port  # noqa: E402
 from tui_helpers import wait_for  # noqa: E402
 
 from gpudash.config import Config
@@ -63,69 +65,32 @@ async def test_unset_the_tab_says_how_to_set_it_and_asks_no_one() -> None:
         assert fleet_workers(app) == []
 
 
-@pytest.fixture
-def silent_port():
-    """A port that accepts connections and never answers."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
+def _silent(conn: socket.socket, stop: threading.Event) -> None:
+    """Accept, never answer."""
+    stop.wait()
 
-    def accept() -> None:
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                continue
 
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
+def _drip(conn: socket.socket, stop: threading.Event) -> None:
+    """A status line, then one header byte every 0.2 s (issue 37.2)."""
     try:
-        yield srv.getsockname()[1]
-    finally:
-        stop.set()
-        t.join(timeout=2)
-        for c in held:
-            c.close()
-        srv.close()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        while not stop.wait(0.2):
+            conn.sendall(b"a")
+    except OSError:
+        pass
 
 
 @pytest.fixture
-def dripping_port():
-    """A port whose server sends a status line, then one header byte every 0.2 s (issue 37.2)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    stop = threading.Event()
+def silent_port() -> Iterator[int]:
+    with raw_port(_silent) as port:
+        yield port
 
-    def drip(conn: socket.socket) -> None:
-        with conn:
-            try:
-                conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\n")
-                while not stop.wait(0.2):
-                    conn.sendall(b"a")
-            except OSError:
-                pass
 
-    def accept() -> None:
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                threading.Thread(target=drip, args=(srv.accept()[0],), daemon=True).start()
-            except OSError:
-                continue
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    try:
-        yield srv.getsockname()[1]
-    finally:
-        stop.set()
-        t.join(timeout=2)
-        srv.close()
+@pytest.fixture
+def dripping_port() -> Iterator[int]:
+    with raw_port(_drip) as port:
+        yield port
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])

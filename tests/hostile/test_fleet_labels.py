@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,7 +27,7 @@ sys.path.insert(0, str(TESTS / "fleet"))
 sys.path.insert(0, str(TESTS / "cli"))
 sys.path.insert(0, str(TESTS / "tui"))
 from cli_helpers import env, free_ports, run  # noqa: E402
-from fleet_helpers import DOUBLE, binary, start_prometheus, stop, wait_for  # noqa: E402
+from fleet_helpers import DOUBLE, binary, serving, start_prometheus, stop, wait_for  # noqa: E402
 
 HOST = "\x1b]0;pwned\x07[link=file:///etc/shadow]x[/link][/]"  # sets the title, rings, links a file
 MODEL = "m\x1b[2J\x1b[31m[bold]red[/bold][/]"  # clears the screen, colours, markup
@@ -178,9 +177,8 @@ class _Odd(BaseHTTPRequestHandler):
 def test_fleet_on_odd_json_prints_a_table_or_one_line(tmp_path: Path, case: str) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Odd)
     server.case = case  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with serving(server) as port:
+        url = f"http://127.0.0.1:{port}"
         for extra in ((), ("--json",)):
             proc = run(tmp_path, "fleet", "--prometheus", url, *extra)
             assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr
@@ -191,6 +189,3 @@ def test_fleet_on_odd_json_prints_a_table_or_one_line(tmp_path: Path, case: str)
                 assert "nested too deeply" in proc.stderr
             elif case == "markup in a hostname" and not extra:
                 assert "[/]b[link=file:///x]" in proc.stdout  # as typed: neither interpreted nor an error
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -6,7 +6,6 @@ its 4.5.3-4.8.2 default counters file, served over real HTTP) and leaves out, GP
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from gpudash.telemetry.prometheus import PrometheusSink
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fleet"))
 import dcgm_standin  # noqa: E402
+from fleet_helpers import serving  # noqa: E402
 
 GPUS = [{"gpu": 0, "uuid": "GPU-a", "model": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:18:00.0"},
         {"gpu": 1, "uuid": "GPU-b", "model": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:2A:00.0"}]
@@ -55,14 +55,8 @@ def scrape(settings: PrometheusConfig, gpus: int = 2) -> dict[str, dict[str, set
 @pytest.fixture
 def dcgm_exporter() -> Iterator[str]:
     """The stand-in, exporting GPU-a only (a dcgm-exporter run with -d for one GPU), on a free port."""
-    server = dcgm_standin.serve("127.0.0.1", 0, dcgm_standin.exposition(GPUS[:1], "box-01"))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(dcgm_standin.serve("127.0.0.1", 0, dcgm_standin.exposition(GPUS[:1], "box-01"))) as port:
+        yield f"http://127.0.0.1:{port}/metrics"
 
 
 def test_every_gpu_series_carries_dcgm_exporters_labels(monkeypatch: pytest.MonkeyPatch) -> None:

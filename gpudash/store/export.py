@@ -22,9 +22,10 @@ from typing import Any, Iterator
 
 import tomli_w
 
+from gpudash.fmt import json_text
 from gpudash.private_fs import private_dir, private_file
 from gpudash.records import SAMPLE_TABLES
-from gpudash.redact import redact_config_data, redact_spec
+from gpudash.redact import mask_text, redact_config_data, redact_spec
 from gpudash.store.schema import columns, encode_json
 from gpudash.store.store import SESSION_TABLES, TIER_TABLES, Store
 
@@ -93,7 +94,9 @@ def _header(store: Store, table: str) -> list[tuple[str, type]]:
 
 
 def _labelled(rows: Iterator[dict[str, Any]], source: str, table: str) -> Iterator[dict[str, Any]]:
-    """Rows with the source label, booleans as booleans, and secrets masked (a DB may predate masking)."""
+    """Rows with the source label, booleans as booleans, a BLOB (another tool's) as hex text, and secrets
+    masked: a server spec's env and flags, the secrets this process knows and any URL's credentials in
+    every text (a DB may predate masking)."""
     bools = [c.name for c in columns(table) if c.py is bool] if table in SAMPLE_TABLES else []
     for row in rows:
         if table != "sessions":
@@ -105,6 +108,11 @@ def _labelled(rows: Iterator[dict[str, Any]], source: str, table: str) -> Iterat
         for b in bools:
             if row[b] is not None:
                 row[b] = bool(row[b])
+        for col, value in row.items():
+            if isinstance(value, bytes):
+                row[col] = value = value.hex()
+            if isinstance(value, str):
+                row[col] = mask_text(value)
         yield row
 
 
@@ -145,7 +153,7 @@ def _write_json(path: Path, table: str, header: list[tuple[str, type]], rows: It
         f.write("[")
         for row in rows:
             f.write(",\n" if n else "\n")
-            f.write(json.dumps({k: row.get(k) for k in names}))
+            f.write(json_text({k: row.get(k) for k in names}))  # -Inf as null: every parser reads it
             n += 1
         f.write("\n]\n")
     return n

@@ -12,6 +12,7 @@ import click
 
 from gpudash.engine.profiles import PROFILES
 from gpudash.config import Config, ConfigError, load_config
+from gpudash.redact import remember_config
 from gpudash.telemetry.rig import NvmlRig, Rig, SimulatedRig
 from gpudash.runtime.tuned import with_tuned
 
@@ -29,6 +30,7 @@ def get_config(ctx: click.Context) -> Config:
     if "config" not in root.obj:
         try:
             root.obj["config"] = with_tuned(load_config(root.obj.get("config_path")))
+            remember_config(root.obj["config"])  # its secrets are masked in all this run writes or prints
         except ConfigError as err:
             for line in err.problems:
                 click.echo(f"gpudash: {line}", err=True)

@@ -1,6 +1,6 @@
 """`gpudash config show`: the effective settings (embedded defaults, this machine's tuned engine knobs and
 the config file) as TOML; every field carries its documentation as a comment, and each [engine] knob
-also says where its value came from."""
+also says where its value came from. Secrets show masked."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from gpudash import fmt
 from gpudash.commands.groups import Group
 from gpudash.commands.common import pass_config
 from gpudash.config import Config, EngineSettings, default_config_path
+from gpudash.redact import mask_text, redact_spec
 
 Note = Callable[[BaseModel, str], str | None]
 
@@ -27,8 +28,9 @@ def _doc(text: str | None) -> list[str]:
 def documented_toml(model: BaseModel, path: tuple[str, ...] = (), note: Note = lambda m, n: None) -> list[str]:
     """`model` as TOML lines, each field under its documentation (pydantic's description) as comments and
     `note(model, field)`, when it says something, after the value. Plain values come before tables, as
-    TOML needs; an unset optional field shows as a comment, since TOML has no null."""
-    data = model.model_dump(mode="json")
+    TOML needs; an unset optional field shows as a comment, since TOML has no null. A server's secret env
+    values and flags show masked (redact.redact_spec), as in every copy gpudash writes."""
+    data = redact_spec(model.model_dump(mode="json"))
     values: list[str] = []
     tables: list[str] = []
     for name, field in type(model).model_fields.items():
@@ -68,7 +70,7 @@ def config() -> None:
 @pass_config
 def show(cfg: Config) -> None:
     """Print the effective config as commented TOML (a bad file prints one line per problem and exits 2)."""
-    click.echo("\n".join(documented_toml(cfg, note=_note)).strip("\n"))
+    click.echo(mask_text("\n".join(documented_toml(cfg, note=_note)).strip("\n")))
 
 
 @config.command()

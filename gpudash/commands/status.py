@@ -144,8 +144,9 @@ def status(cfg: Config, sim: str | None, no_sim: bool, as_json: bool, window: fl
         sampler.stop()
     from gpudash.launcher.discovery import find_servers, found_lines
 
-    # inference servers on the GPUs that gpudash did not start (a simulated rig's processes are modelled)
-    found = [] if snap.is_sim else find_servers((p.gpu_index, p.pid) for p in snap.gpu_processes)
+    # inference servers gpudash did not start: on the GPUs (a simulated rig's processes are modelled, so none)
+    # and by their command lines (a server on the CPU)
+    found = find_servers([] if snap.is_sim else [(p.gpu_index, p.pid) for p in snap.gpu_processes], by_cmdline=True)
     if as_json:
         doc = {"source": snap.source, "sim": snap.is_sim, "ts": snap.ts,
                "gpus": [dataclasses.asdict(g) for g in snap.gpus],

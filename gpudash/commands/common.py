@@ -12,14 +12,16 @@ import click
 
 from gpudash.engine.profiles import PROFILES
 from gpudash.config import Config, ConfigError, load_config
+from gpudash.outside import printable
 from gpudash.redact import remember_config
 from gpudash.telemetry.rig import NvmlRig, Rig, SimulatedRig
 from gpudash.runtime.tuned import with_tuned
 
 
 def usage_error(message: str) -> NoReturn:
-    """Print one clear sentence to stderr and exit 2 (a usage error: nothing was done)."""
-    click.echo(f"gpudash: {message}", err=True)
+    """Print one clear sentence to stderr and exit 2 (a usage error: nothing was done). The sentence often
+    quotes something from outside (a server's answer, a path, a URL): it is shown as text, secrets masked."""
+    click.echo(f"gpudash: {printable(message)}", err=True)
     sys.exit(2)
 
 
@@ -33,7 +35,7 @@ def get_config(ctx: click.Context) -> Config:
             remember_config(root.obj["config"])  # its secrets are masked in all this run writes or prints
         except ConfigError as err:
             for line in err.problems:
-                click.echo(f"gpudash: {line}", err=True)
+                click.echo(f"gpudash: {printable(line)}", err=True)
             sys.exit(2)
     return root.obj["config"]
 

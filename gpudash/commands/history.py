@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from gpudash import fmt
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
 from gpudash.config import Config
+from gpudash.outside import printable
 
 # Short names for the row-count column of the table view.
 _SHORT = {"gpu_samples": "gpu", "gpu_process_samples": "gpu_proc", "host_samples": "host",
@@ -42,16 +41,18 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     except StoreError as err:
         usage_error(str(err))
     if as_json:
-        click.echo(json.dumps([s.as_dict() for s in sessions], indent=2))
+        click.echo(fmt.json_text([s.as_dict() for s in sessions], indent=2))
         return
     if not sessions:
         click.echo(f"no sessions in {path}")
         return
-    source = max(18, *(len(s.source) for s in sessions))  # columns as wide as their longest value
-    what = max(len("what"), *(len(s.note or fmt.NA) for s in sessions))
+    # a database file may hold anything another tool wrote: its text is shown as text (outside.py)
+    shown = {s.id: (printable(s.source), printable(s.note or fmt.NA)) for s in sessions}
+    source = max(18, *(len(src) for src, _ in shown.values()))  # columns as wide as their longest value
+    what = max(len("what"), *(len(note) for _, note in shown.values()))
     click.echo(f"{'id':>4}  {'started':19}  {'ended':19}  {'duration':>9}  {'source':{source}}  {'what':{what}}  rows")
     for s in sessions:
         rows = ", ".join(f"{_label(t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
         click.echo(f"{s.id:>4}  {fmt.clock(s.started):19}  {fmt.session_end(s.ended, s.state):19}  "
-                   f"{fmt.duration(s.duration_s):>9}  {s.source:{source}}  {s.note or fmt.NA:{what}}  "
+                   f"{fmt.duration(s.duration_s):>9}  {shown[s.id][0]:{source}}  {shown[s.id][1]:{what}}  "
                    f"ticks {s.rows.get('ticks', 0)}{', ' + rows if rows else ''}")

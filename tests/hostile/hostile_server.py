@@ -45,7 +45,9 @@ WRONG_MODELS = {
     "models_id_object": {"data": [{"id": {"x": 1}}]},
 }
 CHAT_MODES = ("ok", "never_ending", "drip", "huge_line", "huge_500", "silent", "silent_after_headers",
-              "empty_200", "no_done", "bad_json", "nested", "echo_key", *WRONG_CHUNKS)
+              "empty_200", "no_done", "bad_json", "nested", "echo_key", "escapes", *WRONG_CHUNKS)
+# An error body a terminal would obey: a title set, a screen clear, a colour, and Rich markup for a hyperlink.
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\x9b0m [link=file:///etc/shadow]click[/link] [bold]x"
 # One family of vLLM's /metrics, as vllm/v1/metrics/loggers.py (vLLM 0.8.5 and 0.33.0) names and labels it:
 # enough for gpudash to tell an attached server's kind and read it as ready (`metrics = True`).
 VLLM_METRICS = (b"# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
@@ -168,6 +170,11 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
                 return
             if mode == "empty_200":
                 self._head(200, "text/event-stream", 0)
+                return
+            if mode == "escapes":
+                body = ESCAPES.encode()
+                self._head(500, "text/plain")
+                self._send([body])
                 return
             if mode == "echo_key":  # an error that quotes the key it was sent, as careless servers do
                 body = json.dumps({"error": f"invalid key {self.headers.get('Authorization')!r}"}).encode()

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from rich.text import Text
 
@@ -114,3 +115,17 @@ def test_the_events_view_shows_a_probe_error_as_text() -> None:
     out = io.StringIO()
     Console(file=out, width=400, color_system=None).print(detail)
     assert _shown_raw(out.getvalue()) == []
+
+
+def test_records_status_line_shows_a_source_error_as_text(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpudash.commands.record import _Progress, _status
+
+    progress = _Progress()
+    progress(Snapshot(ts=1.0, tick=1, source="sim:h200", errors=(f"a: /metrics scrape failed: {ESCAPES}",)))
+
+    class Writer:
+        rows_written = 1
+
+    _status(1, "sim:h200", progress, Writer(), 5.0)
+    err = capsys.readouterr().err
+    assert "last tick had errors: a: /metrics scrape failed" in err and _shown_raw(err) == []

@@ -140,4 +140,6 @@ def remember_config(config: Any) -> None:
 
 def mask_text(text: str) -> str:
     """`text` with every remembered secret value and every URL's credentials masked."""
-    return mask_url_credentials(mask_values(text, _known))
+    if _known:
+        text = mask_values(text, _known)
+    return mask_url_credentials(text) if "@" in text else text  # the test inline: most texts hold no "@"

@@ -138,6 +138,18 @@ def remember_config(config: Any) -> None:
     remember(config_secrets(config))
 
 
+def mask_data(value: Any) -> Any:
+    """`value` (what becomes JSON: dicts, lists, scalars) with `mask_text` applied to every string in it, so
+    masking never breaks the JSON's syntax (a secret such as "true" is masked as a value, not as a word)."""
+    if isinstance(value, str):
+        return mask_text(value)
+    if isinstance(value, dict):
+        return {k: mask_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask_data(v) for v in value]
+    return value
+
+
 def mask_text(text: str) -> str:
     """`text` with every remembered secret value and every URL's credentials masked."""
     if _known:

@@ -12,7 +12,7 @@ from functools import cache
 from typing import Any, Callable
 
 from gpudash.records import SAMPLE_TABLES, Snapshot
-from gpudash.redact import mask_text
+from gpudash.redact import mask_data, mask_text
 from gpudash.store.schema import KEY_COLUMNS, columns, decode_json, encode_json
 
 TICK_COLUMNS = ("session_id", "tick", "ts", "errors")
@@ -55,12 +55,12 @@ def encoder(table: str) -> Callable[[Any], tuple]:
         single = get
         get = lambda r: (single(r),)  # noqa: E731
     json_at = [i for i, c in enumerate(cols) if c.py is object]
-    text_at = [i for i, c in enumerate(cols) if c.py in (str, object)]
+    text_at = [i for i, c in enumerate(cols) if c.py is str]
 
     def encode(record: Any) -> tuple:
         values = list(get(record))
         for i in json_at:
-            values[i] = encode_json(values[i])
+            values[i] = encode_json(mask_data(values[i]))
         for i in text_at:
             if values[i] is not None:
                 values[i] = mask_text(values[i])
@@ -72,7 +72,7 @@ def encoder(table: str) -> Callable[[Any], tuple]:
 def snapshot_rows(sid: int, snap: Snapshot, out: dict[str, list[tuple]]) -> int:
     """Append the snapshot's rows (per table, tick row under "ticks") to `out`; returns rows added."""
     key = (sid, snap.tick)
-    errors = mask_text(encode_json(list(snap.errors))) if snap.errors else None
+    errors = encode_json(mask_data(snap.errors)) if snap.errors else None
     out.setdefault("ticks", []).append((sid, snap.tick, snap.ts, errors))
     n = 1
     for table, (attr, single) in snapshot_fields().items():

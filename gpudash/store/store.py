@@ -176,7 +176,7 @@ class Store:
         with immediate(self.db):  # sqlite_utils reads the table before it inserts: take the write lock first
             table = self.db["sessions"].insert({
                 "started": time.time(), "ended": None, "host": socket.gethostname(), "version": gpudash_version(),
-                "config": mask_text(to_toml(config, redacted=True)), "source": source, "note": mask_text(note),
+                "config": to_toml(config, redacted=True), "source": source, "note": mask_text(note),
                 "pid": me.pid, "pid_started": me.create_time(),
             })
         return int(table.last_pk)

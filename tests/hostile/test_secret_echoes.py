@@ -154,3 +154,36 @@ def test_config_show_masks_secret_env_values_and_flags(tmp_path: Path) -> None:
     shown = tomllib.loads(r.stdout)["servers"][0]
     assert shown["extra_args"] == ["--api-key", MASK, f"--hf-token={MASK}", "--port-offset", "3"]
     assert shown["env"] == {"HF_TOKEN": MASK, "LOG_LEVEL": "info"}
+
+
+def test_a_secret_that_is_a_json_word_leaves_stored_and_exported_json_valid(tmp_path: Path, monkeypatch) -> None:
+    """A secret masked as a word in JSON text ("true", "null") would break the JSON: it is masked as a value."""
+    import json
+
+    from gpudash import redact
+    from gpudash.config import Config
+    from gpudash.records import Event, Snapshot
+    from gpudash.store import Store, StoreWriter
+    from gpudash.store.export import export_session
+
+    monkeypatch.setattr(redact, "_known", ())  # this process's secrets, for this test alone
+    redact.remember(["true", "null-key-1"])
+    path = tmp_path / "g.db"
+    store = Store.open(path)
+    sid = store.begin_session("sim:h200", Config(), note="true story")
+    writer = StoreWriter(path, sid)
+    event = Event(ts=1.0, actor="probe", kind="probe.error", target="a", old={"on": True, "none": None},
+                  new={"said": "key null-key-1 is true"}, ok=False, reason="true")
+    writer.submit(Snapshot(ts=1.0, tick=0, source="sim:h200", events=(event,), errors=("true: null-key-1",)))
+    writer.close()
+    old, new, reason = store.db.execute("SELECT old, new, reason FROM events").fetchone()
+    assert json.loads(old) == {"on": True, "none": None} and json.loads(new) == {"said": f"key {MASK} is {MASK}"}
+    assert reason == MASK and json.loads(store.db.execute("SELECT errors FROM ticks").fetchone()[0]) == [f"{MASK}: {MASK}"]
+    files = {f.table: f.path for f in export_session(store, sid, "json", tmp_path / "out")}
+    store.close()
+    (row,) = json.loads(files["events"].read_text())
+    assert json.loads(row["old"]) == {"on": True, "none": None}
+    (tick,) = json.loads(files["ticks"].read_text())
+    assert json.loads(tick["errors"]) == [f"{MASK}: {MASK}"]
+    (session,) = json.loads(files["sessions"].read_text())
+    assert tomllib.loads(session["config"])["probe"]["enabled"] is True and session["note"] == f"{MASK} story"

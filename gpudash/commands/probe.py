@@ -12,7 +12,7 @@ from gpudash.config import Config
 from gpudash.fmt import json_text
 from gpudash.outside import printable
 from gpudash.records import RequestSample
-from gpudash.redact import mask_text
+from gpudash.redact import mask_data
 
 
 def _ms(x: float | None) -> str:
@@ -85,7 +85,7 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
     s = summarize(samples)
     if as_json:
         out = {"url": url, "session": sid, "summary": dataclasses.asdict(s), "requests": [as_row(r) for r in samples]}
-        click.echo(mask_text(json_text(out, indent=2)))
+        click.echo(json_text(mask_data(out), indent=2))
         _fail_if_all_failed(shown, samples)
         return
     c = s.correlation

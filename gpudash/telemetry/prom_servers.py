@@ -5,7 +5,7 @@ them gave two series of one figure under two names. By default (`[prometheus] se
 serves only what it alone knows: each server's state (one series per state, 0 or 1), up, restarts and
 relaunches, the rates it derives from the server's counters, what it reads from /slots, and its probe
 requests (TTFT as a histogram by how the prompt was served, prompt tokens and those found cached, failures
-with the last error, every known secret masked). The fields a kind copies from the server's own series
+with the last error, every secret gpudash knows masked: redact.mask_text). The fields a kind copies from the server's own series
 (its `own_series`) join them under "all". Every series carries `server` and `kind`; none carries the rig's
 `source`, since a server's figures are real even on a simulated rig. A TTFT is only ever a histogram:
 quantile gauges over one scrape interval could not be aggregated over servers or time.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from gpudash.launcher.kinds import KINDS
 from gpudash.launcher.probe.cache_kinds import GRACE_S, RESTORE_EVENT, classify
 from gpudash.records import RequestSample, ServerSample, ServerState, Snapshot
-from gpudash.redact import MASK, mask_values
+from gpudash.redact import MASK, mask_text
 from gpudash.telemetry.prom_build import Families
 
 # (record field, metric name, help, counter) of every server figure gpudash exports.
@@ -102,12 +102,10 @@ class ServerFamilies:
     histograms and token counts, its failures and last error, and every kind a server was exported under.
 
     A probe request waits GRACE_S after its end for the log line that marks a host-cache restore, then
-    cache_kinds.classify names it slot, restore or miss (unknown where its cache use is not reported).
-    `secrets(server)` gives the texts to mask in that server's error line (its key, its secret flags)."""
+    cache_kinds.classify names it slot, restore or miss (unknown where its cache use is not reported)."""
 
-    def __init__(self, every: bool = False, secrets: Callable[[str], Sequence[str]] = lambda server: ()) -> None:
+    def __init__(self, every: bool = False) -> None:
         self.every = every  # servers = "all": the server's own figures too
-        self._secrets = secrets
         self.lock = threading.Lock()
         self.ttft: dict[tuple[str, str], Histogram] = {}
         self.probe_tokens: dict[str, list[int]] = {}  # server -> [prompt tokens, of them cached]
@@ -132,14 +130,9 @@ class ServerFamilies:
                         counts[1] += min(r.cached_tokens or 0, r.prompt_tokens)
                 else:
                     self.probe_failed[r.server] = self.probe_failed.get(r.server, 0) + 1
-                    self.probe_error[r.server] = self._masked(r.server, r.error or "unknown")
+                    # a key a server echoes in its error body must never become a label value
+                    self.probe_error[r.server] = mask_text(r.error or "unknown")[:ERROR_CHARS]
             self._settle(snap.ts)
-
-    def _masked(self, server: str, error: str) -> str:
-        """The error with every secret gpudash knows for this server masked, cut to ERROR_CHARS: a key that
-        a server echoes in its error body must not become a label value."""
-        text = mask_values(error, self._secrets(server))
-        return text[:ERROR_CHARS]
 
     def _settle(self, now: float) -> None:
         ready = []

@@ -34,7 +34,7 @@ from prometheus_client.registry import CollectorRegistry
 from gpudash.config import Config, PrometheusConfig
 from gpudash.labels import NVML_LABEL
 from gpudash.records import GPU_FAULT_KINDS, GpuSample, Snapshot
-from gpudash.redact import secret_values
+from gpudash.redact import remember_config
 from gpudash.telemetry.dcgm import OWN_LEFT_OUT, DcgmWatch
 from gpudash.telemetry.links import link_capacity_bps
 from gpudash.telemetry.prom_build import Families
@@ -105,28 +105,17 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 def open_sink(listen: str, store: StoreSize | None = None, config: Config | None = None) -> PrometheusSink:
-    """A serving sink at `listen` ([HOST:]PORT) with `config`'s [prometheus] choices and servers' secrets;
-    ValueError in one sentence for an address that is not one or a port that cannot be bound."""
+    """A serving sink at `listen` ([HOST:]PORT) with `config`'s [prometheus] choices, its servers' secrets
+    remembered for masking (redact.py); ValueError in one sentence for an address that is not one or a port
+    that cannot be bound."""
     host, port = parse_listen(listen)
     config = config or Config()
+    remember_config(config)
     try:
-        return PrometheusSink(host, port, store=store, settings=config.prometheus, secrets=server_secrets(config))
+        return PrometheusSink(host, port, store=store, settings=config.prometheus)
     except OSError as err:
         raise ValueError(f"cannot serve Prometheus on {host}:{port} ({err.strerror}); pick another [HOST:]PORT "
                          "for --prometheus") from None
-
-
-def server_secrets(config: Config) -> dict[str, tuple[str, ...]]:
-    """server -> the secrets gpudash knows for it: its secret-looking env values and flags (redact.py) and
-    the API key its `api_key_env` names."""
-    out = {}
-    for spec in config.servers:
-        values = list(secret_values(spec.env, spec.extra_args))
-        key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
-        if key and key.strip():
-            values += [key, key.strip()]
-        out[spec.name] = tuple(sorted(set(values), key=len, reverse=True))
-    return out
 
 
 def hostname() -> str:
@@ -215,14 +204,13 @@ class PrometheusSink:
     """Sampler sink + collector; `close()` stops the HTTP server (and the dcgm-exporter watch)."""
 
     def __init__(self, host: str = DEFAULT_HOST, port: int = 0, store: StoreSize | None = None,
-                 settings: PrometheusConfig | None = None, secrets: dict[str, Sequence[str]] | None = None) -> None:
+                 settings: PrometheusConfig | None = None) -> None:
         self._latest: Snapshot | None = None
         self._facts: dict[str, str] | None = None
         self._bus: dict[str, str] = {}
         self._faults = _GpuFaults()
         self.settings = settings or PrometheusConfig()
-        known = secrets or {}
-        self._servers = ServerFamilies(self.settings.servers == "all", lambda server: known.get(server, ()))
+        self._servers = ServerFamilies(self.settings.servers == "all")
         self._store = store
         self.dcgm = DcgmWatch(self.settings.dcgm_exporter) if self.settings.gpu == "auto" else None
         registry = CollectorRegistry(auto_describe=False)

@@ -1,6 +1,7 @@
 """Issue 37 item 3, the exporter's part: a server whose error body echoes its API key (or a secret flag or env
-value gpudash passed it) must not see it served as a label of gpudash_server_probe_last_error_info. The sink
-is opened as `record`/`serve --prometheus` open it (open_sink with the config), and scraped over real HTTP."""
+value gpudash passed it, or a URL's password) must not see it served as a label of
+gpudash_server_probe_last_error_info. The sink is opened as `record`/`serve --prometheus` open it (open_sink
+with the config), and scraped over real HTTP."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def test_the_last_probe_error_label_never_carries_a_secret(monkeypatch: pytest.M
                      "extra_args": ["--hf-token", FLAG]}],
     })
     errors = [("chat", f"HTTP 401: invalid key {KEY!r} (header 'Bearer {KEY}\\n')"),
-              ("code", f"HTTP 400: bad request from --hf-token {FLAG} with HF_TOKEN={ENV}")]
+              ("code", f"HTTP 400: bad request from --hf-token {FLAG} with HF_TOKEN={ENV}"),
+              ("chat", "cannot connect to http://alice:S3cretPW@10.0.0.7:8000/v1 (refused)")]
     sink = open_sink(f"127.0.0.1:{free_port()}", config=config)
     try:
         seen = []
@@ -41,7 +43,8 @@ def test_the_last_probe_error_label_never_carries_a_secret(monkeypatch: pytest.M
             fams = {f.name: f for f in text_string_to_metric_families(text)}
             (info,) = [s for s in fams["gpudash_server_probe_last_error_info"].samples if s.labels["server"] == name]
             seen.append(info.labels["error"])
-            assert KEY not in text and FLAG not in text and ENV not in text
+            assert KEY not in text and FLAG not in text and ENV not in text and "S3cretPW" not in text
     finally:
         sink.close()
     assert seen[0].startswith("HTTP 401: invalid key '***'") and "***" in seen[1] and "HTTP 400" in seen[1]
+    assert "http://alice:***@10.0.0.7:8000" in seen[2]

@@ -259,8 +259,8 @@ class _Assembly:
                 parts[part.removeprefix("server.")] = r
         return ours, theirs
 
-    def _box_servers(self, targets: list[FleetTarget],
-                     rows: tuple[dict[str, dict[str, dict[str, Any]]], dict[str, dict[str, Any]]]) -> tuple[FleetServer, ...]:
+    def _box_servers(self, targets: list[FleetTarget], rows: tuple[dict[str, dict[str, dict[str, Any]]],
+                                                                    dict[str, dict[str, Any]]]) -> tuple[FleetServer, ...]:
         ours, theirs = rows
         own = {t.instance: t for t in targets if {"vllm", "llama.cpp"} & set(t.exports)}
         by_port = {t.instance.rpartition(":")[2]: t for t in own.values()}

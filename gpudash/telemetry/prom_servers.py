@@ -5,8 +5,8 @@ them gave two series of one figure under two names. By default (`[prometheus] se
 serves only what it alone knows: each server's state (one series per state, 0 or 1), up, restarts and
 relaunches, the rates it derives from the server's counters, what it reads from /slots, and its probe
 requests (TTFT as a histogram by how the prompt was served, prompt tokens and those found cached, failures
-with the last error, every secret gpudash knows masked: redact.mask_text). The fields a kind copies from the server's own series
-(its `own_series`) join them under "all". Every series carries `server` and `kind`; none carries the rig's
+with the last error, every secret gpudash knows masked: redact.mask_text). The fields a kind copies from
+the server's own series (its `own_series`) join them under "all". Every series carries `server` and `kind`; none carries the rig's
 `source`, since a server's figures are real even on a simulated rig. A TTFT is only ever a histogram:
 quantile gauges over one scrape interval could not be aggregated over servers or time.
 """

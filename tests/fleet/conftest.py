@@ -91,8 +91,8 @@ def fleet_rig(tmp_path_factory: pytest.TempPathFactory, llama_server: str, tiny_
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_for(lambda: _answers(f"http://127.0.0.4:{lp}/health"), 60, "llama-server")
         d = box_dir("llama")
-        (d / "gpudash.toml").write_text(PROBE.replace("= 64", "= 16") + f'[[servers]]\nname = "code"\nkind = "llama.cpp"\n'
-                                                f'url = "http://127.0.0.4:{lp}"\nprobe = true\n')
+        (d / "gpudash.toml").write_text(PROBE.replace("= 64", "= 16") + '[[servers]]\nname = "code"\n'
+                                        f'kind = "llama.cpp"\nurl = "http://127.0.0.4:{lp}"\nprobe = true\n')
         procs.append(gpudash(d, "serve", "--config", str(d / "gpudash.toml"), "--sim", "rtx5080+rtx3090",
                              "--db", str(d / "g.db"), "--prometheus", f"127.0.0.4:{gp}", "--quiet"))
         add("llama-server", f"127.0.0.4:{lp}", "llama-server")

@@ -32,7 +32,8 @@ from tui_helpers import wait_for as tui_wait  # noqa: E402
 
 BOXES = {"127.0.0.2": ("up", ["gpudash"], 1), "127.0.0.3": ("up", ["dcgm-exporter", "gpudash"], 8),
          "127.0.0.4": ("up", ["gpudash", "llama.cpp"], 2), "127.0.0.5": ("up", ["dcgm-exporter", "vllm"], 2),
-         "127.0.0.6": ("up", ["gpudash", "vllm"], 1), "127.0.0.7": ("down", [], 0)}  # never answered: nothing known of it but its target
+         "127.0.0.6": ("up", ["gpudash", "vllm"], 1),
+         "127.0.0.7": ("down", [], 0)}  # never answered: nothing is known of it but its target
 
 
 def fleet_json(rig: FleetRig, *extra: str) -> dict:

@@ -144,7 +144,8 @@ ODD = {
     "null alertname": _vector({"metric": {"gpudash_q": "up", "instance": "a:1", "job": "gpudash"}, "value": [1, "1"]},
                               {"metric": {"gpudash_q": "member.gpudash", "instance": "a:1", "job": "gpudash"},
                                "value": [1, "1"]},
-                              {"metric": {"gpudash_q": "alerts", "instance": "a:1", "alertname": None}, "value": [1, "1"]}),
+                              {"metric": {"gpudash_q": "alerts", "instance": "a:1", "alertname": None},
+                               "value": [1, "1"]}),
     "a list for a number": _vector(
         {"metric": {"gpudash_q": "up", "instance": "a:1", "job": "gpudash"}, "value": [1, ["1"]]},
         {"metric": {"gpudash_q": "member.gpudash", "instance": "a:1", "job": "gpudash"}, "value": [[1], "1"]},

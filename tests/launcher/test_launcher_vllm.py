@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from vllm_double import CHAT_TEMPLATE_TOKENS
 from gpudash.config import ServerSpec
 from gpudash.launcher.binary import resolve_binary
 from gpudash.launcher.errors import LaunchError
@@ -127,7 +128,7 @@ def test_double_completions_endpoint(fake_vllm, make_supervisor) -> None:
             lines = [ln for ln in s.iter_lines() if ln.startswith("data:")]
         assert lines[-1] == "data: [DONE]" and len(lines) == 3  # two tokens, no usage chunk unless asked
         wrong = c.post(f"{base}/v1/chat/completions", json={"model": "other", "messages": []})
-        assert wrong.status_code == 404 and "does not exist" in wrong.json()["message"]
+        assert wrong.status_code == 404 and "does not exist" in wrong.json()["error"]["message"]  # ErrorResponse
 
 
 def test_vllm_data_parallel_engines_are_combined(fake_vllm, make_supervisor) -> None:
@@ -144,9 +145,12 @@ def test_vllm_data_parallel_engines_are_combined(fake_vllm, make_supervisor) -> 
         (st,) = source.poll()["servers"]
     finally:
         source.close()
-    assert st.prefix_cache_queries == 4 * 64  # counters of both engines added up
+    # counters of both engines added up (each prompt: 64 words and the chat template's tokens)
+    assert st.prefix_cache_queries == 4 * (64 + CHAT_TEMPLATE_TOKENS)
     engines = [float(line.rsplit(" ", 1)[1]) for line in httpx.get(sup.base_url("v") + "/metrics",
                                                                       trust_env=False).text.splitlines()
                if line.startswith("vllm:kv_cache_usage_perc{")]
-    assert len(engines) == 2 and st.kv_cache_usage == pytest.approx(sum(engines) / 2)  # averaged, not summed
+    # the fullest engine (the one that preempts first), not their sum; each engine's own beside it
+    assert len(engines) == 2 and st.kv_cache_usage == pytest.approx(max(engines))
+    assert st.kv_cache_usage_engines == pytest.approx(tuple(engines))
     assert st.prompt_tokens_per_s is not None and st.prompt_tokens_per_s > 0

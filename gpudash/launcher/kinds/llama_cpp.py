@@ -23,7 +23,7 @@ from typing import Any
 from gpudash.config.llama_cpp import LlamaCppSpec
 from gpudash.config import ServerSpec
 from gpudash.launcher.llama import cuda as llama_cuda
-from gpudash.launcher.counters import History, Prev, acceptance, delta, printed_step, rate
+from gpudash.launcher.counters import History, Prev, acceptance, delta, rate
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.kinds import llama_slots
 from gpudash.launcher.kinds.base import Budget, Option, ServerKind, program_name
@@ -32,11 +32,10 @@ from gpudash.launcher.shares import DEFAULT_OVERHEAD, LlamaBudget, ModelShape, l
 
 # Counters gpudash keeps beside the server's own (llama_slots.py): generated tokens (finished requests' plus
 # what busy slots decoded so far), prompt tokens (finished prompts' plus what prefilling slots evaluated so
-# far), and the prompts seen to finish on /slots with their evaluated tokens.
+# far), and the prompts seen to finish on /slots.
 TOKENS_GENERATED = "gpudash:llamacpp_tokens_generated"
 PROMPT_PROGRESS = "gpudash:llamacpp_prompt_progress"
 PROMPTS_SEEN = "gpudash:llamacpp_prompts_seen"
-PROMPT_TOKENS_SEEN = "gpudash:llamacpp_prompt_tokens_seen"
 _PROMPT, _PREDICTED = "llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total"
 
 
@@ -109,13 +108,11 @@ def _counted(m: dict[str, float], prev: Prev | None, pid: int | None, name: str,
 
 def _prefill_mean(m: dict[str, float], base: Prev | None, pid: int | None) -> float | None:
     """Mean prompt-evaluation seconds per request since `base`: the server's prompt_seconds over the prompts
-    seen to finish, when those prompts hold every prompt token the server counted (none was missed)."""
+    seen to finish on /slots (a slot that ran two tasks between two reads shows one: at more than one
+    request per slot per read the mean reads high)."""
     prompts = delta(m, base, pid, PROMPTS_SEEN)
     seconds = delta(m, base, pid, "llamacpp:prompt_seconds_total")
-    tokens, seen = delta(m, base, pid, _PROMPT), delta(m, base, pid, PROMPT_TOKENS_SEEN)
-    if not prompts or seconds is None or tokens is None or seen is None:
-        return None
-    return seconds / prompts if abs(tokens - seen) <= 2 * printed_step(m.get(_PROMPT, 0.0)) else None
+    return seconds / prompts if prompts and seconds is not None else None
 
 
 def llama_fields(m: dict[str, float], prev: Prev | None = None, pid: int | None = None,
@@ -248,7 +245,7 @@ class LlamaCpp(ServerKind):
             if status == 0 and prev is not None and prev.pid == pid and TOKENS_GENERATED in prev.values:
                 # /slots did not answer this time: the counts carry over, so the next read's change holds
                 # these tokens too (the rates are unknown for this tick, and nothing counted is lost)
-                for name in (TOKENS_GENERATED, PROMPT_PROGRESS, PROMPTS_SEEN, PROMPT_TOKENS_SEEN):
+                for name in (TOKENS_GENERATED, PROMPT_PROGRESS, PROMPTS_SEEN):
                     m[name] = prev.values.get(name, 0.0)
                 fields = self.fields(m, prev, pid, now, history.start)
                 fields.update(tokens_per_s=None, prompt_tokens_per_s=None, rates_coarse=None)
@@ -259,10 +256,9 @@ class LlamaCpp(ServerKind):
         if _PROMPT in m:
             _counted(m, prev, pid, PROMPT_PROGRESS, _PROMPT, m[_PROMPT] + llama_slots.prefilling(slots))
         seen = history.facts.setdefault("tasks seen", {})
-        prompts, tokens = llama_slots.prompts_done(slots, seen)
+        prompts = llama_slots.prompts_done(slots, seen)
         known = prev is not None and prev.pid == pid and PROMPTS_SEEN in prev.values
         m[PROMPTS_SEEN] = prev.values[PROMPTS_SEEN] + prompts if known else 0.0  # type: ignore[union-attr]
-        m[PROMPT_TOKENS_SEEN] = prev.values[PROMPT_TOKENS_SEEN] + tokens if known else 0.0  # type: ignore[union-attr]
         fields = self.fields(m, prev, pid, now, history.start)
         fields["kv_cache_usage"], fields["kv_capacity_tokens"] = llama_slots.kv_cells(slots, kv_unified(spec, cmdline))
         fields["slot_states"] = llama_slots.states(slots)

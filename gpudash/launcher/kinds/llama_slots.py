@@ -92,15 +92,14 @@ def states(slots: Sequence[dict[str, Any]]) -> tuple[tuple[int, str, int, int], 
     return tuple((_int(s.get("id")), state(s), _int(s.get("n_prompt_tokens")), _int(s.get("n_ctx"))) for s in slots)
 
 
-def prompts_done(slots: Sequence[dict[str, Any]], seen: dict[int, Any]) -> tuple[int, int]:
-    """(prompts, their prompt tokens evaluated) of the tasks whose prompt finished since `seen` ({slot id:
-    its last task id counted}, updated here): a slot keeps its last task's id and counts after the task."""
-    prompts = tokens = 0
+def prompts_done(slots: Sequence[dict[str, Any]], seen: dict[int, Any]) -> int:
+    """Tasks whose prompt finished since `seen` ({slot id: its last task id counted}, updated here): a slot
+    keeps its last task's id after the task ends."""
+    prompts = 0
     for s in slots:
         task = s.get("id_task")
         if task is None or state(s) == "prefill" or seen.get(_int(s.get("id"))) == task:
             continue
         seen[_int(s.get("id"))] = task
         prompts += 1
-        tokens += _int(s.get("n_prompt_tokens_processed"))
-    return prompts, tokens
+    return prompts

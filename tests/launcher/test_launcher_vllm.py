@@ -40,7 +40,8 @@ def test_vllm_start_scrape_probe(fake_vllm, make_supervisor, events) -> None:
     results = run_probe(sup.base_url("v") + "/v1/", requests=8, shared_prefix=1.0, prompt_words=64, max_tokens=3, server="v")
     assert all(r.ok for r in results), [r.error for r in results]
     assert results[0].cached_tokens == 0 and all(r.cached_tokens >= 48 for r in results[1:])
-    assert all(r.prompt_tokens == 64 and r.completion_tokens == 3 for r in results)  # one token per word
+    # one token per word plus the double's chat template's own
+    assert all(r.prompt_tokens == 64 + CHAT_TEMPLATE_TOKENS and r.completion_tokens == 3 for r in results)
     assert all(r.server_prompt_ms is None for r in results)  # vLLM reports no per-request timings
 
     source = ServerSource(sup)
@@ -51,7 +52,7 @@ def test_vllm_start_scrape_probe(fake_vllm, make_supervisor, events) -> None:
     finally:
         source.close()
     assert st.kind == "vllm" and st.state == "ready"
-    assert st.prefix_cache_queries == first.prefix_cache_queries + 3 * 64
+    assert st.prefix_cache_queries == first.prefix_cache_queries + 3 * (64 + CHAT_TEMPLATE_TOKENS)
     assert st.prefix_cache_hits > first.prefix_cache_hits
     assert st.requests_running == 0 and st.requests_waiting == 0 and 0 <= st.kv_cache_usage <= 1
     assert st.ttft_mean_s is not None and st.ttft_mean_s > 0  # from the histogram's change since last scrape

@@ -1,10 +1,10 @@
-"""What one attached server adds to gpudash's own CPU (issue 33 item 7, the attach part): `gpudash record`
-as a real process, with no server and with one real llama-server attached by `url` (started outside
-gpudash, idle, probe off), its user+system CPU time over a window read with psutil: share = CPU seconds
-over wall seconds, in percent of one core; the attached server's cost is the difference of the medians.
-"this" is the checkout; "baseline" is another tree of gpudash (`--baseline DIR`, e.g. `git archive main`
-unpacked, with the engine's .so files copied into its gpudash/engine/), imported from there in place of
-the editable install.
+"""What one attached server adds to gpudash's own CPU (issue 33 item 7, the attach part): `gpudash serve`
+as a real process (`record` reads no servers), with one and with two real llama-servers attached by `url`
+(started outside gpudash, idle, probe off; with none, `serve` would start the demo), its user+system CPU
+time over a window read with psutil: share = CPU seconds over wall seconds, in percent of one core; what
+one attached server adds is the difference of the medians. "this" is the checkout; "baseline" is another
+tree of gpudash (`--baseline DIR`, e.g. `git archive main` unpacked, with the engine's .so files copied
+into its gpudash/engine/), imported from there in place of the editable install.
 
 Run: PYTHONPATH=. python benchmarks/bench_attach_cost.py [--runs 3] [--window 60] [--baseline DIR]
 """
@@ -85,11 +85,11 @@ def cpu_shares(procs: list[psutil.Process], window: float) -> list[float]:
     return [100.0 * (sum(p.cpu_times()[:2]) - c) / wall for p, c in zip(procs, c0)]
 
 
-def share(tree: Path, url: str | None, window: float, tmp: Path) -> float:
-    """One run: `gpudash record` from `tree` for `window` seconds after its first ticks; % of one core."""
-    servers = f'[[servers]]\nname = "ext"\nurl = "{url}"\n' if url else ""
-    with gpudash_run(tree, "record", f'[sim]\nload = "off"\n[probe]\nenabled = false\n{servers}', tmp) as p:
-        time.sleep(5.0)  # the first reads (the attached server's process found once) are past
+def share(tree: Path, urls: list[str], window: float, tmp: Path) -> float:
+    """One run: `gpudash serve` from `tree` reading `urls`, for `window` seconds after its first ticks."""
+    servers = "".join(f'[[servers]]\nname = "ext{i}"\nurl = "{u}"\n' for i, u in enumerate(urls))
+    with gpudash_run(tree, "serve", f'[sim]\nload = "off"\n[probe]\nenabled = false\n{servers}', tmp) as p:
+        time.sleep(5.0)  # the first reads (the attached servers' processes found once) are past
         return cpu_shares([p], window)[0]
 
 
@@ -104,26 +104,28 @@ def main() -> None:
     trees = {"this": REPO} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        server, url = llama_server(write_demo_model(tmp / "tiny.gguf"))
+        model = write_demo_model(tmp / "tiny.gguf")
+        servers = [llama_server(model) for _ in range(2)]
+        urls = [url for _, url in servers]
         try:
-            got: dict[tuple[str, bool], list[float]] = {}
+            got: dict[tuple[str, int], list[float]] = {}
             for _ in range(args.runs):
                 for name, tree in trees.items():  # the trees take turns: the box's load hits both alike
-                    for attached in (False, True):
-                        got.setdefault((name, attached), []).append(share(tree, url if attached else None,
-                                                                          args.window, tmp))
+                    for n in (1, 2):
+                        got.setdefault((name, n), []).append(share(tree, urls[:n], args.window, tmp))
         finally:
-            server.kill()
-            server.wait()
-    print(f"gpudash record --sim h200, 1 s refresh, idle llama-server attached by url; {args.runs} runs of "
-          f"{args.window:g} s, medians, % of one core")
-    print(f"{'tree':10} {'no server':>10} {'attached':>10} {'added':>8}   runs (no server | attached)")
+            for proc, _ in servers:
+                proc.kill()
+                proc.wait()
+    print(f"gpudash serve --sim h200, 1 s refresh, idle llama-servers attached by url (probe off); {args.runs} runs "
+          f"of {args.window:g} s, medians, % of one core")
+    print(f"{'tree':10} {'1 attached':>11} {'2 attached':>11} {'added':>8}   runs (1 | 2)")
     added = {}
     for name in trees:
-        none, one = statistics.median(got[(name, False)]), statistics.median(got[(name, True)])
-        added[name] = one - none
-        runs = " ".join(f"{x:.2f}" for x in got[(name, False)]) + " | " + " ".join(f"{x:.2f}" for x in got[(name, True)])
-        print(f"{name:10} {none:10.2f} {one:10.2f} {one - none:8.2f}   {runs}")
+        one, two = statistics.median(got[(name, 1)]), statistics.median(got[(name, 2)])
+        added[name] = two - one
+        runs = " ".join(f"{x:.2f}" for x in got[(name, 1)]) + " | " + " ".join(f"{x:.2f}" for x in got[(name, 2)])
+        print(f"{name:10} {one:11.2f} {two:11.2f} {two - one:8.2f}   {runs}")
     if "baseline" in added and added["this"] > 0:
         print(f"added cost, baseline / this: {added['baseline'] / added['this']:.1f}x")
     print(f"goal: an attached server adds at most {TARGET_PCT} % of a core: "

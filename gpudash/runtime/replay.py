@@ -41,6 +41,9 @@ class ReplayFeed:
     def start_servers(self) -> list[str]:
         return []  # a replay starts nothing
 
+    def cpu_builds(self) -> dict[str, str]:
+        return {}  # a replay changes nothing, so no split needs refusing
+
     def close(self) -> None:
         pass
 

@@ -171,14 +171,17 @@ class AttachedServers:
         return refusal(a.spec, action, self.local(name), a.kind)
 
     def pids(self) -> dict[int, str]:
-        """{pid: server} of attached servers that run here, with their workers (NVML's processes show them);
-        one walk of their process trees answers for PIDS_TTL_S."""
+        """{pid: server} of attached servers that run here, with their workers (NVML's processes show them;
+        a signal from the Processes view is refused for them); one walk of their process trees answers for
+        PIDS_TTL_S. A server not looked for yet (no background read has run) is looked for here, once."""
         now = time.monotonic()
         at, found = self._pids_seen
-        if now - at < PIDS_TTL_S:
+        if now - at < PIDS_TTL_S and all(a.looked for a in self._servers.values()):
             return found
         found = {}
         for name, a in list(self._servers.items()):
+            if not a.looked:
+                self._find_local(a)
             if a.local is not None:
                 found[a.local.pid] = name
                 for child in descendants(a.local.pid):

@@ -3,8 +3,8 @@ another host). gpudash reads it and never starts, stops, relaunches or signals i
 
 Its kind is the entry's, else told from its /metrics families (`llamacpp:`, `vllm:`), else from who owns
 its /v1/models. A read runs on the scrape pool in the background and the sampler takes the last one
-finished, so a server that hangs never holds a tick. One that stops answering is `unreachable` (a
-`server.down` event) and is asked a cheap GET /health once a second, so its return is seen within about
+finished, so a server that hangs never holds a tick. One that stops answering (two reads in a row) is
+`unreachable` (a `server.down` event) and is asked a cheap GET /health once a second, so its return is seen within about
 two seconds (a `server.up` event, with how long it was gone) without hammering a dead address; an
 address that answers as no known kind (`not a server`) is read again after a backoff. An API key comes
 from the environment variable the entry names and is masked in every error text.
@@ -301,10 +301,15 @@ class AttachedServers:
                          f"{models_status})")
 
     def _failed(self, name: str, state: ServerState, error: str) -> None:
+        """A read failed. A server that was up is read again at once before it is called unreachable: one
+        read past its deadline on a loaded box is no outage (it wrote server.down / server.up pairs)."""
         a = self._servers[name]
         said = NOT_A_KIND if state is ServerState.NOT_A_SERVER else state
         now = time.time()
         with self._lock:
+            if a.state.up and a.failures == 0:
+                a.failures, a.next_try = 1, 0.0
+                return
             was = a.state
             a.error = mask_values(f"{said}: {error}", secrets(a.spec))
             a.state = state

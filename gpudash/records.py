@@ -187,7 +187,7 @@ class ServerSample:
     draft_acceptance: float | None = None
     relaunches: int = 0  # re-launches an operator asked for (`restarts` counts those after a crash)
     origin: str = "managed"  # "managed" (gpudash runs it) | "attached" (a `url`: only read) | "found"
-    # TTFT quantiles of the requests the server itself saw in the interval (its histogram's bucket deltas)
+    # TTFT quantiles of the requests the server itself saw in the last minute (its histogram's bucket deltas)
     ttft_p50_s: float | None = None
     ttft_p90_s: float | None = None
     ttft_p99_s: float | None = None
@@ -197,6 +197,40 @@ class ServerSample:
     external_prefix_cache_hits: float | None = None
     error: str | None = None  # why the last read failed (attached: unreachable, not a server), one line
     url: str | None = None  # where an attached or found server is read (a launched one: host and port)
+    # --- what operators page on (issue 34). "window" figures cover the scrapes of the last minute
+    # (counters.WINDOW_S); cumulative counters are the server's own, since it started.
+    kv_cache_usage_engines: tuple[float, ...] | None = None  # each vLLM DP engine's KV use, 0..1 (kv_cache_usage
+    # is the fullest engine's)
+    kv_capacity_tokens: float | None = None  # KV cache size in tokens (vLLM cache_config_info; llama-server: its
+    # slots' cells)
+    preemptions: float | None = None  # cumulative requests preempted (vLLM num_preemptions), a counter
+    requests_finished: float | None = None  # cumulative requests finished for any reason (vLLM request_success)
+    requests_aborted: float | None = None  # cumulative requests the client aborted (finished_reason="abort")
+    requests_failed: float | None = None  # cumulative requests ended by a server error (finished_reason="error")
+    requests_rejected: float | None = None  # cumulative admissions refused by a queue limit (admission_rejections)
+    requests_corrupted: float | None = None  # cumulative requests with NaN logits (corrupted_requests)
+    requests_waiting_capacity: float | None = None  # requests waiting for KV/scheduling capacity now
+    ttft_buckets: tuple[tuple[str, float], ...] | None = None  # the server's TTFT histogram as it counts it:
+    # ((le, cumulative count), ...), for exporting it as a histogram; with ttft_sum_s and ttft_count
+    ttft_sum_s: float | None = None  # cumulative seconds of TTFT observed (the histogram's _sum)
+    ttft_count: float | None = None  # cumulative requests whose TTFT was observed (the histogram's _count)
+    itl_mean_s: float | None = None  # mean inter-token latency (time per output token), seconds, window
+    itl_p90_s: float | None = None  # inter-token latency quantiles, seconds, window (vLLM's histogram)
+    itl_p99_s: float | None = None
+    queue_mean_s: float | None = None  # time requests waited before running, seconds, window (vLLM)
+    queue_p90_s: float | None = None
+    queue_p99_s: float | None = None
+    e2e_mean_s: float | None = None  # whole-request latency, seconds, window (vLLM)
+    e2e_p90_s: float | None = None
+    e2e_p99_s: float | None = None
+    prefill_mean_s: float | None = None  # mean prompt-processing time per request, seconds, window (the
+    # server's own counters: vLLM request_prefill_time, llama-server prompt_seconds over the prompts seen)
+    rates_coarse: bool | None = None  # tokens_per_s / prompt_tokens_per_s come from counters that move only
+    # when a request ends (llama-server --no-slots), not from live progress
+    slot_states: tuple[tuple[int, str, int, int], ...] | None = None  # llama-server's slots: (id, "idle" |
+    # "prefill" | "decode", tokens held, n_ctx)
+    slots_per_decode: float | None = None  # llama-server's mean busy slots per decode call (batching)
+    max_sequence_tokens: float | None = None  # llama-server's longest sequence seen, tokens (n_tokens_max)
 
     def __post_init__(self) -> None:
         if type(self.state) is not ServerState:  # a plain string is checked against the vocabulary

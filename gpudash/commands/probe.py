@@ -32,7 +32,7 @@ def _coef(x: float | None) -> str:
 @click.option("--shared-prefix", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
               help="Fraction of requests that start with one shared prompt prefix (cache hits after the first).")
 @click.option("--prompt-words", type=click.IntRange(min=1), default=None,
-              help="Prompt length in words (default: [probe] prompt_tokens).")
+              help="Prompt length in words (default: [probe] prompt_tokens tokens, counted by the server).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None,
               help="Tokens generated per request (default: [probe] max_tokens).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, max=3600, min_open=True), default=None,
@@ -65,8 +65,8 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
             usage_error(str(err))
     deadline = timeout_s or cfg.probe.timeout_s
     try:
-        samples = run_probe(url, n, concurrency, shared_prefix, prompt_words or cfg.probe.prompt_tokens,
-                            max_tokens or cfg.probe.max_tokens, deadline_s=deadline)
+        samples = run_probe(url, n, concurrency, shared_prefix, prompt_words, max_tokens or cfg.probe.max_tokens,
+                            deadline_s=deadline, prompt_tokens=None if prompt_words else cfg.probe.prompt_tokens)
     except (httpx.HTTPError, ProbeFailure) as err:
         if store is not None:
             store.close()

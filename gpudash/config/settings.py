@@ -178,7 +178,14 @@ class ProbeConfig(_Section):
     """Run the probe workload against ready servers while gpudash launch / serve runs."""
 
     interval_s: float = Field(2.0, gt=0, le=86400)
-    """Seconds between probe rounds."""
+    """Seconds between probe rounds while a server's burst lasts."""
+
+    burst_rounds: int = Field(8, ge=1, le=100000)
+    """Rounds each server gets every interval_s when the probe starts on it (and after it restarts); then
+    one round every backoff_interval_s keeps its figures fresh at a small cost."""
+
+    backoff_interval_s: float = Field(30.0, gt=0, le=86400)
+    """Seconds between probe rounds once a server's burst is over."""
 
     timeout_s: float = Field(60.0, gt=0, le=3600)
     """Whole-request deadline of one probe request (a server that stalls or drips fails it after this)."""
@@ -190,7 +197,8 @@ class ProbeConfig(_Section):
     """Fraction of requests that reuse a shared prompt prefix (cache hits)."""
 
     prompt_tokens: int = Field(256, ge=1)
-    """Approximate prompt length in tokens."""
+    """Prompt length in tokens, counted with the server's own /tokenize (at most what its slot holds, less
+    max_tokens and the chat template's room)."""
 
     max_tokens: int = Field(16, ge=1)
     """Tokens generated per request."""

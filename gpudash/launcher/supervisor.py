@@ -27,7 +27,7 @@ from gpudash.preload.shm import preload_env
 from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary
-from gpudash.launcher.attach import AttachedServers, headers as attach_headers
+from gpudash.launcher.attach import AttachedServers, bearer, headers as attach_headers
 from gpudash.launcher.probe.cache_kinds import RESTORE_EVENT
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.guard import guarded
@@ -97,7 +97,7 @@ class Supervisor:
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"server names must be unique, got {names}")
-        self.attached = AttachedServers(specs)  # only read, never run: launcher/attach.py
+        self.attached = AttachedServers(specs, inbox=inbox)  # only read, never run: launcher/attach.py
         self._inbox = inbox
         self._log_dir = Path(log_dir)
         self._stop_timeout_s = stop_timeout_s
@@ -170,8 +170,12 @@ class Supervisor:
         return spec.probe if spec.probe is not None else not spec.attached
 
     def auth(self, name: str) -> dict[str, str]:
-        """Headers a request to the server needs (an attached server's API key)."""
-        return attach_headers(self.attached.spec(name)) if name in self.attached else {}
+        """Headers a request to the server needs: an attached server's API key, or the one a launched server
+        was started with (`--api-key` in its extra_args)."""
+        if name in self.attached:
+            return attach_headers(self.attached.spec(name))
+        spec = self._get(name).spec
+        return bearer(kind_of(spec).api_key(spec))
 
     def log_tail(self, name: str, n: int = 200) -> list[str]:
         if name in self.attached:  # its log is wherever its own supervisor keeps it

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from gpudash.launcher.counters import Prev
+from gpudash.launcher.counters import History, Prev
 from gpudash.launcher.discovery import Found, find_servers
 from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.scrape_http import Scraper, ScrapeError
@@ -50,7 +50,7 @@ class ServerSource:
         self._finding: Future | None = None
         self._found_at = -FIND_EVERY_S
         self._http = Scraper(timeout_s, SCRAPE_DEADLINE_S)
-        self._prev: dict[str, Prev] = {}
+        self._history: dict[str, History] = {}
         # Servers are scraped in parallel, so one slow server does not push the others past the tick.
         self._pool = ThreadPoolExecutor(max_workers=SCRAPE_WORKERS, thread_name_prefix="gpudash-scrape")
         # The look for servers has its own thread: it asks each process it finds for /health in turn (0.5 s
@@ -108,14 +108,17 @@ class ServerSource:
         if spec is None:
             raise ScrapeError("it is no longer configured")
         now = time.time()
-        fields, values = kind_of(spec).scrape(lambda path: self._http.get(base, path), spec,
-                                              self._prev.get(st.server), st.pid, now)
-        self._prev[st.server] = Prev(st.pid, now, values)
+        auth = self._sup.auth(st.server)  # a server started with --api-key guards /metrics with it
+        history = self._history.setdefault(st.server, History())
+        fields, values = kind_of(spec).scrape(lambda path: self._http.get(base, path, auth), spec, history,
+                                              st.pid, now)
+        history.add(Prev(st.pid, now, values))
         # Metrics win over the log's last line; the log still fills what a server does not export.
         merged = {k: v for k, v in fields.items() if v is not None}
         return replace(st, ts=now, **merged)
 
     def close(self) -> None:
-        self._finder.shutdown(wait=True)
-        self._pool.shutdown(wait=True)
+        """Stop reading: reads in flight end now (their sockets are shut), none is waited out."""
         self._http.close()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._finder.shutdown(wait=True, cancel_futures=True)

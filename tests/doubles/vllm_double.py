@@ -1,4 +1,5 @@
-"""A test double of `vllm serve`: a real HTTP server process reproducing vLLM 0.33's surface.
+"""A test double of `vllm serve`: a real HTTP server process reproducing vLLM 0.34's surface (0.33's with
+`--release 0.33`).
 
 It is not vLLM: no model runs. It exists so the launcher's vLLM path (argv, health gating, /metrics,
 streaming usage with cached tokens, sleep mode) is exercised against a real process on 127.0.0.1 in CI,
@@ -28,7 +29,25 @@ tests/launcher/samples, made from those sources, pin the details):
   vllm:prompt_tokens_cached, vllm:generation_tokens and vllm:time_to_first_token_seconds;
 * with VLLM_SERVER_DEV_MODE=1 (vllm/entrypoints/serve/dev/sleep/api_router.py): POST /sleep?level=1|2,
   POST /wake_up, GET /is_sleeping; sleeping needs --enable-sleep-mode, takes `--sleep-delay` seconds and
-  waking `--wake-delay` seconds.
+  waking `--wake-delay` seconds;
+* what operators page on, as vLLM 0.34.0's vllm/v1/metrics/loggers.py names, labels and buckets them
+  (vllm/v1/metrics/buckets.py): vllm:num_preemptions, vllm:request_success{finished_reason=stop|length|
+  abort|error|repetition}, vllm:num_requests_waiting_by_reason{reason=capacity|deferred},
+  vllm:inter_token_latency_seconds, vllm:request_time_per_output_token_seconds,
+  vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds, vllm:request_prefill_time_seconds,
+  vllm:request_decode_time_seconds, vllm:cache_config_info (block_size, num_gpu_blocks,
+  kv_cache_size_tokens, engine), vllm:admission_rejections{model_name,reason} (`--max-num-queued-reqs`:
+  a request past it is refused with HTTP 503, vllm/v1/engine/async_llm.py), vllm:corrupted_requests (only
+  with VLLM_COMPUTE_NANS_IN_LOGITS=1) and, with --kv-cache-metrics, vllm:kv_block_lifetime_seconds.
+  `--release 0.33` leaves out what 0.34 added (admission_rejections, corrupted_requests,
+  request_decode_time_seconds, request_time_per_output_token_seconds, the KV block histograms);
+* scheduling: at most `--max-num-seqs` requests run at once, the rest wait (queue time, waiting by
+  reason "capacity"); a request that starts while the running ones hold more than the GPU blocks
+  preempts one (vllm:num_preemptions); a client that goes away mid-stream is an abort;
+* POST /tokenize (vllm/entrypoints/serve/tokenize/protocol.py): {"prompt"} or {"messages"} ->
+  {"count", "max_model_len", "tokens"}; a chat's template adds CHAT_TEMPLATE_TOKENS per message;
+* a prompt longer than --max-model-len is refused with HTTP 400 and vLLM's ErrorResponse
+  ({"error": {"message", "type", "param", "code"}}, vllm/entrypoints/serve/engine/protocol.py).
 """
 
 from __future__ import annotations
@@ -49,6 +68,19 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 BLOCK = 16
 PREFILL_S_PER_TOKEN = 0.0004
 DECODE_S_PER_TOKEN = 0.001
+DEFAULT_GPU_BLOCKS = 6250  # 100 000 tokens of KV cache
+CHAT_TEMPLATE_TOKENS = 4  # what the double's chat template adds per message
+# vllm/v1/metrics/buckets.py of 0.34.0
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+               80.0)
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                   480.0, 960.0, 1920.0, 7680.0)
+RESIDENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600,
+                     1200, 1800)
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vllm/v1/engine/__init__.py
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 # vLLM attaches its development endpoints (/sleep, /wake_up, /is_sleeping, ...) only with this set.
 DEV_MODE = os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0")
 
@@ -58,7 +90,9 @@ class Engine:
 
     def __init__(self, model: str, prefix_caching: bool, details: bool, engines: int = 1,
                  sleep_mode: bool = False, sleep_delay: float = 0.05, wake_delay: float = 0.1,
-                 gpu_blocks: int | None = None, offloading: bool = False):
+                 gpu_blocks: int | None = None, offloading: bool = False, release: str = "0.34",
+                 max_num_seqs: int | None = None, max_queued: int | None = None, max_model_len: int = 4096,
+                 kv_cache_metrics: bool = False):
         self.model = model
         self.prefix_caching = prefix_caching
         self.details = details
@@ -70,6 +104,12 @@ class Engine:
         self.host: set[int] | None = set() if offloading else None  # --kv-offloading-size: every block stored
         self.lock = threading.Lock()
         self.turn = 0
+        self.new = release != "0.33"  # 0.34's families besides 0.33's
+        self.max_model_len = max_model_len
+        self.max_queued = max_queued  # --max-num-queued-reqs
+        self.seats = threading.BoundedSemaphore(max_num_seqs) if max_num_seqs else None
+        self.unfinished = 0
+        self.held_tokens = 0  # tokens the running requests hold
         r = self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
         self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", labels,
@@ -98,14 +138,107 @@ class Engine:
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               labels, registry=r,
                               buckets=(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5))
+        self._operator_families(r, labels, model, kv_cache_metrics, engines)
         self.lvs = [{"model_name": model, "engine": str(i)} for i in range(engines)]
         for lv in self.lvs:
             for m in (self.running, self.waiting, self.kv, self.queries, self.hits, self.prompt, self.cached,
-                      self.gen, self.ttft):
+                      self.gen, self.ttft, self.preempted, self.itl, self.e2e, self.queue, self.prefill,
+                      *self.new_histograms):
                 m.labels(**lv)
+            for reason in FINISH_REASONS:
+                self.success.labels(**lv, finished_reason=reason)
+            for reason in ("capacity", "deferred"):
+                self.waiting_by_reason.labels(**lv, reason=reason)
+            if self.corrupted is not None:
+                self.corrupted.labels(**lv)
+            blocks = self.gpu_blocks or DEFAULT_GPU_BLOCKS
+            self.cache_info.labels(block_size=str(BLOCK), num_gpu_blocks=str(blocks),
+                                   kv_cache_size_tokens=str(blocks * BLOCK), engine=lv["engine"]).set(1)
             for source in ("local_compute", "local_cache_hit", "external_kv_transfer"):
                 self.by_source.labels(**lv, source=source)
         self._publish_sleep()
+
+    def _operator_families(self, r: CollectorRegistry, labels: list[str], model: str, kv_cache_metrics: bool,
+                           engines: int) -> None:
+        """The families operators page on, as vLLM 0.34.0's PrometheusStatLogger declares them."""
+        self.preempted = Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", labels,
+                                 registry=r)
+        self.success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                               labels + ["finished_reason"], registry=r)
+        self.waiting_by_reason = Gauge("vllm:num_requests_waiting_by_reason", "Number of waiting requests by reason. "
+                                       "Reason labels: 'capacity' = waiting for scheduling capacity; 'deferred' = "
+                                       "deferred by transient constraints (LoRA budget, KV transfer, blocked status). "
+                                       "Sum of all reasons equals vllm:num_requests_waiting.", labels + ["reason"],
+                                       registry=r)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                             labels, registry=r, buckets=ITL_BUCKETS)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                             labels, registry=r, buckets=LATENCY_BUCKETS)
+        self.queue = Histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for "
+                               "request.", labels, registry=r, buckets=LATENCY_BUCKETS)
+        self.prefill = Histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for "
+                                 "request.", labels, registry=r, buckets=LATENCY_BUCKETS)
+        self.cache_info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                                ["block_size", "num_gpu_blocks", "kv_cache_size_tokens", "engine"], registry=r)
+        self.new_histograms: list[Histogram] = []
+        self.decode = self.tpot = self.lifetime = None
+        self.rejections = self.corrupted = None
+        if not self.new:
+            return
+        self.decode = Histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for "
+                                "request.", labels, registry=r, buckets=LATENCY_BUCKETS)
+        self.tpot = Histogram("vllm:request_time_per_output_token_seconds", "Histogram of "
+                              "time_per_output_token_seconds per request.", labels, registry=r, buckets=ITL_BUCKETS)
+        self.new_histograms = [self.decode, self.tpot]
+        if kv_cache_metrics:
+            self.lifetime = Histogram("vllm:kv_block_lifetime_seconds", "Histogram of KV cache block lifetime from "
+                                      "allocation to eviction. Sampled metrics (controlled by "
+                                      "--kv-cache-metrics-sample).", labels, registry=r, buckets=RESIDENCY_BUCKETS)
+            self.new_histograms.append(self.lifetime)
+        self.rejections = Counter("vllm:admission_rejections", "Number of admission attempts rejected by a queue "
+                                  "limit, by reason.", ["model_name", "reason"], registry=r)
+        for reason in ADMISSION_REASONS:
+            self.rejections.labels(model_name=model, reason=reason)
+        if os.environ.get("VLLM_COMPUTE_NANS_IN_LOGITS", "0") not in ("", "0"):
+            self.corrupted = Counter("vllm:corrupted_requests", "Corrupted requests, in terms of total number of "
+                                     "requests with NaNs in logits.", labels, registry=r)
+
+    def admitted(self) -> bool:
+        """Whether one more request may queue (--max-num-queued-reqs); a refusal is counted by reason."""
+        with self.lock:
+            if self.max_queued is not None and self.unfinished + 1 > self.max_queued:
+                if self.rejections is not None:
+                    self.rejections.labels(model_name=self.model, reason="max_num_queued_reqs").inc()
+                return False
+            self.unfinished += 1
+            return True
+
+    def finished(self, lv: dict[str, str], reason: str) -> None:
+        with self.lock:
+            self.unfinished -= 1
+        self.success.labels(**lv, finished_reason=reason).inc()
+
+    def run(self, lv: dict[str, str], tokens: int) -> float:
+        """Wait for a seat among --max-num-seqs (seconds waited: the queue time); a request whose tokens do
+        not fit in the GPU blocks beside the running ones preempts one of them (counted, not simulated)."""
+        t0 = time.perf_counter()
+        if self.seats is not None:
+            self.waiting.labels(**lv).inc()
+            self.waiting_by_reason.labels(**lv, reason="capacity").inc()
+            self.seats.acquire()
+            self.waiting.labels(**lv).dec()
+            self.waiting_by_reason.labels(**lv, reason="capacity").dec()
+        with self.lock:
+            if self.held_tokens and self.held_tokens + tokens > (self.gpu_blocks or DEFAULT_GPU_BLOCKS) * BLOCK:
+                self.preempted.labels(**lv).inc()
+            self.held_tokens += tokens
+        return time.perf_counter() - t0
+
+    def leave(self, tokens: int) -> None:
+        with self.lock:
+            self.held_tokens -= tokens
+        if self.seats is not None:
+            self.seats.release()
 
     def next_engine(self) -> dict[str, str]:
         """The labels of the engine that takes the next request (round-robin, as DP load balancing may)."""
@@ -166,8 +299,20 @@ class Engine:
             self.by_source.labels(**lv, source="local_compute").inc(len(tokens) - cached)
             self.by_source.labels(**lv, source="local_cache_hit").inc(local)
             self.by_source.labels(**lv, source="external_kv_transfer").inc(external)
-            self.kv.labels(**lv).set(min(1.0, len(self.blocks) * BLOCK / 100_000))
+            self.kv.labels(**lv).set(min(1.0, len(self.blocks) / (self.gpu_blocks or DEFAULT_GPU_BLOCKS)))
         return cached
+
+
+def prompt_tokens(body: dict, chat: bool) -> list[str]:
+    """The prompt as the double tokenizes it: one token a whitespace-separated word, plus its chat template's
+    CHAT_TEMPLATE_TOKENS per message."""
+    if not chat:
+        return str(body.get("prompt", "")).split()
+    words: list[str] = []
+    for m in body.get("messages") or []:
+        content = m.get("content", "") if isinstance(m, dict) else ""
+        words += ["<|im|>"] * CHAT_TEMPLATE_TOKENS + str(content).split()
+    return words
 
 
 def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
@@ -190,7 +335,7 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 self._send(200, b"")
             elif self.path == "/v1/models":
                 data = {"object": "list", "data": [{"id": engine.model, "object": "model", "owned_by": "vllm",
-                                                    "root": engine.model, "max_model_len": 4096}]}
+                                                    "root": engine.model, "max_model_len": engine.max_model_len}]}
                 self._send(200, json.dumps(data).encode())
             elif self.path == "/metrics":
                 self._send(200, generate_latest(engine.registry), "text/plain; version=0.0.4; charset=utf-8")
@@ -213,28 +358,53 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 engine.wake()
                 self._send(200, json.dumps({"status": "awake", "tags": None}).encode())
 
+        def _error(self, code: int, message: str, kind: str, param: str | None = None) -> None:
+            """vLLM's ErrorResponse (vllm/entrypoints/serve/engine/protocol.py)."""
+            body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+            self._send(code, json.dumps(body).encode())
+
         def do_POST(self) -> None:
             chat = self.path == "/v1/chat/completions"
             if DEV_MODE and urlsplit(self.path).path in ("/sleep", "/wake_up"):
                 self._sleep_endpoints()
                 return
-            if self.path not in ("/v1/chat/completions", "/v1/completions"):
+            if self.path not in ("/v1/chat/completions", "/v1/completions", "/tokenize"):
                 self._send(404, json.dumps({"detail": "Not Found"}).encode())
                 return
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-            if body.get("model") != engine.model:
-                err = {"object": "error", "message": f"The model `{body.get('model')}` does not exist.",
-                       "type": "NotFoundError", "code": 404}
-                self._send(404, json.dumps(err).encode())
+            if self.path == "/tokenize":
+                self._tokenize(body)
                 return
-            text = " ".join(m.get("content", "") for m in body.get("messages", [])) if chat else str(body.get("prompt", ""))
-            self._complete(body, text.split(), chat)
+            if body.get("model") != engine.model:
+                self._error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError", "model")
+                return
+            tokens = prompt_tokens(body, chat)
+            if len(tokens) > engine.max_model_len:
+                self._error(400, f"This model's maximum context length is {engine.max_model_len} tokens. However, "
+                                 f"your prompt contains {len(tokens)} input tokens, which exceeds this limit even "
+                                 "without any output tokens. Please reduce the length of the input prompt.",
+                            "BadRequestError", "input_tokens")
+                return
+            if not engine.admitted():
+                self._error(503, "The server is overloaded: the request queue is full.", "ServiceUnavailableError")
+                return
+            self._complete(body, tokens, chat)
+
+        def _tokenize(self, body: dict) -> None:
+            messages = body.get("messages")
+            tokens = prompt_tokens(body, chat=messages is not None)
+            self._send(200, json.dumps({"count": len(tokens), "max_model_len": engine.max_model_len,
+                                        "tokens": list(range(len(tokens)))}).encode())
 
         def _complete(self, body: dict, tokens: list[str], chat: bool) -> None:
             t0 = time.perf_counter()
             lv = engine.next_engine()
+            queued = engine.run(lv, len(tokens))
+            engine.queue.labels(**lv).observe(queued)
             engine.running.labels(**lv).inc()
+            reason = "abort"
             try:
+                t_run = time.perf_counter()
                 cached = engine.admit(tokens, lv)
                 time.sleep((len(tokens) - cached) * PREFILL_S_PER_TOKEN)
                 n = int(body.get("max_tokens") or 16)
@@ -244,6 +414,21 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
                 obj = "chat.completion.chunk" if chat else "text_completion"
 
+                def first_token() -> float:
+                    now = time.perf_counter()
+                    engine.ttft.labels(**lv).observe(now - t0)
+                    engine.prefill.labels(**lv).observe(now - t_run)
+                    return now
+
+                def done(t_first: float) -> None:
+                    now = time.perf_counter()
+                    engine.e2e.labels(**lv).observe(now - t0)
+                    if engine.decode is not None:
+                        engine.decode.labels(**lv).observe(now - t_first)
+                    if engine.tpot is not None and n > 1:
+                        engine.tpot.labels(**lv).observe((now - t_first) / (n - 1))
+                    engine.gen.labels(**lv).inc(n)
+
                 def choice(word: str | None, finish: str | None) -> dict:
                     if chat:
                         return {"index": 0, "delta": {} if word is None else {"content": word},
@@ -252,14 +437,17 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
 
                 if not body.get("stream"):
                     content = " ".join("tok" for _ in range(n))
-                    engine.ttft.labels(**lv).observe(time.perf_counter() - t0)
-                    time.sleep(n * DECODE_S_PER_TOKEN)
+                    t_first = first_token()
+                    for _ in range(n - 1):
+                        time.sleep(DECODE_S_PER_TOKEN)
+                        engine.itl.labels(**lv).observe(DECODE_S_PER_TOKEN)
                     c = ({"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "length"}
                          if chat else {"index": 0, "text": content, "finish_reason": "length"})
                     out = {"id": rid, "object": "chat.completion" if chat else "text_completion",
                            "model": engine.model, "choices": [c], "usage": usage}
                     self._send(200, json.dumps(out).encode())
-                    engine.gen.labels(**lv).inc(n)
+                    done(t_first)
+                    reason = "length"
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -278,19 +466,28 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
 
                 if chat:  # vLLM's first chat chunk carries the role and empty content, after prefill
                     event(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]))
+                t_first = t_last = time.perf_counter()
                 for i in range(n):
                     if i == 0:
-                        engine.ttft.labels(**lv).observe(time.perf_counter() - t0)
+                        t_first = t_last = first_token()
                     else:
                         time.sleep(DECODE_S_PER_TOKEN)
+                        now = time.perf_counter()
+                        engine.itl.labels(**lv).observe(now - t_last)
+                        t_last = now
                     event(chunk([choice(" tok", "length" if i == n - 1 else None)]))
                 if (body.get("stream_options") or {}).get("include_usage"):
                     event(chunk([], usage=usage))
                 event("[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
-                engine.gen.labels(**lv).inc(n)
+                done(t_first)
+                reason = "length"
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away: an abort, as vLLM counts it
             finally:
                 engine.running.labels(**lv).dec()
+                engine.leave(len(tokens))
+                engine.finished(lv, reason)
 
     return Handler
 
@@ -336,6 +533,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help=argparse.SUPPRESS)
     s.add_argument("--enable-sleep-mode", action=EnableDisable, default=False)
     s.add_argument("--enable-prompt-tokens-details", action=EnableDisable, default=False)
+    s.add_argument("--max-num-queued-reqs", type=int, default=None)
+    s.add_argument("--kv-cache-metrics", action=EnableDisable, default=False)
+    s.add_argument("--release", choices=["0.33", "0.34"], default="0.34", help="Which vLLM's metrics to reproduce.")
     s.add_argument("--load-delay", type=float, default=0.5, help="Seconds before the port is bound (loading).")
     s.add_argument("--sleep-delay", type=float, default=0.05, help="Seconds a POST /sleep takes.")
     s.add_argument("--wake-delay", type=float, default=0.1, help="Seconds a POST /wake_up takes.")
@@ -351,7 +551,9 @@ def main(argv: list[str] | None = None) -> None:
     engine = Engine(args.model, args.enable_prefix_caching, args.enable_prompt_tokens_details,
                     engines=args.data_parallel_size, sleep_mode=args.enable_sleep_mode,
                     sleep_delay=args.sleep_delay, wake_delay=args.wake_delay,
-                    gpu_blocks=args.num_gpu_blocks_override, offloading=args.kv_offloading_size is not None)
+                    gpu_blocks=args.num_gpu_blocks_override, offloading=args.kv_offloading_size is not None,
+                    release=args.release, max_num_seqs=args.max_num_seqs, max_queued=args.max_num_queued_reqs,
+                    max_model_len=int(args.max_model_len or 4096), kv_cache_metrics=args.kv_cache_metrics)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
     server.daemon_threads = True
     print(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)", flush=True)

@@ -1,6 +1,6 @@
 """A secret that comes back in text from outside is masked wherever gpudash writes: an attached server whose
 error body quotes the API key it was sent (events.reason, requests.error, the exports), a key with a trailing
-newline that httpx refuses to send (server_samples.error quotes the header), and a URL with its password
+newline (sent without it: it made the header invalid, and the error quoted it), and a URL with its password
 (sessions.note, requests.server, the terminal). Through the real `gpudash serve` and `gpudash probe`, a real
 HTTP server and real SQLite files; every byte of what gpudash wrote is searched."""
 
@@ -87,14 +87,17 @@ def test_an_error_body_that_quotes_the_key_is_masked_everywhere(tmp_path: Path) 
     assert KEY not in out + err
 
 
-def test_a_key_with_a_trailing_newline_is_masked_in_the_header_error(tmp_path: Path) -> None:
+def test_a_key_with_a_trailing_newline_is_sent_without_it_and_never_written(tmp_path: Path) -> None:
+    """A key read from a file with its newline: sent without it (it used to make the header invalid, and the
+    error quoted the key into server_samples.error), so the server is read; the key is written nowhere."""
     srv = HostileServer(metrics=True).start()
     try:
         db = tmp_path / "data" / "g.db"
         out, err = _serve_until(tmp_path, db, _config(tmp_path, srv.url), KEY + "\n",
-                                "SELECT 1 FROM server_samples WHERE error LIKE '%header%'")
+                                "SELECT 1 FROM server_samples WHERE server = 'a' AND state = 'ready'")
     finally:
         srv.close()
+    assert _rows(db, "SELECT count(*) FROM server_samples WHERE error LIKE '%header%'") == [(0,)]
     _exports(db, tmp_path, tmp_path / "out")
     written = _written(tmp_path / "data", tmp_path / "out")
     assert [p for p, data in written.items() if KEY.encode() in data] == []

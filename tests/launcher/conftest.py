@@ -13,6 +13,7 @@ import pytest
 from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "vllm_double.py"
+sys.path.insert(0, str(DOUBLE.parent))  # the tests read the double's own constants (`from vllm_double import`)
 # Prompt processing of this model takes tens of ms for ~800 tokens on one CPU core: hits vs misses show.
 PREFILL_SHAPE = DemoModelShape(layers=4, embedding=256, heads=4, heads_kv=4, feed_forward=512, context=4096)
 

@@ -12,7 +12,8 @@ from gpudash.config import ServerSpec
 from gpudash.launcher.argv import MissingFlag, build_command
 from gpudash.launcher.binary import parse_help
 from gpudash.launcher.counters import Prev, parse_metrics
-from gpudash.launcher.kinds.llama_cpp import decoding, kv_usage, llama_fields
+from gpudash.launcher.kinds.llama_cpp import llama_fields
+from gpudash.launcher.kinds.llama_slots import decoding, kv_cells, states
 from gpudash.launcher.kinds.vllm import vllm_fields
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -100,9 +101,12 @@ def test_llama_metrics_sample() -> None:
 def test_llama_kv_usage_from_real_slots() -> None:
     slots = json.loads(text("llama-server-slots.json"))
     assert [s["n_ctx"] for s in slots] == [512, 512] and slots[0]["n_prompt_tokens"] == 507
-    assert kv_usage(slots, unified=False) == pytest.approx(507 / 1024)  # -c 1024 -np 2: 512 cells each
-    assert kv_usage(slots, unified=True) == pytest.approx(507 / 512)
-    assert kv_usage([], unified=False) is None
+    assert kv_cells(slots, unified=False) == (pytest.approx(507 / 1024), 1024)  # -c 1024 -np 2: 512 cells each
+    assert kv_cells(slots, unified=True) == (pytest.approx(507 / 512), 512)
+    assert kv_cells([], unified=False) == (None, None)
+    # a server elsewhere (its flags unseen): 507 held fits one slot, so the layout cannot be told yet
+    assert kv_cells(slots, unified=None) == (None, None)
+    assert states(slots) == ((0, "idle", 507, 512), (1, "idle", 0, 512))
 
 
 def test_tokens_in_flight_from_real_slots() -> None:
@@ -122,10 +126,11 @@ def _dp2() -> tuple[dict[str, float], dict[str, float]]:
     return parse_metrics(text("vllm-0.33.0-metrics-dp2-a.txt")), parse_metrics(text("vllm-0.33.0-metrics-dp2-b.txt"))
 
 
-def test_vllm_data_parallel_gauges_averaged_counters_summed() -> None:
+def test_vllm_data_parallel_kv_is_the_fullest_engine_counters_summed() -> None:
     a, _ = _dp2()
     f = vllm_fields(a, None, 1, 0.0)
-    assert f["kv_cache_usage"] == pytest.approx(0.65)  # engines at 0.6 and 0.7, not 1.3
+    # engines at 0.6 and 0.7: the fuller one (it preempts first), not their mean 0.65 nor their sum 1.3
+    assert f["kv_cache_usage"] == pytest.approx(0.7) and f["kv_cache_usage_engines"] == (0.6, 0.7)
     assert (f["requests_running"], f["requests_waiting"]) == (7, 1)  # requests of both engines
     assert (f["prefix_cache_queries"], f["prefix_cache_hits"]) == (12000, 9000)
     assert f["state"] == "ready"  # vllm:engine_sleep_state{sleep_state="awake"} is 1 on both engines

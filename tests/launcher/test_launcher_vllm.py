@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from vllm_double import CHAT_TEMPLATE_TOKENS
 from gpudash.config import ServerSpec
 from gpudash.launcher.binary import resolve_binary
 from gpudash.launcher.errors import LaunchError
@@ -39,7 +40,8 @@ def test_vllm_start_scrape_probe(fake_vllm, make_supervisor, events) -> None:
     results = run_probe(sup.base_url("v") + "/v1/", requests=8, shared_prefix=1.0, prompt_words=64, max_tokens=3, server="v")
     assert all(r.ok for r in results), [r.error for r in results]
     assert results[0].cached_tokens == 0 and all(r.cached_tokens >= 48 for r in results[1:])
-    assert all(r.prompt_tokens == 64 and r.completion_tokens == 3 for r in results)  # one token per word
+    # one token per word plus the double's chat template's own
+    assert all(r.prompt_tokens == 64 + CHAT_TEMPLATE_TOKENS and r.completion_tokens == 3 for r in results)
     assert all(r.server_prompt_ms is None for r in results)  # vLLM reports no per-request timings
 
     source = ServerSource(sup)
@@ -50,7 +52,7 @@ def test_vllm_start_scrape_probe(fake_vllm, make_supervisor, events) -> None:
     finally:
         source.close()
     assert st.kind == "vllm" and st.state == "ready"
-    assert st.prefix_cache_queries == first.prefix_cache_queries + 3 * 64
+    assert st.prefix_cache_queries == first.prefix_cache_queries + 3 * (64 + CHAT_TEMPLATE_TOKENS)
     assert st.prefix_cache_hits > first.prefix_cache_hits
     assert st.requests_running == 0 and st.requests_waiting == 0 and 0 <= st.kv_cache_usage <= 1
     assert st.ttft_mean_s is not None and st.ttft_mean_s > 0  # from the histogram's change since last scrape
@@ -127,7 +129,7 @@ def test_double_completions_endpoint(fake_vllm, make_supervisor) -> None:
             lines = [ln for ln in s.iter_lines() if ln.startswith("data:")]
         assert lines[-1] == "data: [DONE]" and len(lines) == 3  # two tokens, no usage chunk unless asked
         wrong = c.post(f"{base}/v1/chat/completions", json={"model": "other", "messages": []})
-        assert wrong.status_code == 404 and "does not exist" in wrong.json()["message"]
+        assert wrong.status_code == 404 and "does not exist" in wrong.json()["error"]["message"]  # ErrorResponse
 
 
 def test_vllm_data_parallel_engines_are_combined(fake_vllm, make_supervisor) -> None:
@@ -144,9 +146,12 @@ def test_vllm_data_parallel_engines_are_combined(fake_vllm, make_supervisor) -> 
         (st,) = source.poll()["servers"]
     finally:
         source.close()
-    assert st.prefix_cache_queries == 4 * 64  # counters of both engines added up
+    # counters of both engines added up (each prompt: 64 words and the chat template's tokens)
+    assert st.prefix_cache_queries == 4 * (64 + CHAT_TEMPLATE_TOKENS)
     engines = [float(line.rsplit(" ", 1)[1]) for line in httpx.get(sup.base_url("v") + "/metrics",
                                                                       trust_env=False).text.splitlines()
                if line.startswith("vllm:kv_cache_usage_perc{")]
-    assert len(engines) == 2 and st.kv_cache_usage == pytest.approx(sum(engines) / 2)  # averaged, not summed
+    # the fullest engine (the one that preempts first), not their sum; each engine's own beside it
+    assert len(engines) == 2 and st.kv_cache_usage == pytest.approx(max(engines))
+    assert st.kv_cache_usage_engines == pytest.approx(tuple(engines))
     assert st.prompt_tokens_per_s is not None and st.prompt_tokens_per_s > 0

@@ -38,6 +38,7 @@ class Toy(ServerKind):
     spec_class = ToySpec
     default_port = 9999
     metric_prefix = "toy:"
+    metric_families = frozenset({"toy:"})
     models_owner = "toy"
 
     def find_binary(self, spec: ServerSpec) -> str:
@@ -54,7 +55,8 @@ class Toy(ServerKind):
         return [Option("host", ("--host",), spec.host), Option("port", ("--port",), str(port)),
                 Option("speed", ("--speed",), f"{spec.speed:g}")]
 
-    def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float) -> dict[str, Any]:
+    def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float,
+               base: Prev | None = None) -> dict[str, Any]:
         return {"tokens_per_s": rate(m, prev, pid, now, "toy:tokens_total")}
 
     def matches(self, cmdline: Sequence[str]) -> bool:

@@ -32,9 +32,9 @@ def kind_of(spec: ServerSpec) -> ServerKind:
     return kind_named(spec.kind)
 
 
-def kind_recognising(families: set[str]) -> ServerKind | None:
-    """The kind whose /metrics families these are, or None."""
-    return next((k for k in KINDS.values() if k.recognises(families)), None)
+def kind_recognising(metrics_text: str) -> ServerKind | None:
+    """The kind whose families a /metrics answer has, or None."""
+    return next((k for k in KINDS.values() if k.recognises(metrics_text)), None)
 
 
 def kind_running(cmdline: list[str]) -> ServerKind | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpudash.config import ServerSpec
-from gpudash.launcher.counters import Prev, parse_metrics
+from gpudash.launcher.counters import History, Prev, parse_metrics, speaks
 from gpudash.launcher.scrape_http import ScrapeError
 
 
@@ -69,8 +69,14 @@ class ServerKind(ABC):
     metric_prefix: ClassVar[str]
     """The prefix of its /metrics families ("llamacpp:"); an attached server's kind is told by it."""
 
+    metric_families: ClassVar[frozenset[str]]
+    """The /metrics families it reads (names, or a prefix ending in ':'): only those are parsed."""
+
     models_owner: ClassVar[str]
     """The `owned_by` its /v1/models entries carry (tells its kind when /metrics cannot)."""
+
+    api_key_env: ClassVar[str | None] = None
+    """The environment variable its server takes an API key from besides `--api-key` (None: none)."""
 
     sleep_levels: ClassVar[tuple[int, ...]] = ()
     """Sleep levels it serves (none: it cannot sleep)."""
@@ -124,6 +130,18 @@ class ServerKind(ABC):
             return None
         return word.split("=", 1)[0]
 
+    def api_key(self, spec: ServerSpec) -> str | None:
+        """The API key a launched server was started with (`--api-key KEY` or `--api-key=KEY` in its
+        extra_args, else its kind's variable in its env), which gpudash's own requests to it must carry."""
+        words = list(spec.extra_args)
+        for i, w in enumerate(words):
+            flag, eq, value = w.partition("=")
+            if flag == "--api-key":
+                key = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+                return key.strip() or None
+        key = spec.env.get(self.api_key_env or "", "").strip() if self.api_key_env else ""
+        return key or None
+
     def model_files(self, spec: ServerSpec) -> list[tuple[str, str]]:
         """(field, path) of files that must exist before a launch."""
         return []
@@ -157,23 +175,27 @@ class ServerKind(ABC):
     # ---- watching ----------------------------------------------------------------------------------
 
     @abstractmethod
-    def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float) -> dict[str, Any]:
-        """ServerSample fields from its parsed /metrics and the previous scrape of the same process."""
+    def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float,
+               base: Prev | None = None) -> dict[str, Any]:
+        """ServerSample fields from its parsed /metrics, the previous scrape of the same process (rates) and
+        the first of the last minute's scrapes (`base`: windowed figures; None: `prev`)."""
 
     def read_metrics(self, get: Callable[[str], tuple[int, bytes]]) -> dict[str, float]:
-        """GET /metrics, parsed (ScrapeError when it does not answer 200, ValueError when it is not
-        Prometheus text)."""
+        """GET /metrics, parsed (its families this kind reads only; ScrapeError when it does not answer 200,
+        ValueError when it is not Prometheus text)."""
         status, body = get("/metrics")
         if status != 200:
             raise ScrapeError(f"GET /metrics answered HTTP {status}")
-        return parse_metrics(body.decode("utf-8", "replace"))
+        return parse_metrics(body.decode("utf-8", "replace"), self.metric_families)
 
-    def scrape(self, get: Callable[[str], tuple[int, bytes]], spec: ServerSpec | None, prev: Prev | None,
-               pid: int | None, now: float) -> tuple[dict[str, Any], dict[str, float]]:
+    def scrape(self, get: Callable[[str], tuple[int, bytes]], spec: ServerSpec | None, history: History,
+               pid: int | None, now: float, cmdline: Sequence[str] | None = None
+               ) -> tuple[dict[str, Any], dict[str, float]]:
         """One tick's read of a server through `get(path) -> (status, body)`: its ServerSample fields, and
-        the values the next tick's rates are measured against."""
+        the values later ticks' rates are measured against (the caller adds them to `history`). `cmdline`:
+        the server's command line when it runs on this machine (an attached server found here)."""
         m = self.read_metrics(get)
-        return self.fields(m, prev, pid, now), m
+        return self.fields(m, history.last, pid, now, history.start), m
 
     def sleep_problem(self, spec: ServerSpec, level: int | None = None) -> str | None:
         """Why the server cannot be put to sleep (at `level`), or None when it can."""
@@ -207,9 +229,9 @@ class ServerKind(ABC):
                 port = int(val)
         return host, port
 
-    def recognises(self, families: set[str]) -> bool:
-        """Whether /metrics family names are this kind's."""
-        return any(f.startswith(self.metric_prefix) for f in families)
+    def recognises(self, metrics_text: str) -> bool:
+        """Whether a /metrics answer has this kind's families (a scan for the prefix, no parse)."""
+        return speaks(metrics_text, self.metric_prefix)
 
 
 def program_name(cmdline: Sequence[str]) -> str:

@@ -1,12 +1,14 @@
 """llama.cpp's llama-server: its [[servers]] fields, command line, metrics, KV slots and memory budget.
 
 Metrics (tools/server/server-context.cpp): `llamacpp:tokens_predicted_total` grows only when a request
-finishes (server_metrics::on_prediction adds the slot's n_decoded then), and the gauge
-`llamacpp:predicted_tokens_seconds` covers only requests finished since the last read, per slot of decode
-time, and resets on every read: neither says what a long generation does now. Generated tokens are
-therefore counted as that counter plus the tokens each busy slot has decoded so far (/slots
-`next_token[].n_decoded`), and tokens/s is the change of that sum over wall-clock time. llama-server no
-longer exports KV-cache usage; it is taken from /slots too.
+finishes (server_metrics::on_prediction adds the slot's n_decoded then), `llamacpp:prompt_tokens_total`
+only when a prompt's evaluation ends, and the gauges `llamacpp:predicted_tokens_seconds` /
+`prompt_tokens_seconds` cover only what finished since the last read and reset on every read: none says
+what a long generation or prefill does now. Generated and prompt tokens are therefore counted as those
+counters plus what the busy slots hold so far (llama_slots.py), and tokens/s is the change of that sum
+over wall-clock time. With /slots off (`--no-slots`) the rates fall back to the counters alone, marked
+coarse. KV use, per-slot state and the mean prefill time per request (the server exports no TTFT) come
+from /slots too.
 """
 
 from __future__ import annotations
@@ -21,16 +23,20 @@ from typing import Any
 from gpudash.config.llama_cpp import LlamaCppSpec
 from gpudash.config import ServerSpec
 from gpudash.launcher.llama import cuda as llama_cuda
-from gpudash.launcher.counters import Prev, acceptance, rate
+from gpudash.launcher.counters import History, Prev, acceptance, delta, rate
 from gpudash.launcher.errors import LaunchError
+from gpudash.launcher.kinds import llama_slots
 from gpudash.launcher.kinds.base import Budget, Option, ServerKind, program_name
 from gpudash.launcher.scrape_http import ScrapeError
 from gpudash.launcher.shares import DEFAULT_OVERHEAD, LlamaBudget, ModelShape, llama_budget, model_shape, server_gpus
 
-# The counter gpudash keeps of generated tokens: finished requests' plus busy slots' decoded so far.
+# Counters gpudash keeps beside the server's own (llama_slots.py): generated tokens (finished requests' plus
+# what busy slots decoded so far), prompt tokens (finished prompts' plus what prefilling slots evaluated so
+# far), and the prompts seen to finish on /slots.
 TOKENS_GENERATED = "gpudash:llamacpp_tokens_generated"
-_UNIFIED_ON = frozenset({"-kvu", "--kv-unified"})
-_UNIFIED_OFF = frozenset({"-no-kvu", "--no-kv-unified"})
+PROMPT_PROGRESS = "gpudash:llamacpp_prompt_progress"
+PROMPTS_SEEN = "gpudash:llamacpp_prompts_seen"
+_PROMPT, _PREDICTED = "llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total"
 
 
 # Each llama.cpp field's flag, every spelling it has had (preferred first), in the order argv gets them.
@@ -80,57 +86,60 @@ def llama_cpp_bin_path() -> str | None:
         return None
 
 
-def kv_usage(slots: Sequence[dict[str, Any]], unified: bool) -> float | None:
-    """KV cells in use from llama-server's /slots: the tokens each slot holds (its prompt plus what it
-    generated, kept after the task for reuse) over the cells. With a unified KV buffer every slot reports
-    the whole context as its n_ctx and they share it; otherwise each slot owns its n_ctx."""
-    sizes = [s.get("n_ctx") for s in slots]
-    if not sizes or not all(isinstance(n, int) and n > 0 for n in sizes):
+def kv_unified(spec: ServerSpec | None, cmdline: Sequence[str] | None = None) -> bool | None:
+    """Whether llama-server runs one KV buffer for all slots: from a local process's command line, else a
+    launched server's spec (its `parallel` and extra_args); None for a server elsewhere (not known)."""
+    if cmdline is not None:
+        return llama_slots.unified_from_args(cmdline)
+    if spec is None or spec.attached:
         return None
-    held = sum(int(s.get("n_prompt_tokens") or 0) for s in slots)
-    cells = max(sizes) if unified else sum(sizes)
-    return min(1.0, held / cells)
+    args = list(spec.extra_args) + (["-np"] if getattr(spec, "parallel", None) is not None else [])
+    return llama_slots.unified_from_args(args, spec.env)
 
 
-def kv_unified(spec: ServerSpec | None) -> bool:
-    """Whether llama-server runs one KV buffer for all slots: its default when the slot count is left to
-    it (no `parallel`), unless extra_args say otherwise. An attached server's flags are unknown: its
-    default is assumed."""
-    if spec is None:
-        return True
-    words = set(spec.extra_args)
-    if words & _UNIFIED_OFF:
-        return False
-    return bool(words & _UNIFIED_ON) or getattr(spec, "parallel", None) is None
+def _counted(m: dict[str, float], prev: Prev | None, pid: int | None, name: str, counter: str, value: float) -> None:
+    """Set a kept count (counter + what slots hold so far) in `m`, never below the last one: /metrics and
+    /slots are two reads, and a prompt or request that ends between them is in neither for this tick (it
+    shows in the next); a count that went down with its counter is a restarted server."""
+    last = prev.values.get(name) if prev is not None and prev.pid == pid else None
+    restarted = prev is None or counter not in prev.values or m.get(counter, 0.0) < prev.values[counter]
+    m[name] = value if last is None or restarted else max(value, last)
 
 
-def decoding(slots: Sequence[dict[str, Any]]) -> int:
-    """Tokens the busy slots have generated so far for the requests they run (not yet in the counter)."""
-    n = 0
-    for s in slots:
-        if s.get("is_processing"):
-            nt = s.get("next_token")
-            for t in (nt if isinstance(nt, list) else [nt]):
-                if isinstance(t, dict) and isinstance(t.get("n_decoded"), int):
-                    n += t["n_decoded"]
-    return n
+def _prefill_mean(m: dict[str, float], base: Prev | None, pid: int | None) -> float | None:
+    """Mean prompt-evaluation seconds per request since `base`: the server's prompt_seconds over the prompts
+    seen to finish on /slots (a slot that ran two tasks between two reads shows one: at more than one
+    request per slot per read the mean reads high)."""
+    prompts = delta(m, base, pid, PROMPTS_SEEN)
+    seconds = delta(m, base, pid, "llamacpp:prompt_seconds_total")
+    return seconds / prompts if prompts and seconds is not None else None
 
 
 def llama_fields(m: dict[str, float], prev: Prev | None = None, pid: int | None = None,
-                 now: float = 0.0) -> dict[str, float | None]:
+                 now: float = 0.0, base: Prev | None = None) -> dict[str, Any]:
     """ServerSample fields from llama-server's `llamacpp:` metrics (prefix cache counted in prompt tokens).
-    tokens/s needs TOKENS_GENERATED in `m` (LlamaCpp.scrape adds it from /slots)."""
-    processed = m.get("llamacpp:prompt_tokens_total")
+    Live rates need TOKENS_GENERATED / PROMPT_PROGRESS in `m` (LlamaCpp.scrape adds them from /slots);
+    without them the counters alone give coarse ones (`rates_coarse`)."""
+    base = base if base is not None else prev
+    processed = m.get(_PROMPT)
     cached = m.get("llamacpp:prompt_tokens_cached_total")
+    live = TOKENS_GENERATED in m
+    decode_s = delta(m, base, pid, "llamacpp:tokens_predicted_seconds_total")
+    decoded = delta(m, base, pid, _PREDICTED)
     return {
-        "tokens_per_s": rate(m, prev, pid, now, TOKENS_GENERATED),
-        "prompt_tokens_per_s": rate(m, prev, pid, now, "llamacpp:prompt_tokens_total"),
+        "tokens_per_s": rate(m, prev, pid, now, TOKENS_GENERATED if live else _PREDICTED),
+        "prompt_tokens_per_s": rate(m, prev, pid, now, PROMPT_PROGRESS if PROMPT_PROGRESS in m else _PROMPT),
+        "rates_coarse": not live,
         "requests_running": m.get("llamacpp:requests_processing"),
         "requests_waiting": m.get("llamacpp:requests_deferred"),
         "prefix_cache_queries": (processed + cached) if processed is not None and cached is not None else None,
         "prefix_cache_hits": cached,
         "draft_acceptance": acceptance(m, prev, pid, "llamacpp:spec_decode_num_draft_tokens_total",
                                        "llamacpp:spec_decode_num_accepted_tokens_total"),
+        "itl_mean_s": decode_s / decoded if decoded and decode_s is not None else None,
+        "prefill_mean_s": _prefill_mean(m, base, pid),
+        "slots_per_decode": m.get("llamacpp:n_busy_slots_per_decode"),
+        "max_sequence_tokens": m.get("llamacpp:n_tokens_max"),
     }
 
 
@@ -140,7 +149,9 @@ class LlamaCpp(ServerKind):
     spec_class = LlamaCppSpec
     default_port = 8080
     metric_prefix = "llamacpp:"
+    metric_families = frozenset({"llamacpp:"})
     models_owner = "llamacpp"
+    api_key_env = "LLAMA_API_KEY"
     runs_llama_build = True
     # KV-cache use is not among them: llama-server no longer exports it, gpudash reads it from /slots.
     own_series = {"requests_running": "llamacpp:requests_processing", "requests_waiting": "llamacpp:requests_deferred",
@@ -224,31 +235,43 @@ class LlamaCpp(ServerKind):
         return "llama.cpp build of unrecorded version (no build number)" if info == "b0-unknown" \
             else f"llama.cpp build {info}"
 
-    def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float) -> dict[str, Any]:
-        return llama_fields(m, prev, pid, now)
+    def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float,
+               base: Prev | None = None) -> dict[str, Any]:
+        return llama_fields(m, prev, pid, now, base)
 
-    def scrape(self, get: Callable[[str], tuple[int, bytes]], spec: ServerSpec | None, prev: Prev | None,
-               pid: int | None, now: float) -> tuple[dict[str, Any], dict[str, float]]:
-        """/metrics, then /slots for KV use and the tokens busy slots decoded so far (off: 501, so unknown)."""
+    def scrape(self, get: Callable[[str], tuple[int, bytes]], spec: ServerSpec | None, history: History,
+               pid: int | None, now: float, cmdline: Sequence[str] | None = None
+               ) -> tuple[dict[str, Any], dict[str, float]]:
+        """/metrics, then /slots for KV use, slot states and the tokens busy slots hold so far (off: 501 or
+        another refusal, and the counters alone give the rates)."""
         m = self.read_metrics(get)
+        prev = history.last
         try:
             status, body = get("/slots")
-            slots = json.loads(body) if status == 200 else None
-        except (ScrapeError, ValueError):
-            slots = None
-        slots = [s for s in slots if isinstance(s, dict)] if isinstance(slots, list) else None
-        if slots is not None and "llamacpp:tokens_predicted_total" in m:
-            m[TOKENS_GENERATED] = m["llamacpp:tokens_predicted_total"] + decoding(slots)
-        elif prev is not None and prev.pid == pid and TOKENS_GENERATED in prev.values:
-            # /slots did not answer this time: the count carries over, so the next read's change holds
-            # these tokens too (tokens/s is unknown for this tick, and nothing generated is lost)
-            m[TOKENS_GENERATED] = prev.values[TOKENS_GENERATED]
-            fields = self.fields(m, prev, pid, now)
-            fields["tokens_per_s"] = None
-            fields["kv_cache_usage"] = None
-            return fields, m
-        fields = self.fields(m, prev, pid, now)
-        fields["kv_cache_usage"] = kv_usage(slots, kv_unified(spec)) if slots is not None else None
+            slots = llama_slots.usable(json.loads(body)) if status == 200 else None
+        except (ScrapeError, ValueError, RecursionError):
+            status, slots = 0, None
+        if slots is None:
+            if status == 0 and prev is not None and prev.pid == pid and TOKENS_GENERATED in prev.values:
+                # /slots did not answer this time: the counts carry over, so the next read's change holds
+                # these tokens too (the rates are unknown for this tick, and nothing counted is lost)
+                for name in (TOKENS_GENERATED, PROMPT_PROGRESS, PROMPTS_SEEN):
+                    m[name] = prev.values.get(name, 0.0)
+                fields = self.fields(m, prev, pid, now, history.start)
+                fields.update(tokens_per_s=None, prompt_tokens_per_s=None, rates_coarse=None)
+                return fields, m
+            return self.fields(m, prev, pid, now, history.start), m
+        if _PREDICTED in m:
+            _counted(m, prev, pid, TOKENS_GENERATED, _PREDICTED, m[_PREDICTED] + llama_slots.decoding(slots))
+        if _PROMPT in m:
+            _counted(m, prev, pid, PROMPT_PROGRESS, _PROMPT, m[_PROMPT] + llama_slots.prefilling(slots))
+        seen = history.facts.setdefault("tasks seen", {})
+        prompts = llama_slots.prompts_done(slots, seen)
+        known = prev is not None and prev.pid == pid and PROMPTS_SEEN in prev.values
+        m[PROMPTS_SEEN] = prev.values[PROMPTS_SEEN] + prompts if known else 0.0  # type: ignore[union-attr]
+        fields = self.fields(m, prev, pid, now, history.start)
+        fields["kv_cache_usage"], fields["kv_capacity_tokens"] = llama_slots.kv_cells(slots, kv_unified(spec, cmdline))
+        fields["slot_states"] = llama_slots.states(slots)
         return fields, m
 
     def matches(self, cmdline: Sequence[str]) -> bool:

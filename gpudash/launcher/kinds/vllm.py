@@ -1,8 +1,11 @@
 """vLLM's `vllm serve`: its [[servers]] fields, command line, metrics, sleep mode and share.
 
-Names of vLLM 0.8 (`vllm:gpu_cache_usage_perc`, `vllm:gpu_prefix_cache_queries/hits`) are read when the
-current ones are absent. `vllm:prompt_tokens_total` counts the whole prompt, so computed prompt tokens
-are its local-compute source (0.11+), else the whole prompt less `vllm:prompt_tokens_cached_total`.
+The families read are those of vLLM 0.34.0's vllm/v1/metrics/loggers.py and vllm/v1/spec_decode/metrics.py
+(VLLM_FAMILIES); 0.33 exports the same names less admission_rejections (0.34 adds it). Names of vLLM 0.8
+(`vllm:gpu_cache_usage_perc`, `vllm:gpu_prefix_cache_queries/hits`, `vllm:time_per_output_token_seconds`)
+are read when the current ones are absent. `vllm:prompt_tokens_total` counts the whole prompt, so computed
+prompt tokens are its local-compute source (0.11+), else the whole prompt less `vllm:prompt_tokens_cached_total`.
+KV-cache usage is the fullest data-parallel engine's: the one that preempts first.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 from gpudash.config.vllm import VllmSpec
 from gpudash.config import ServerSpec
 from gpudash.launcher import sleep as sleep_http
-from gpudash.launcher.counters import Prev, acceptance, delta, first, quantiles, rate
+from gpudash.launcher.counters import Prev, acceptance, buckets, first, per_engine, quantiles, rate, windowed_mean
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.kinds.base import Option, ServerKind, program_name
 from gpudash.records import ServerState
@@ -24,6 +27,22 @@ from gpudash.records import ServerState
 # reserve memory per server; several models on one card run out of it).
 EAGER_SHARE_THRESHOLD = 3
 _LOCAL_COMPUTE = 'vllm:prompt_tokens_by_source_total{source="local_compute"}'
+_TTFT = "vllm:time_to_first_token_seconds"
+_CACHE_INFO = "vllm:cache_config_info"
+# The families gpudash reads (vllm/v1/metrics/loggers.py, vllm/v1/spec_decode/metrics.py of 0.34.0; the 0.8
+# names after them); nothing else on a /metrics answer is parsed.
+VLLM_FAMILIES = frozenset({
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason",
+    "vllm:engine_sleep_state", "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+    "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits", "vllm:num_preemptions",
+    "vllm:prompt_tokens", "vllm:prompt_tokens_by_source", "vllm:prompt_tokens_cached", "vllm:generation_tokens",
+    "vllm:request_success", "vllm:admission_rejections", "vllm:corrupted_requests", _TTFT,
+    "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds", _CACHE_INFO, "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+    # vLLM 0.8
+    "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_hits",
+    "vllm:time_per_output_token_seconds"})
 
 
 def _num(x: float) -> str:
@@ -53,23 +72,58 @@ def first_name(m: dict[str, float], *names: str) -> str:
     return next((n for n in names if n in m), names[-1])
 
 
-def vllm_fields(m: dict[str, float], prev: Prev | None, pid: int | None, now: float) -> dict[str, Any]:
-    """ServerSample fields from vLLM's `vllm:` metrics; rates and mean TTFT over the last scrape interval."""
+def kv_capacity(m: dict[str, float]) -> float | None:
+    """KV-cache tokens over all engines, from cache_config_info: its kv_cache_size_tokens (0.34), else
+    num_gpu_blocks times block_size."""
+    if f"{_CACHE_INFO}.kv_cache_size_tokens" in m:
+        return m[f"{_CACHE_INFO}.kv_cache_size_tokens"]
+    blocks, size, n = (m.get(f"{_CACHE_INFO}.{k}") for k in ("num_gpu_blocks", "block_size", "count"))
+    return blocks * size / n if blocks and size and n else None
+
+
+def _finished(m: dict[str, float], reason: str) -> float | None:
+    return m.get(f'vllm:request_success_total{{finished_reason="{reason}"}}')
+
+
+def vllm_fields(m: dict[str, float], prev: Prev | None, pid: int | None, now: float,
+                base: Prev | None = None) -> dict[str, Any]:
+    """ServerSample fields from vLLM's `vllm:` metrics: rates over the last scrape interval, latency
+    quantiles and means over the window since `base` (the last scrape when None), counters as they are."""
+    base = base if base is not None else prev
     fields: dict[str, Any] = {
         "requests_running": m.get("vllm:num_requests_running"),
         "requests_waiting": m.get("vllm:num_requests_waiting"),
+        "requests_waiting_capacity": m.get('vllm:num_requests_waiting_by_reason{reason="capacity"}'),
         "kv_cache_usage": first(m, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "kv_cache_usage_engines": per_engine(m, "vllm:kv_cache_usage_perc")
+        or per_engine(m, "vllm:gpu_cache_usage_perc"),
+        "kv_capacity_tokens": kv_capacity(m),
         # vLLM 0.8 counted these in blocks, later releases in tokens; their ratio is the hit rate either way.
         "prefix_cache_queries": first(m, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
         "prefix_cache_hits": first(m, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
         "tokens_per_s": rate(m, prev, pid, now, "vllm:generation_tokens_total"),
         "prompt_tokens_per_s": computed_prompt_rate(m, prev, pid, now),
+        "preemptions": m.get("vllm:num_preemptions_total"),
+        "requests_finished": m.get("vllm:request_success_total"),
+        "requests_aborted": _finished(m, "abort"),
+        "requests_failed": _finished(m, "error"),
+        "requests_rejected": m.get("vllm:admission_rejections_total"),
+        "requests_corrupted": m.get("vllm:corrupted_requests_total"),
+        "ttft_buckets": buckets(m, _TTFT),
+        "ttft_sum_s": m.get(f"{_TTFT}_sum"),
+        "ttft_count": m.get(f"{_TTFT}_count"),
+        "ttft_mean_s": windowed_mean(m, base, pid, _TTFT),
+        "prefill_mean_s": windowed_mean(m, base, pid, "vllm:request_prefill_time_seconds"),
     }
-    n = delta(m, prev, pid, "vllm:time_to_first_token_seconds_count")
-    total = delta(m, prev, pid, "vllm:time_to_first_token_seconds_sum")
-    fields["ttft_mean_s"] = total / n if n and total is not None else None
-    q = quantiles(m, prev, pid, "vllm:time_to_first_token_seconds") or {}
-    fields.update(ttft_p50_s=q.get(0.5), ttft_p90_s=q.get(0.9), ttft_p99_s=q.get(0.99))
+    itl = first_name(m, "vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count")
+    for field, family in (("ttft", _TTFT), ("itl", itl.removesuffix("_count")),
+                          ("queue", "vllm:request_queue_time_seconds"), ("e2e", "vllm:e2e_request_latency_seconds")):
+        q = quantiles(m, base, pid, family) or {}
+        if field == "ttft":
+            fields.update(ttft_p50_s=q.get(0.5), ttft_p90_s=q.get(0.9), ttft_p99_s=q.get(0.99))
+        else:
+            fields.update({f"{field}_mean_s": windowed_mean(m, base, pid, family), f"{field}_p90_s": q.get(0.9),
+                           f"{field}_p99_s": q.get(0.99)})
     # The KV offload connector's own lookups (kv_offloading_size): a hit source of its own
     fields["external_prefix_cache_queries"] = m.get("vllm:external_prefix_cache_queries_total")
     fields["external_prefix_cache_hits"] = m.get("vllm:external_prefix_cache_hits_total")
@@ -87,7 +141,9 @@ class Vllm(ServerKind):
     spec_class = VllmSpec
     default_port = 8000
     metric_prefix = "vllm:"
+    metric_families = VLLM_FAMILIES
     models_owner = "vllm"
+    api_key_env = "VLLM_API_KEY"
     sleep_levels = (0, 1, 2)
     eager_field = "enforce_eager"
     own_series = {"requests_running": "vllm:num_requests_running", "requests_waiting": "vllm:num_requests_waiting",
@@ -176,8 +232,9 @@ class Vllm(ServerKind):
         return (spec.model_copy(update={"share": share, "gpu_memory_utilization": share}),
                 f"--gpu-memory-utilization {share:g}")
 
-    def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float) -> dict[str, Any]:
-        return vllm_fields(m, prev, pid, now)
+    def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float,
+               base: Prev | None = None) -> dict[str, Any]:
+        return vllm_fields(m, prev, pid, now, base)
 
     def sleep_problem(self, spec: ServerSpec, level: int | None = None) -> str | None:
         if not getattr(spec, "enable_sleep_mode", False):

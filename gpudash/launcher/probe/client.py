@@ -24,11 +24,14 @@ from typing import Any
 
 import httpx
 
+from gpudash.outside import printable
+
 # Caps on what one answer may hold; a real chat stream of a few hundred tokens is a few tens of KB.
 MAX_LINE_BYTES = 1 << 20  # one event-stream line
 MAX_STREAM_BYTES = 64 << 20  # a whole streamed answer
 MAX_BODY_BYTES = 4 << 20  # a non-streamed body (/v1/models)
 ERROR_BODY_BYTES = 2048  # how much of an error answer is read, for the message
+ERROR_LINE_CHARS = 200  # an error's one line, as stored and shown
 
 
 class ProbeFailure(ValueError):
@@ -142,6 +145,26 @@ def read_prefix(response: httpx.Response, n: int = ERROR_BODY_BYTES) -> str:
         if len(buf) >= n:
             break
     return bytes(buf[:n]).decode("utf-8", errors="replace").strip()
+
+
+def error_line(status: int, body: str, cap: int = ERROR_LINE_CHARS) -> str:
+    """One readable line for an error answer: "HTTP 400: <the server's message>", the message taken from
+    the JSON error shapes servers use (OpenAI's and llama-server's {"error": {"message"}}, vLLM's
+    ErrorResponse, FastAPI's {"detail"}, a plain {"error": "..."}), else the body's first line; control
+    characters shown as escapes, at most `cap` characters."""
+    message: Any = None
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        data = None
+    if isinstance(data, dict):
+        err = data.get("error")
+        message = err.get("message") if isinstance(err, dict) else err
+        message = message if isinstance(message, str) and message else data.get("message") or data.get("detail")
+    if not isinstance(message, str) or not message.strip():
+        message = body.strip().splitlines()[0] if body.strip() else "(no body)"
+    line = printable(f"HTTP {status}: {' '.join(message.split())}")
+    return line if len(line) <= cap else line[:cap - 1] + "…"
 
 
 def sse_data(response: httpx.Response, deadline: float) -> Iterator[bytes]:

@@ -11,6 +11,7 @@ sample; the bounded reading itself is client.py's job.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import queue
@@ -24,9 +25,11 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpudash.launcher.probe.client import (MAX_BODY_BYTES, Cutoff, ProbeFailure, parse_json, read_capped, read_prefix,
-                                         sse_data)
+from gpudash.launcher.probe import sizing
+from gpudash.launcher.probe.client import (MAX_BODY_BYTES, Cutoff, ProbeFailure, error_line, parse_json, read_capped,
+                                         read_prefix, sse_data)
 from gpudash.records import Event, RequestSample, ServerState
+from gpudash.redact import mask_values
 
 if TYPE_CHECKING:
     from gpudash.config import ProbeConfig
@@ -180,7 +183,7 @@ def model_id(client: httpx.Client, base_url: str, deadline_s: float = DEFAULT_DE
                            extensions=cutoff.extensions) as r, \
                 cutoff.watch(r, deadline) as fired:
             if r.status_code != 200:
-                raise ProbeFailure(f"{what} answered HTTP {r.status_code}: {read_prefix(r)[:200]}")
+                raise ProbeFailure(f"{what} answered {error_line(r.status_code, read_prefix(r))}")
             try:
                 body = read_capped(r, MAX_BODY_BYTES, deadline)
             except ProbeFailure as err:
@@ -232,7 +235,7 @@ def probe_request(client: httpx.Client, base_url: str, model: str, prompt: str, 
                                extensions=cutoff.extensions) as r, cutoff.watch(r, deadline) as fired:
                 answered = True
                 if r.status_code != 200:
-                    return failed(f"HTTP {r.status_code}: {read_prefix(r)[:200]}")
+                    return failed(error_line(r.status_code, read_prefix(r)))
                 for n, data in enumerate(sse_data(r, deadline)):
                     chunk = _shaped(_Chunk, parse_json(data, f"stream chunk {n}"), f"stream chunk {n}")
                     if ttft is None and any(c.carries_output() for c in chunk.choices or ()):
@@ -301,23 +304,34 @@ def _in_daemons(jobs: list[Callable[[], _T]], concurrency: int) -> list[_T]:
     return out
 
 
+def sized_maker(client: httpx.Client, base_url: str, model: str, tokens: int, max_tokens: int, shared_prefix: float,
+                seed: int, deadline_s: float, cutoff: Cutoff, auth: dict[str, str] | None = None) -> PromptMaker:
+    """A PromptMaker whose prompts have about `tokens` tokens on this server's tokenizer, fitted to its slot
+    (sizing.py); words count as tokens where the server cannot say."""
+    sample = PromptMaker(sizing.SAMPLE_WORDS, 0.0, seed).next()[0]
+    words = sizing.size(client, base_url, model, sample, deadline_s, cutoff, auth).words_for(tokens, max_tokens)
+    return PromptMaker(words, shared_prefix, seed)
+
+
 def run_probe(base_url: str, requests: int, concurrency: int = 1, shared_prefix: float = 0.5,
-              prompt_words: int = 256, max_tokens: int = 16, server: str | None = None,
+              prompt_words: int | None = 256, max_tokens: int = 16, server: str | None = None,
               seed: int = 0, deadline_s: float = DEFAULT_DEADLINE_S,
-              cutoff: Cutoff | None = None) -> list[RequestSample]:
-    """Send `requests` probe requests, `concurrency` at a time, each bounded by `deadline_s`.
+              cutoff: Cutoff | None = None, prompt_tokens: int | None = None) -> list[RequestSample]:
+    """Send `requests` probe requests, `concurrency` at a time, each bounded by `deadline_s`; prompts of
+    `prompt_tokens` tokens (sized with the server's /tokenize and fitted to its slot), else of `prompt_words`.
 
     Raises httpx.HTTPError / ProbeFailure (a ValueError) when the server cannot be reached or lists no
     model. On KeyboardInterrupt every request in flight is cut off before it propagates.
     """
     base_url = base_url.rstrip("/").removesuffix("/v1")  # "http://host:8000/v1" is how OpenAI clients say it
     name = server or base_url.split("://", 1)[-1]
-    maker = PromptMaker(prompt_words, shared_prefix, seed)
     cutoff = cutoff or Cutoff()
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     client = httpx.Client(limits=limits, trust_env=False)
     try:
         model = model_id(client, base_url, deadline_s, cutoff)
+        maker = (sized_maker(client, base_url, model, prompt_tokens, max_tokens, shared_prefix, seed, deadline_s, cutoff)
+                 if prompt_tokens is not None else PromptMaker(prompt_words or 1, shared_prefix, seed))
 
         def one() -> RequestSample:
             return _guarded(lambda: probe_request(client, base_url, model, maker.next()[0], max_tokens, name,
@@ -341,11 +355,15 @@ def _guarded(request: Callable[[], RequestSample], server: str) -> RequestSample
 
 
 class ProbeRunner:
-    """Background thread: every `interval_s`, one round of `concurrency` probe requests per ready server.
+    """Background thread: rounds of `concurrency` probe requests per ready server that is probed.
 
-    Results go to the inbox (and so into the snapshot's `requests` and the store). Whatever a server
-    answers, or whatever goes wrong in a round, ends as failed requests of that round: the thread goes on
-    probing every server for the rest of the session.
+    A server gets a burst of `[probe] burst_rounds` rounds every `interval_s` (its figures come in), then
+    one round every `backoff_interval_s` (they stay fresh at a small cost: the demo llama-server and its
+    probe used 22% of a core at a round every 2 s); a new process of it (a restart) gets a new burst.
+    Prompts are sized in tokens with the server's /tokenize and fitted to its slot (sizing.py), once per
+    server process. Results go to the inbox (and so into the snapshot's `requests` and the store), with the
+    server's API key masked in every error text. Whatever a server answers, or whatever goes wrong in a
+    round, ends as failed requests of that round: the thread goes on for the rest of the session.
     """
 
     def __init__(self, supervisor: Supervisor, config: ProbeConfig, inbox: Pushable):
@@ -355,8 +373,9 @@ class ProbeRunner:
         self._stop = threading.Event()
         self._cutoff = Cutoff()
         self._thread: threading.Thread | None = None
-        self._makers: dict[str, PromptMaker] = {}
+        self._makers: dict[tuple[str, int | None], PromptMaker] = {}
         self._models: dict[tuple[str, int | None], str] = {}
+        self._rounds: dict[tuple[str, int | None], tuple[int, float]] = {}  # rounds done, when the next is due
         self._errors: dict[str, set[str]] = {}  # distinct errors each server's requests failed with
 
     def start(self) -> None:
@@ -378,17 +397,26 @@ class ProbeRunner:
         with httpx.Client(limits=limits, trust_env=False) as client:
             while not self._stop.is_set():
                 for st in self._sup.states():
-                    if st.state is ServerState.READY and self._sup.probed(st.server) and not self._stop.is_set():
-                        try:
-                            self._round(client, st.server, st.pid)
-                        except Exception as err:  # noqa: BLE001 - one bad round never ends the probing
-                            log.exception("probe round for %s failed", st.server)
-                            self._push(self._failure(st.server, f"{type(err).__name__}: {err}"))
-                self._stop.wait(c.interval_s)
+                    key = (st.server, st.pid)
+                    done, due = self._rounds.get(key, (0, 0.0))
+                    if (st.state is not ServerState.READY or not self._sup.probed(st.server) or self._stop.is_set()
+                            or time.monotonic() < due):
+                        continue
+                    try:
+                        self._round(client, st.server, st.pid)
+                    except Exception as err:  # noqa: BLE001 - one bad round never ends the probing
+                        log.exception("probe round for %s failed", st.server)
+                        self._push(self._failure(st.server, f"{type(err).__name__}: {err}"))
+                    wait = c.interval_s if done + 1 < c.burst_rounds else max(c.interval_s, c.backoff_interval_s)
+                    self._rounds[key] = (done + 1, time.monotonic() + wait)
+                self._stop.wait(min(c.interval_s, 1.0))
 
     def _push(self, sample: RequestSample) -> None:
         """A request row, and for a failure with an error not seen before from that server, one probe.error
-        event (45 requests failing with the same HTTP 400 are one event, not 45)."""
+        event (45 requests failing with the same HTTP 400 are one event, not 45); the server's key is masked
+        before either is made."""
+        if sample.error is not None:
+            sample = dataclasses.replace(sample, error=mask_values(sample.error, self._secrets(sample.server)))
         self._inbox.push(sample)
         if not sample.ok and sample.error is not None:
             seen = self._errors.setdefault(sample.server, set())
@@ -396,6 +424,11 @@ class ProbeRunner:
                 seen.add(sample.error)
                 self._inbox.push(Event(ts=sample.ts, actor="probe", kind="probe.error", target=sample.server,
                                        ok=False, reason=sample.error))
+
+    def _secrets(self, server: str) -> tuple[str, ...]:
+        """The key the probe sends the server (an error body may echo it), as sent and as set."""
+        keys = {v.removeprefix("Bearer ") for v in self._sup.auth(server).values()}
+        return tuple(sorted((k for k in keys if len(k) >= 4), key=len, reverse=True))
 
     def _failure(self, server: str, error: str) -> RequestSample:
         return RequestSample(ts=time.time(), server=server, ttft_s=None, total_s=None, prompt_tokens=None,
@@ -406,16 +439,19 @@ class ProbeRunner:
         if base is None:
             return
         c = self._cfg
-        maker = self._makers.setdefault(server, PromptMaker(c.prompt_tokens, c.shared_prefix,
-                                                            seed=zlib.crc32(server.encode())))
+        key = (server, pid)
         try:
             auth = self._sup.auth(server)
-            model = self._models.get((server, pid)) or model_id(client, base, c.timeout_s, self._cutoff, auth)
+            model = self._models.get(key) or model_id(client, base, c.timeout_s, self._cutoff, auth)
+            self._models[key] = model
+            maker = self._makers.get(key) or sized_maker(client, base, model, c.prompt_tokens, c.max_tokens,
+                                                         c.shared_prefix, zlib.crc32(server.encode()), c.timeout_s,
+                                                         self._cutoff, auth)
+            self._makers[key] = maker
         except (httpx.HTTPError, ProbeFailure) as err:
             if not self._stop.is_set():  # requests cut off by stop() measure nothing
                 self._push(self._failure(server, f"/v1/models: {err}"))
             return
-        self._models[(server, pid)] = model
         jobs = [functools.partial(_guarded, functools.partial(probe_request, client, base, model, maker.next()[0],
                                                               c.max_tokens, server, c.timeout_s, self._cutoff, auth),
                                     server)

@@ -1,5 +1,8 @@
-"""Latency: TTFT median/p90 and the hit rate as numbers, then TTFT over time, prefix-cache hit fraction
-over time, and TTFT vs hit as a scatter with the correlation."""
+"""Latency: what each server says of its own latency (over the last minute), the probe's TTFT median/p90 and
+hit rate as numbers, then TTFT over time, prefix-cache hit fraction over time, and TTFT vs hit as a scatter
+with the correlation. Text from outside (a server's error message) is shown as text (outside.py); a block is
+laid out again whenever its text changes, so a line that wraps is never cut; below SCATTER_MIN_HEIGHT rows
+the scatter gives its room to the two series."""
 
 from __future__ import annotations
 
@@ -10,10 +13,12 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from gpudash.launcher.probe import cache_kinds
+from gpudash.outside import printable
 from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.view import DashView
 
 SHOWN = 300  # most recent probe requests plotted
+SCATTER_MIN_HEIGHT = 36  # rows of the view below which the scatter is left out (80x24 gave 2-row plots)
 
 
 def summary_text(requests: list) -> str:
@@ -35,29 +40,41 @@ def summary_text(requests: list) -> str:
     return (f"TTFT median {ms(s.ttft_median_ms)}  p90 {ms(s.ttft_p90_ms)}  |  hit rate {rate} "
             f"({s.hits} hits: median {ms(s.hit_ttft_median_ms)}; {s.misses} misses: median "
             f"{ms(s.miss_ttft_median_ms)})  |  n={s.requests}, {s.failed} failed"
-            f"{f' (last: {s.last_error})' if s.last_error else ''}  (the probe's requests)\n"
+            f"{f' (last: {printable(s.last_error)})' if s.last_error else ''}  (the probe's requests)\n"
             f"TTFT vs prefix-cache hit: Pearson {r(c.pearson)}  Spearman {r(c.spearman)}  n={c.n}")
 
 
+def _ms(x: float | None) -> str:
+    return "—" if x is None else f"{x * 1000:.0f}"
+
+
+def _share(hits: float | None, queries: float | None) -> str:
+    return f"{hits / queries:.0%}" if hits is not None and queries else "—"
+
+
 def server_text(servers: list) -> str:
-    """What each server says of itself, no probe needed: TTFT quantiles from its own histogram (vLLM) over
-    the last scrape interval, and its prefix-cache hit rate since it started, with vLLM's host-memory KV
-    cache as a hit source of its own. Unknown figures show as a dash, never as 0."""
+    """What each server says of itself, no probe needed, over the last minute: TTFT quantiles and mean from
+    its own histogram (vLLM), the mean prefill per request from its counters (llama-server exports no
+    TTFT), inter-token latency and queue time, and its prefix-cache hit rate since it started, with vLLM's
+    host-memory KV cache as a hit source of its own. Unknown figures show as a dash, never as 0."""
     lines = []
     for s in servers:
-        def ms(x: float | None) -> str:
-            return "—" if x is None else f"{x * 1000:.0f}"
-
-        def share(hits: float | None, queries: float | None) -> str:
-            return f"{hits / queries:.0%}" if hits is not None and queries else "—"
-
         origin = f", {s.origin}" if s.origin != "managed" else ""
-        line = (f"{s.server} ({s.kind}{origin}), from its own metrics: TTFT p50/p90/p99 {ms(s.ttft_p50_s)}/"
-                f"{ms(s.ttft_p90_s)}/{ms(s.ttft_p99_s)} ms, mean {ms(s.ttft_mean_s)} ms; "
-                f"prefix-cache hits {share(s.prefix_cache_hits, s.prefix_cache_queries)}")
+        parts = [f"{s.server} ({s.kind}{origin}), its own figures over the last minute:"]
+        if s.ttft_p50_s is not None or s.ttft_mean_s is not None:
+            parts.append(f"TTFT p50/p90/p99 {_ms(s.ttft_p50_s)}/{_ms(s.ttft_p90_s)}/{_ms(s.ttft_p99_s)} ms, "
+                         f"mean {_ms(s.ttft_mean_s)} ms;")
+        if s.prefill_mean_s is not None or s.ttft_p50_s is None:
+            parts.append(f"mean prefill/request {_ms(s.prefill_mean_s)} ms (server counters, no queue);")
+        if s.itl_mean_s is not None:
+            parts.append(f"ITL mean {_ms(s.itl_mean_s)} ms" + (
+                f" p90/p99 {_ms(s.itl_p90_s)}/{_ms(s.itl_p99_s)} ms;" if s.itl_p99_s is not None else ";"))
+        if s.queue_mean_s is not None:
+            parts.append(f"queue mean {_ms(s.queue_mean_s)} ms p99 {_ms(s.queue_p99_s)} ms;")
+        parts.append(f"prefix-cache hits {_share(s.prefix_cache_hits, s.prefix_cache_queries)}")
         if s.external_prefix_cache_queries is not None:
-            line += f" + host KV cache {share(s.external_prefix_cache_hits, s.external_prefix_cache_queries)}"
-        lines.append(line)
+            parts.append(f"+ host KV cache {_share(s.external_prefix_cache_hits, s.external_prefix_cache_queries)}")
+        lines.append(" ".join(parts))
     return "\n".join(lines)
 
 
@@ -75,8 +92,10 @@ def cache_text(requests: list, events: list) -> Text:
 
 
 class LatencyView(DashView):
-    _cache_lines = 1  # lines of the prompt-cache block as last drawn
+    _shown: dict[str, str]  # each text block's text as last drawn
+
     def compose(self) -> ComposeResult:
+        self._shown = {}
         yield Static("", id="server-own")
         yield Static("no probe requests yet", id="corr")
         yield Static("prompt cache: no probe requests yet", id="cache-kinds")
@@ -85,30 +104,40 @@ class LatencyView(DashView):
             yield PlotextPlot(id="hit-plot")
         yield PlotextPlot(id="scatter-plot")
 
+    def on_resize(self) -> None:
+        self.query_one("#scatter-plot").display = self.size.height >= SCATTER_MIN_HEIGHT
+
+    def _say(self, sel: str, text: Text | str) -> None:
+        """Update a block only when its text changed, and then lay it out again: a wrapped line needs the
+        height its new text takes (updating without layout cut lines until the terminal was resized)."""
+        shown = text.plain if isinstance(text, Text) else text
+        if self._shown.get(sel) != shown:
+            self._shown[sel] = shown
+            self.query_one(sel, Static).update(text)
+
     def draw(self, state: ViewState) -> None:
         recent = list(state.requests)[-SHOWN:]
         reqs = [r for r in recent if r.ok and r.ttft_s is not None]
         servers = list(state.latest.servers) if state.latest is not None else []
-        self.query_one("#server-own", Static).update(Text(server_text(servers)), layout=False)
-        self.query_one("#corr", Static).update(summary_text(recent) if recent else (
+        self._say("#server-own", Text(server_text(servers)))
+        self._say("#corr", summary_text(recent) if recent else (
             "no probe requests yet: the figures and plots below need the probe (off for attached servers unless "
             "their entry says probe = true)"))
-        cache = cache_text(reqs, list(state.events)) if reqs else Text("prompt cache: no probe requests yet")
-        lines = len(cache.plain.splitlines())  # lay out again only when the block's height changes
-        self.query_one("#cache-kinds", Static).update(cache, layout=lines != self._cache_lines)
-        self._cache_lines = lines
+        self._say("#cache-kinds", cache_text(reqs, list(state.events)) if reqs else Text("prompt cache: no probe requests yet"))
         t0 = reqs[0].ts if reqs else 0.0
         xs = [r.ts - t0 for r in reqs]
         ttft = [r.ttft_s * 1000 for r in reqs]
         hits = [(r.ts - t0, r.hit_fraction) for r in reqs if r.hit_fraction is not None]
         self._plot("#ttft-plot", "TTFT (ms) over time (s)", xs, ttft, scatter=False)
         self._plot("#hit-plot", "cache hit fraction over time (s)",
-                   [h[0] for h in hits], [h[1] for h in hits], scatter=False)
+                   [h[0] for h in hits], [h[1] for h in hits], scatter=False, y_unit=True)
         pairs = [(r.hit_fraction, r.ttft_s * 1000) for r in reqs if r.hit_fraction is not None]
         self._plot("#scatter-plot", "TTFT (ms) vs prefix-cache hit fraction",
-                   [p[0] for p in pairs], [p[1] for p in pairs], scatter=True)
+                   [p[0] for p in pairs], [p[1] for p in pairs], scatter=True, x_unit=True)
 
-    def _plot(self, sel: str, title: str, xs: list, ys: list, scatter: bool) -> None:
+    def _plot(self, sel: str, title: str, xs: list, ys: list, scatter: bool, y_unit: bool = False,
+              x_unit: bool = False) -> None:
+        """One plot; a fraction's axis runs from 0 to 1 whatever the data (one point gave -0.33 to 1.00)."""
         w = self.query_one(sel, PlotextPlot)
         plt = w.plt
         plt.clear_data()
@@ -116,4 +145,8 @@ class LatencyView(DashView):
         plt.title(title)
         if xs:
             (plt.scatter if scatter else plt.plot)(xs, ys, marker="dot" if scatter else "braille")
+        if y_unit:
+            plt.ylim(0.0, 1.0)
+        if x_unit:
+            plt.xlim(0.0, 1.0)
         w.refresh()

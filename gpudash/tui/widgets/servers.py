@@ -13,6 +13,7 @@ from textual.widgets import Log, Static
 from gpudash.advisor.planner import SplitPlan
 from gpudash.config import ServerSpec
 from gpudash.runtime.control import AttachServer, ServerAction, SetSplit
+from gpudash.outside import printable
 from gpudash.records import ServerSample, ServerState
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers, ts_ratios
@@ -205,8 +206,49 @@ def warnings_text(warnings: Sequence[Any]) -> Text:
     return t
 
 
+# The Servers tab's keys that apply to a server of each origin: gpudash runs a managed one, only reads an
+# attached one, and can attach or write down a found one.
+ORIGIN_ACTIONS = {"managed": frozenset({"server"}), "attached": frozenset(),
+                  "found": frozenset({"attach_found", "write_found"})}
+# What the title says the selected server's keys are.
+ORIGIN_KEYS = {"managed": "S/x/R start/stop/restart it", "attached": "attached: gpudash only reads it",
+               "found": "A: attach it, W: write it to the config"}
+
+
+def detail_text(s: ServerSample) -> Text:
+    """The selected server's figures an operator acts on, on one line each: KV use and capacity (each DP
+    engine's), the requests that went wrong, its slots; unknown ones are left out."""
+    t = Text()
+    kv = [f"KV {s.kv_cache_usage:.0%}" if s.kv_cache_usage is not None else
+          "KV layout unknown (a server elsewhere: its slots do not say whether they share one buffer)"
+          if s.slot_states else None]
+    if s.kv_capacity_tokens is not None:
+        kv.append(f"of {s.kv_capacity_tokens:,.0f} tokens")
+    if s.kv_cache_usage_engines:
+        kv.append("(engines " + " ".join(f"{e:.0%}" for e in s.kv_cache_usage_engines) + ")")
+    if s.requests_waiting_capacity:
+        kv.append(f"| {s.requests_waiting_capacity:.0f} waiting for capacity")
+    if any(kv):
+        t.append(" ".join(x for x in kv if x) + "\n", style="bold red" if (s.kv_cache_usage or 0) > 0.95 else "")
+    counts = [(label, v) for label, v in (("preempted", s.preemptions), ("aborted", s.requests_aborted),
+                                         ("failed", s.requests_failed), ("refused", s.requests_rejected),
+                                         ("corrupted", s.requests_corrupted)) if v is not None]
+    if counts:
+        t.append("since it started: " + ", ".join(f"{label} {v:.0f}" for label, v in counts)
+                 + (f" of {s.requests_finished:.0f} finished" if s.requests_finished is not None else "") + "\n",
+                 style="yellow" if any(v for _, v in counts) else "")
+    if s.slot_states:
+        t.append("slots: " + ", ".join(f"{i} {state} {held}/{n_ctx}" for i, state, held, n_ctx in s.slot_states)
+                 + "\n")
+    if s.rates_coarse:
+        t.append("tok/s from counters that move only when a request ends (/slots is off: --no-slots)\n", style="dim")
+    t.rstrip()
+    return t
+
+
 class ServersView(NamesHiddenColumns, ServerPicker):
-    """The launcher's servers, and the log tail of the selected one (fetched every LOG_POLL_S while on screen)."""
+    """The launcher's servers, and the log tail of the selected one (fetched every LOG_POLL_S while on screen).
+    Text from outside (an attached server's state and errors, a log's lines) is shown as text (outside.py)."""
 
     COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s 10s", "prefill tok/s", "crashes",
                "relaunches", "running",
@@ -221,6 +263,7 @@ class ServersView(NamesHiddenColumns, ServerPicker):
         yield Static("no servers yet (the launcher starts them one after another)", classes="empty")
         yield FittedTable(self.COLUMNS, self.DROP, id="servers-table")
         yield hidden_columns_line()
+        yield Static("", id="server-detail")
         yield Static("", id="sleep-times")
         yield Static("log: no server selected", id="log-title", classes="view-title")
         log = Log(id="server-log", max_lines=200)
@@ -244,7 +287,7 @@ class ServersView(NamesHiddenColumns, ServerPicker):
             ready = s.state is ServerState.READY  # only a serving server has rates; anything else would be stale
             kv = "not reported" if ready and s.kv_cache_usage is None else fmt.pct(s.kv_cache_usage if ready else None)
             # an attached server is only read: its state says so, and why a read failed (unreachable, ...)
-            shown = s.state if s.origin == "managed" else f"{s.error or s.state} ({s.origin})"
+            shown = s.state if s.origin == "managed" else printable(f"{s.error or s.state} ({s.origin})")
             rows.append((name, s.kind, Text(shown, style=style), s.port or "—",
                          fmt.duration(s.uptime_s if ready else None), fmt.num(state.tokens_per_s(name), ".1f"),
                          fmt.num(s.prompt_tokens_per_s if ready else None, ".1f"), s.restarts, s.relaunches,
@@ -254,13 +297,23 @@ class ServersView(NamesHiddenColumns, ServerPicker):
         self.query_one("#sleep-times", Static).update(Text(_sleep_times(state.events)))
         selected = self.selected_server
         title = Text("Servers")
+        row = by_name.get(selected) if selected is not None else None
         if selected in names:
             title.append("  selected: ")
             title.append(f" {selected} ", style="bold reverse")
-            title.append("  (s: next; S/x/R start/stop/restart it)")
+            title.append(f"  (s: next; {ORIGIN_KEYS[row.origin if row is not None else 'managed']})")
         self.query_one("#servers-title", Static).update(title)
+        self.query_one("#server-detail", Static).update(detail_text(row) if row is not None else Text())
         if selected in names:
             table.move_cursor(row=names.index(selected), animate=False)
+
+    def offers(self, method: str) -> bool:
+        """S/x/R/z/w for a server gpudash runs, A/W for a found one, none of them for an attached one."""
+        if not any(method in acts for acts in ORIGIN_ACTIONS.values()):
+            return super().offers(method)
+        snap = self.state.latest
+        row = next((s for s in (snap.servers if snap else ()) if s.server == self.selected_server), None)
+        return method in ORIGIN_ACTIONS[row.origin if row is not None else "managed"]
 
     def action_server(self, action: str) -> None:
         if self.selected_server is None:
@@ -338,7 +391,7 @@ class ServersView(NamesHiddenColumns, ServerPicker):
             self.query_one("#log-title", Static).update(Text(f"log: {message.server} (last {len(message.lines)} lines)"))
             log = self.query_one(Log)
             log.clear()
-            log.write_lines(message.lines)
+            log.write_lines([printable(line) for line in message.lines])
         if message.rechain:
             self.set_timer(LOG_POLL_S, self._poll_log)
 

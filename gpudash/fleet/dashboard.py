@@ -72,7 +72,8 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
         Panel("Last Xid (dcgm-exporter)", "DCGM_FI_DEV_XID_ERRORS{sel} > 0", "{{instance}} GPU{{gpu}}", "none"),
     )),
     ("Servers", (
-        Panel("TTFT p90 (every request, the server's own histogram)", queries.DASHBOARD["ttft_p90"],
+        Panel("TTFT p90 (every request, the server's own histogram)",
+              queries.vllm_p90("vllm:time_to_first_token_seconds"),
               "{{instance}} {{model_name}}", "s"),
         Panel("TTFT p90 (gpudash's probe requests)", queries.DASHBOARD["probe_ttft_p90"], "{{instance}} {{server}}",
               "s"),
@@ -85,6 +86,16 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
               + queries.SERVER_PARTS["llamacpp:requests_deferred"] + " or "
               + queries.SERVER_PARTS["gpudash_server_requests_waiting"], "{{instance}} {{server}}{{model_name}}",
               "none"),
+        Panel("Inter-token latency p90 (vLLM's own histogram)", queries.vllm_p90("vllm:inter_token_latency_seconds"),
+              "{{instance}} {{model_name}}", "s"),
+        Panel("Time queued p90 (vLLM's own histogram)", queries.vllm_p90("vllm:request_queue_time_seconds"),
+              "{{instance}} {{model_name}}", "s"),
+        Panel("Requests preempted per second (vLLM)",
+              "sum by (instance, model_name) (rate(vllm:num_preemptions_total{sel}[{w}]))",
+              "{{instance}} {{model_name}}", "reqps", description="Above 0 for long: the KV cache is too small."),
+        Panel("Requests ended in an error or aborted per second (vLLM)",
+              'sum by (instance, model_name, finished_reason) (rate(vllm:request_success_total{finished_reason=~'
+              '"error|abort",sel}[{w}]))', "{{instance}} {{model_name}} {{finished_reason}}", "reqps"),
         Panel("Servers not up (gpudash)", "gpudash_server_up{sel} == 0", "{{instance}} {{server}}", "none"),
     )),
     ("Engine and store", (

@@ -70,6 +70,11 @@ SERVER_FIGURES: dict[str, tuple[str, ...]] = {
 }
 
 
+def vllm_p90(histogram: str) -> str:
+    """The 90th percentile of one of vLLM's own histograms per server, over the rate window."""
+    return f"histogram_quantile(0.9, sum by (instance, model_name, le) (rate({histogram}_bucket{{sel}}[{{w}}])))"
+
+
 def _rate_ratio(by: str, hits: str, queries: str) -> str:
     return (f"sum by ({by}) (rate({hits}{{sel}}[{{w}}])) / sum by ({by}) (rate({queries}{{sel}}[{{w}}]))")
 
@@ -96,8 +101,7 @@ SERVER_PARTS = {
                                "rate(vllm:gpu_prefix_cache_hits_total{sel}[{w}])) / sum by (instance, model_name) "
                                "(rate(vllm:prefix_cache_queries_total{sel}[{w}]) or "
                                "rate(vllm:gpu_prefix_cache_queries_total{sel}[{w}]))"),
-    "vllm:time_to_first_token_seconds": ("histogram_quantile(0.9, sum by (instance, model_name, le) "
-                                         "(rate(vllm:time_to_first_token_seconds_bucket{sel}[{w}])))"),
+    "vllm:time_to_first_token_seconds": vllm_p90("vllm:time_to_first_token_seconds"),
     "vllm:generation_tokens": "sum by (instance, model_name) (rate(vllm:generation_tokens_total{sel}[{w}]))",
     "vllm:num_requests_running": "sum by (instance, model_name) (vllm:num_requests_running{sel})",
     "vllm:num_requests_waiting": "sum by (instance, model_name) (vllm:num_requests_waiting{sel})",
@@ -173,8 +177,6 @@ DASHBOARD = {
     "kv": ("max by (instance, server) (gpudash_server_kv_cache_usage_ratio{sel}) or "
            'label_replace(max by (instance, model_name) (vllm:kv_cache_usage_perc{sel}), "server", "$1", '
            '"model_name", "(.*)")'),
-    "ttft_p90": ("histogram_quantile(0.9, sum by (instance, model_name, le) "
-                 "(rate(vllm:time_to_first_token_seconds_bucket{sel}[{w}])))"),
     "probe_ttft_p90": SERVER_PARTS["gpudash_server_request_ttft_seconds"],
     "hit_rate": (SERVER_PARTS["vllm:prefix_cache_hits"] + " or " + SERVER_PARTS["llamacpp:prompt_tokens_cached"]
                  + " or " + SERVER_PARTS["gpudash_server_prefix_cache_hits"]),

@@ -3,12 +3,15 @@
 A vLLM or llama-server already serves its own /metrics, which Prometheus scrapes; gpudash re-exporting
 them gave two series of one figure under two names. By default (`[prometheus] servers = "own"`) gpudash
 serves only what it alone knows: each server's state (one series per state, 0 or 1), up, restarts and
-relaunches, the rates it derives from the server's counters, what it reads from /slots, and its probe
-requests (TTFT as a histogram by how the prompt was served, prompt tokens and those found cached, failures
-with the last error, every secret gpudash knows masked: redact.mask_text). The fields a kind copies from
-the server's own series (its `own_series`) join them under "all". Every series carries `server` and `kind`; none carries the rig's
-`source`, since a server's figures are real even on a simulated rig. A TTFT is only ever a histogram:
-quantile gauges over one scrape interval could not be aggregated over servers or time.
+relaunches, the rates it derives from the server's counters, what it reads from /slots (llama-server's KV
+use and capacity, its slots' states), and its probe requests (TTFT as a histogram by how the prompt was
+served, prompt tokens and those found cached, failures with the last error, every secret gpudash knows
+masked: redact.mask_text). The fields a kind copies from the server's own series (its `own_series`) join
+them under "all", with the server's TTFT as the histogram it counts and each DP engine's KV use. Every
+series carries `server` and `kind`; none carries the rig's `source`, since a server's figures are real
+even on a simulated rig. A latency is only ever a histogram: the views' quantiles and means over the last
+minute (TTFT, ITL, queue, end to end, prefill) are not served, since no query could aggregate them over
+servers or time; vLLM serves those histograms itself (gpudash keeps only TTFT's buckets to re-export).
 """
 
 from __future__ import annotations
@@ -46,7 +49,22 @@ FIELDS = (
      "Host-memory KV cache lookups that hit (vLLM KV offload).", True),
     ("restarts", "gpudash_server_restarts", "Restarts after a crash since launch.", True),
     ("relaunches", "gpudash_server_relaunches", "Re-launches an operator asked for.", True),
+    ("kv_capacity_tokens", "gpudash_server_kv_cache_capacity_tokens",
+     "KV cache size in tokens (vLLM's cache_config_info; llama-server: its slots' cells).", False),
+    ("requests_waiting_capacity", "gpudash_server_requests_waiting_for_capacity",
+     "Requests waiting for KV-cache or scheduling capacity.", False),
+    ("slots_per_decode", "gpudash_server_busy_slots_per_decode", "Busy slots per decode call (batching).", False),
+    ("max_sequence_tokens", "gpudash_server_max_sequence_tokens", "The longest sequence seen, in tokens.", False),
+    ("preemptions", "gpudash_server_preemptions", "Requests preempted (their KV cache given to others).", True),
+    ("requests_finished", "gpudash_server_requests_finished", "Requests finished, for any reason.", True),
+    ("requests_aborted", "gpudash_server_requests_aborted", "Requests the client aborted.", True),
+    ("requests_failed", "gpudash_server_requests_failed", "Requests ended by a server error.", True),
+    ("requests_rejected", "gpudash_server_requests_rejected", "Requests refused at admission (a queue limit).",
+     True),
+    ("requests_corrupted", "gpudash_server_requests_corrupted", "Requests whose logits went NaN.", True),
 )
+# A llama-server slot's states (gpudash reads them from /slots): each gets a series, 0 when no slot is in it.
+SLOT_STATES = ("idle", "prefill", "decode")
 # Every state a live server can be in: each gets a series (1 for the current one, else 0), so a change of
 # state never starts or ends a series and `gpudash_server_state{state="backoff"} == 1` is an alert expression.
 STATES = tuple(s for s in ServerState if s is not ServerState.UNKNOWN)
@@ -160,6 +178,13 @@ class ServerFamilies:
             if value is not None and attr not in own:
                 f.value(CounterMetricFamily if counter else GaugeMetricFamily, name, doc, labels, value,
                         sourced=False)
+        if s.slot_states is not None:  # what gpudash reads from llama-server's /slots, in every mode
+            for state in SLOT_STATES:
+                f.value(GaugeMetricFamily, "gpudash_server_slots", "Slots in each state (llama-server's /slots).",
+                        {**labels, "state": state}, sum(1 for slot in s.slot_states if slot[1] == state),
+                        sourced=False)
+        if self.every:
+            self._own_copies(f, s, labels)
         f.value(GaugeMetricFamily, "gpudash_server_info", "The server: how gpudash knows it (origin: managed, "
                 "attached, found) and the port it listens on (value 1).",
                 {**labels, "origin": s.origin, "port": server_port(s)}, 1, sourced=False)
@@ -172,6 +197,23 @@ class ServerFamilies:
                 f.value(GaugeMetricFamily, "gpudash_server_state", "1 for the state the server is in, else 0.",
                         {"server": s.server, "kind": kind, "state": state.value},
                         kind == s.kind and s.state is state, sourced=False)
+
+    @staticmethod
+    def _own_copies(f: Families, s: ServerSample, labels: dict[str, str]) -> None:
+        """Under "all": the server's own figures that are not one number, as it exports them: each DP engine's
+        KV use, and its TTFT as a histogram (never as quantiles)."""
+        for engine, usage in enumerate(s.kv_cache_usage_engines or ()):
+            f.value(GaugeMetricFamily, "gpudash_server_engine_kv_cache_usage_ratio",
+                    "KV cache in use per data-parallel engine, 0..1.", {**labels, "engine": str(engine)}, usage,
+                    sourced=False)
+        if s.ttft_buckets and s.ttft_sum_s is not None:
+            fam = f.family(HistogramMetricFamily, "gpudash_server_ttft_seconds",
+                           "Time to first token of every request the server served (its own histogram).",
+                           ["server", "kind"], sourced=False)
+            buckets = [(le, n) for le, n in s.ttft_buckets]
+            if buckets[-1][0] != "+Inf":
+                buckets.append(("+Inf", s.ttft_count or buckets[-1][1]))
+            fam.add_metric(list(labels.values()), buckets, sum_value=s.ttft_sum_s)
 
     def _probe(self, f: Families, kind_of: dict[str, str]) -> None:
         def labels(server: str) -> dict[str, str]:

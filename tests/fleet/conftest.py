@@ -6,7 +6,8 @@ loopback address (a box is a host: the targets on one address are one box), as o
   127.0.0.4  a real llama-server (-np 2, --metrics) scraped itself, and gpudash serve --sim rtx5080+rtx3090
              attached to it with the probe on
   127.0.0.5  a dcgm-exporter (two H100s) and the vLLM double, scraped themselves: no gpudash
-  127.0.0.6  the vLLM double scraped itself, and gpudash serve --sim h200 attached to it with the probe on
+  127.0.0.6  the vLLM double scraped itself, and gpudash serve --sim h200 attached to it with the probe on,
+             re-exporting the server's own figures too ([prometheus] servers = "all")
   127.0.0.7  a gpudash target where nothing listens
 plus Prometheus scraping itself on 127.0.0.1 (a job that exports none of the fleet's series).
 """
@@ -107,7 +108,7 @@ def fleet_rig(tmp_path_factory: pytest.TempPathFactory, llama_server: str, tiny_
         vp, gp = next(ports), next(ports)
         procs.append(_double("127.0.0.6", vp, "facebook/opt-125m"))
         d = box_dir("vllm")
-        (d / "gpudash.toml").write_text(PROBE + f'[[servers]]\nname = "chat"\nkind = "vllm"\n'
+        (d / "gpudash.toml").write_text('[prometheus]\nservers = "all"\n\n' + PROBE + f'[[servers]]\nname = "chat"\nkind = "vllm"\n'
                                                 f'url = "http://127.0.0.6:{vp}"\nprobe = true\n')
         procs.append(gpudash(d, "serve", "--config", str(d / "gpudash.toml"), "--sim", "h200", "--db", str(d / "g.db"),
                              "--prometheus", f"127.0.0.6:{gp}", "--quiet"))
@@ -128,7 +129,8 @@ def fleet_rig(tmp_path_factory: pytest.TempPathFactory, llama_server: str, tiny_
             seen["not up"] = sorted(want - {i for i, v in up.items() if v == "1"})
             seen["ready"] = [r["metric"]["server"] for r in prom.query('gpudash_server_state{state="ready"} == 1')]
             seen["probed"] = [r["metric"]["server"] for r in prom.query(
-                "sum by (server) (rate(gpudash_server_request_ttft_seconds_count[5m])) > 0")]
+                "sum by (server) (rate(gpudash_server_request_ttft_seconds_count[5m])) > 0 and on(server) "
+                "sum by (server) (rate(gpudash_server_probe_prompt_tokens_total[5m])) > 0")]
             return not seen["not up"] and len(seen["ready"]) == 2 and len(seen["probed"]) == 2
 
         for p in procs:

@@ -165,7 +165,8 @@ def test_each_server_figure_equals_the_series_it_names(fleet_rig: FleetRig) -> N
     assert (chat["kind"], chat["state"], chat["origin"]) == ("vllm", "ready", "attached")
     assert chat["instance"] == [i for i, w in fleet_rig.targets.items() if w == "vllm" and "127.0.0.6" in i][0]
     assert (plain["kind"], plain["state"], plain["origin"]) == ("vllm", "ready", None)
-    assert chat["sources"]["kv_usage"] == "vllm:kv_cache_usage_perc"
+    # chat's gpudash re-exports its KV and requests (servers = "all"): each figure is still shown once, vLLM's
+    assert chat["sources"]["kv_usage"] == "vllm:kv_cache_usage_perc" and chat["sources"]["running"].startswith("vllm:")
     assert code["sources"]["kv_usage"] == "gpudash_server_kv_cache_usage_ratio"  # from /slots: only gpudash has it
     assert code["sources"]["running"] == "llamacpp:requests_processing"
     assert chat["sources"]["probe_ttft_p90_s"] == "gpudash_server_request_ttft_seconds"
@@ -192,9 +193,13 @@ def test_server_series_carry_kind_and_never_the_rigs_sim_source(fleet_rig: Fleet
     assert q('{__name__=~"gpudash_server_.+", source=~".+"}') == []
     assert q('{__name__=~"gpudash_server_.+", kind=""}') == []
     assert len(q('{__name__=~"gpudash_gpu_.+", source=~"sim:.+"}')) > 0
-    # the servers' own figures are not exported again by default: KV of the vLLM box only from vLLM
-    assert q('gpudash_server_kv_cache_usage_ratio{server="chat"}') == []
-    assert q('gpudash_server_requests_running') == []
+    # by default the servers' own figures are not exported again: llama-server's requests only from it
+    assert q('gpudash_server_requests_running{server="code"}') == []
+    assert len(q('gpudash_server_kv_cache_usage_ratio{server="code"}')) == 1  # what only gpudash reads (/slots)
+    # under servers = "all" they are, the TTFT as the histogram vLLM counts, never as quantiles
+    assert len(q('gpudash_server_requests_running{server="chat"}')) == 1
+    assert {r["metric"]["le"] for r in q('gpudash_server_ttft_seconds_bucket{server="chat"}')} >= {"0.001", "+Inf"}
+    assert q('{__name__=~"gpudash_server_.*(p50|p90|p99|mean).*"}') == []
 
 
 def test_every_shipped_rule_evaluates_cleanly_on_the_real_series(fleet_rig: FleetRig) -> None:

@@ -153,10 +153,11 @@ class LlamaCpp(ServerKind):
     models_owner = "llamacpp"
     api_key_env = "LLAMA_API_KEY"
     runs_llama_build = True
-    # KV-cache use is not among them: llama-server no longer exports it, gpudash reads it from /slots.
+    # KV-cache use and capacity are not among them: llama-server no longer exports them, gpudash reads /slots.
     own_series = {"requests_running": "llamacpp:requests_processing", "requests_waiting": "llamacpp:requests_deferred",
                   "prefix_cache_hits": "llamacpp:prompt_tokens_cached",
-                  "prefix_cache_queries": "llamacpp:prompt_tokens (plus the cached ones)"}
+                  "prefix_cache_queries": "llamacpp:prompt_tokens (plus the cached ones)",
+                  "slots_per_decode": "llamacpp:n_busy_slots_per_decode", "max_sequence_tokens": "llamacpp:n_tokens_max"}
 
     def find_binary(self, spec: ServerSpec) -> str:
         cuda_build = llama_cuda.best_build(set(llama_cuda.local_archs()))

@@ -150,7 +150,13 @@ class Vllm(ServerKind):
                   "kv_cache_usage": "vllm:kv_cache_usage_perc", "prefix_cache_queries": "vllm:prefix_cache_queries",
                   "prefix_cache_hits": "vllm:prefix_cache_hits",
                   "external_prefix_cache_queries": "vllm:external_prefix_cache_queries",
-                  "external_prefix_cache_hits": "vllm:external_prefix_cache_hits"}
+                  "external_prefix_cache_hits": "vllm:external_prefix_cache_hits",
+                  "kv_cache_usage_engines": "vllm:kv_cache_usage_perc", "kv_capacity_tokens": "vllm:cache_config_info",
+                  "requests_waiting_capacity": "vllm:num_requests_waiting_by_reason",
+                  "preemptions": "vllm:num_preemptions", "requests_finished": "vllm:request_success",
+                  "requests_aborted": "vllm:request_success", "requests_failed": "vllm:request_success",
+                  "requests_rejected": "vllm:admission_rejections", "requests_corrupted": "vllm:corrupted_requests",
+                  "ttft_buckets": "vllm:time_to_first_token_seconds"}
 
     def find_binary(self, spec: ServerSpec) -> str:
         found = shutil.which("vllm")

@@ -33,6 +33,7 @@ from gpudash.tui.changes import ChangeFlow
 from gpudash.runtime.feed import Feed, FeedInfo
 from gpudash.runtime.replay import Player
 from gpudash.tui.state import ViewState
+from gpudash.tui.widgets.build_bar import BuildBar
 from gpudash.tui.widgets.header import SourceHeader
 from gpudash.tui.widgets.keybar import KeyBar
 from gpudash.tui.widgets.view import DashView
@@ -56,6 +57,7 @@ class GpudashApp(App[None]):
         self.replay = replay
         self._views: TabbedContent | None = None  # the tabs of the views, once mounted
         self._header: SourceHeader | None = None  # held once mounted, like the views
+        self._build_bar: BuildBar | None = None
         self._view_widgets: dict[str, DashView] = {}  # by tab id, held (a DOM query walks the whole tree)
         self._shown: DashView | None = None  # the view on screen when the tab last changed
         self.keys = dict(keys or {})
@@ -74,6 +76,7 @@ class GpudashApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield SourceHeader(id="header")
+        yield BuildBar(id="build-bar")
         with TabbedContent(id="views", initial=VIEWS[0].id):
             for view in VIEWS:
                 with TabPane(view.title, id=view.id):
@@ -83,6 +86,7 @@ class GpudashApp(App[None]):
     def on_mount(self) -> None:
         self._views = self.query_one("#views", TabbedContent)
         self._header = self.query_one(SourceHeader)
+        self._build_bar = self.query_one(BuildBar)
         self._view_widgets = {v.id: self.query_one(f"#{v.id}-view", DashView) for v in VIEWS}
         if self.keys:
             self.set_keymap(self.keys)
@@ -224,6 +228,8 @@ class GpudashApp(App[None]):
         if not self._alive():
             return
         self.header.warnings = len(self.state.warnings)
+        if self._build_bar is not None:
+            self._build_bar.show_builds(self.state.latest.builds if self.state.latest is not None else ())
         self.view.show(self.state)
         if self.view.KEYS_FOLLOW_STATE:
             self.refresh_keys()

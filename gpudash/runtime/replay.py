@@ -41,6 +41,9 @@ class ReplayFeed:
     def start_servers(self) -> list[str]:
         return []  # a replay starts nothing
 
+    def want_engine(self) -> list[str]:
+        return []  # nor an engine
+
     def close(self) -> None:
         pass
 

@@ -40,6 +40,7 @@ from gpudash.tui.widgets.view import DashView
 
 MAX_PENDING = 256  # snapshots waiting for the UI; older ones are folded into newer ones beyond this
 SEEK_TICKS = 10  # how far one replay seek key moves
+ENGINE_VIEWS = ("engine", "pools")  # views of the transfer engine: showing one starts it where it waits
 
 
 class GpudashApp(App[None]):
@@ -240,10 +241,17 @@ class GpudashApp(App[None]):
             self.refresh_keys()  # the pause key reads Play while paused
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if self.active_view in ENGINE_VIEWS and self.info is not None and not self.replay:
+            # on real GPUs the engine (a CUDA context) starts when a view of it is first shown
+            self.in_thread(self._want_engine, "engine.start", "engine")
         self.refresh_keys()
         self.refresh_views()
         previous, self._shown = self._shown, self.view
         self.view.shown(previous)
+
+    def _want_engine(self) -> None:
+        for text in self.feed.want_engine():
+            self.post_message(msg.Problem("engine.start", text))
 
     # ---- worker plumbing -----------------------------------------------------------------------------
 

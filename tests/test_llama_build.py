@@ -191,6 +191,19 @@ def test_build_off_says_how_to_get_a_llama_server(tmp_path: Path, bare_machine: 
         stack.close()
 
 
+def test_demo_off_runs_no_server_and_builds_nothing(tmp_path: Path, bare_machine: Path) -> None:
+    from gpudash.runtime.stack import LaunchStack
+    from gpudash.telemetry.inbox import Inbox
+
+    inbox = Inbox()
+    stack = LaunchStack(Config(demo=False, probe={"enabled": False}), inbox, tmp_path / "logs")
+    try:
+        assert not stack.demo and stack.specs == [] and stack.build is None
+        assert inbox.poll().get("events", ()) == ()
+    finally:
+        stack.close()
+
+
 @pytest.mark.llama
 def test_llama_binary_is_used_by_the_demo(tmp_path: Path, bare_machine: Path, llama_server: str) -> None:
     from gpudash.runtime.stack import LaunchStack

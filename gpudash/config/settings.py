@@ -300,6 +300,10 @@ class Config(BaseModel):
     servers: list[SerializeAsAny[ServerSpec]] = Field(default_factory=list)
     """Inference servers to launch; empty means the embedded demo setup."""
 
+    demo: bool = True
+    """With no [[servers]] and none found on the GPUs, `launch` and `serve` run the embedded demo (a
+    llama-server on a tiny generated model, probed); false runs no server at all."""
+
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
     """The TTFT / prefix-cache probe workload."""
 

@@ -41,7 +41,7 @@ class LaunchStack:
         configured, inference servers found among them are attached instead of starting the demo."""
         self.found = find_servers(gpu_pids()) if gpu_pids is not None and not config.servers else []
         self.found = [f for f in self.found if f.answers]
-        self.demo = not config.servers and not self.found
+        self.demo = config.demo and not config.servers and not self.found
         if config.servers:
             self.specs = list(config.servers)
         elif self.found:  # a box that serves already: watch what runs, start nothing on its GPUs
@@ -51,7 +51,7 @@ class LaunchStack:
                                  new={"pid": f.pid, "url": f.url, "gpus": list(f.gpus)},
                                  reason="attached instead of starting the demo: this box already serves"))
         else:
-            self.specs = default_servers(config)
+            self.specs = default_servers(config) if self.demo else []
         if config.llama.binary is not None:  # [llama] binary: for every llama.cpp server naming none
             self.specs = [s.model_copy(update={"binary": str(config.llama.binary)})
                           if kind_of(s).runs_llama_build and not s.binary and not s.attached else s
@@ -101,9 +101,9 @@ class LaunchStack:
         running), then the probe."""
         if self.build is not None:
             self.build.start()
-        for name in self.supervisor.specs():
-            if name not in self.waiting:
-                self.supervisor.start(name)
+        for spec in self.specs:  # attached ones are only read
+            if not spec.attached and spec.name not in self.waiting:
+                self.supervisor.start(spec.name)
         if self.probe is not None:
             self.probe.start()
 

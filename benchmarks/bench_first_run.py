@@ -1,7 +1,8 @@
 """From `pip install` to a useful screen: issue 33's figures, this tree beside a baseline tree (a git ref,
 by default the tree before issue 33), on this machine.
 
-1. `gpudash --help` against `gpudash --version` (median of --runs each, in fresh interpreters);
+1. `gpudash --help` against `gpudash --version` (median of --runs each, in fresh interpreters of a venv
+   that holds gpudash's dependencies and runs each tree's sources);
 2. the wheel (packaging/build_wheel.py) into a fresh venv, with no compiler on PATH, from a warm pip
    cache (median of 3) and an empty one, beside `pip install .` of the source (which compiles the engine);
 3. a fresh clone to the first frame of `gpudash launch`, following the clone's own README: its "Run it"
@@ -49,10 +50,28 @@ def tree_of(ref: str, dest: Path) -> Path:
     return dest
 
 
-def help_vs_version(tree: Path, runs: int) -> tuple[float, float]:
+def deps_only_python(tmp: Path) -> Path:
+    """A venv with gpudash's dependencies but not gpudash (an editable install's import hook would import
+    this checkout's gpudash whatever PYTHONPATH says), and gpudash's metadata alone, which --version reads."""
+    import tomllib
+
+    target = tmp / "deps-venv"
+    venv.create(target, with_pip=True)
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", *deps], check=True,
+                   capture_output=True)
+    site = subprocess.run([str(target / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    meta = Path(site) / "gpudash-0.1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: gpudash\nVersion: 0.1.0\n")
+    return target / "bin" / "python"
+
+
+def help_vs_version(python: Path, tree: Path, runs: int) -> tuple[float, float]:
     """Median seconds of `gpudash --version` and `--help` run from `tree`'s sources."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, "-m", "gpudash"]
+    cmd = [str(python), "-m", "gpudash"]
     version = statistics.median(timed([*cmd, "--version"], env=env, cwd=tree) for _ in range(runs))
     helped = statistics.median(timed([*cmd, "--help"], env=env, cwd=tree) for _ in range(runs))
     return version, helped
@@ -146,8 +165,9 @@ def main() -> None:
         base_tree = tree_of(args.baseline_ref, tmp / "baseline")
         this_tree = tree_of("HEAD", tmp / "this")
         if "help" not in skip:
-            v, h = help_vs_version(this_tree, args.runs)
-            bv, bh = help_vs_version(base_tree, args.runs)
+            python = deps_only_python(tmp)
+            v, h = help_vs_version(python, this_tree, args.runs)
+            bv, bh = help_vs_version(python, base_tree, args.runs)
             print(row("gpudash --version (s, median)", v, bv))
             print(row("gpudash --help (s, median)", h, bh))
             print(row("--help / --version", h / v, bh / bv, goal=GOALS["help"]))

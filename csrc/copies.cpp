@@ -337,8 +337,8 @@ int Engine::stage_h2d_here(Path &p, const std::shared_ptr<Copy> &c) {
   int rc = GE_OK;
   while (rc == GE_OK && (c->next_chunk < c->nchunks || !filling.empty() || !inflight.empty())) {
     bool room = true;
-    while (c->next_chunk < c->nchunks) {  // every chunk there is a slot for is filled now
-      uint64_t slot = filling.size() + inflight.size() < kFillAhead ? try_stage(*c) : 0;
+    while (c->next_chunk < c->nchunks) {  // every chunk the ring has a slot for is filled now
+      uint64_t slot = try_stage(*c);
       if (!slot) {
         room = false;
         break;

@@ -218,8 +218,6 @@ class Engine {
   int stage_h2d_here(Path &p, const std::shared_ptr<Copy> &c);
   // Completes the oldest chunk of `inflight` (Backend::complete), books it and frees its slot.
   int land_oldest(Path &p, std::deque<Chunk *> &inflight);
-  // Slots a synchronous staged H2D copy holds at once (filling or on the stream): the ring's depth.
-  static constexpr size_t kFillAhead = kSlots;
   // How staged H2D chunks are filled: pieces with streaming stores (the slot is read only by the copy
   // engine, so its lines need no read-for-ownership and stay out of the caches).
   static constexpr StagingThreads::CopyMode kFillMode = StagingThreads::CopyMode::kPiecesStreaming;

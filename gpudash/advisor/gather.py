@@ -4,6 +4,7 @@ the reason, so the matching check says `skip` instead of guessing."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from gpudash.advisor.facts import (CpuPlacement, DoctorFacts, LinkLoad, ServerLlama, cpu_placement,
@@ -11,27 +12,31 @@ from gpudash.advisor.facts import (CpuPlacement, DoctorFacts, LinkLoad, ServerLl
 from gpudash.advisor.linkload import links_under_load
 from gpudash.launcher.llama.build_info import read_llama_build
 from gpudash.advisor.recorded import recorded_probe
-from gpudash.config import Config
+from gpudash.config import Config, ServerSpec
 from gpudash.telemetry.rig import Rig, rig_of
 from gpudash.telemetry.topology import TopologyFacts
 
 
 def llama_builds_for(config: Config) -> tuple[ServerLlama, ...]:
     """The llama-server each llama.cpp server would run (the demo's when none is configured)."""
-    from gpudash.launcher.binary import binary_origin, resolve_binary
     from gpudash.config.servers import DEMO_NAME
-    from gpudash.launcher.errors import LaunchError
-
-    from gpudash.launcher.kinds import kind_of
     from gpudash.config import LlamaCppSpec
 
-    specs = [s for s in config.servers if not s.attached and kind_of(s).runs_llama_build] if config.servers else \
-        [LlamaCppSpec(name=DEMO_NAME, model="-")]
+    return llama_builds_of(config.servers or [LlamaCppSpec(name=DEMO_NAME, model="-")])
+
+
+def llama_builds_of(specs: Iterable[ServerSpec], with_version: bool = True) -> tuple[ServerLlama, ...]:
+    """The llama-server each launched llama.cpp server of `specs` would run; `with_version=False` reads the
+    build's files only (no `--version` run, which starts the GPUs of a CUDA build)."""
+    from gpudash.launcher.binary import binary_origin, resolve_binary
+    from gpudash.launcher.errors import LaunchError
+    from gpudash.launcher.kinds import kind_of
+
     out = []
-    for spec in specs:
+    for spec in (s for s in specs if not s.attached and kind_of(s).runs_llama_build):
         try:
             binary = resolve_binary(spec)
-            out.append(ServerLlama(spec.name, read_llama_build(binary), binary_origin(spec, binary)))
+            out.append(ServerLlama(spec.name, read_llama_build(binary, with_version), binary_origin(spec, binary)))
         except LaunchError as err:
             out.append(ServerLlama(spec.name, None, err.cause))
         except OSError as err:

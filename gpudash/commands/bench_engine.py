@@ -1,21 +1,24 @@
-"""`gpudash bench engine`: the transfer engine against the native copy, in one table (ratio column,
-core-seconds per GB), plus the sim 8xh20 relay figure; `--tune` sweeps chunk sizes, fallback thresholds
-and (on cuda) the pageable staging thresholds and stores them for this machine (gpudash/runtime/tuned.py).
-Results go into the store."""
+"""`gpudash bench engine`: the transfer engine against the native copy, in a table that fits the terminal
+(ratio column, core-seconds per GB), plus, on a sim rig whose GPUs reach each other, what the relay paths
+add; `--tune` sweeps chunk sizes, fallback thresholds and (on cuda) the pageable staging thresholds and
+stores them for this machine (gpudash/runtime/tuned.py). Results go into the store."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import click
+from rich.table import Table
 
 from gpudash.engine import EngineError
-from gpudash.engine.bench import CUDA_SIZES, MEMORY, SIM_SIZES, bench_title, render, render_tune
+from gpudash.engine.bench import CUDA_SIZES, MEMORY, SIM_SIZES, BenchRow, RelayFigure, bench_title, render_tune
 from gpudash import fmt
-from gpudash.engine.profiles import PROFILES
+from gpudash.engine.profiles import PROFILES, get_profile
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, usage_error
+from gpudash.commands.output import console, echo_fitted, fitted_tables, plain_table, print_tables
 from gpudash.config import Config, ConfigError, parse_size
 from gpudash.records import Event
 from gpudash.telemetry.rig import NvmlRig, SimulatedRig
@@ -27,6 +30,66 @@ def knobs_lines(knobs: dict[str, Any]) -> list[str]:
     (2.68 MiB beside 16 MiB, never 2.81MB beside 16MiB)."""
     width = max((len(k) for k in knobs), default=0)
     return ["knobs:"] + [f"  {k:<{width}}  {fmt.knob_text(v)}" for k, v in knobs.items()]
+
+
+# The result columns in groups, each table led by direction, memory and size: one table where the terminal
+# is wide enough, else one a group (80 columns).
+GROUPS: dict[str, tuple[str, ...]] = {
+    "speed": ("engine GB/s", "native GB/s", "ratio", "x pinned native"),
+    "CPU and path": ("eng core-s/GB", "nat core-s/GB", "engine path", "reps"),
+}
+BASELINE = "engine: copy(sync=True); medians; ratio = engine / native on the same buffers"
+
+
+def _cells(r: BenchRow) -> dict[str, str]:
+    return {"engine GB/s": f"{r.engine_gbps:.2f}", "native GB/s": f"{r.native_gbps:.2f}", "ratio": f"{r.ratio:.2f}x",
+            "x pinned native": f"{r.vs_pinned_native:.2f}x", "eng core-s/GB": f"{r.engine_core_s_per_gb:.4f}",
+            "nat core-s/GB": f"{r.native_core_s_per_gb:.4f}", "engine path": r.engine_path, "reps": str(r.reps)}
+
+
+def _table(rows: list[BenchRow], groups: Sequence[str]) -> Table:
+    table = plain_table(title=" and ".join(groups) if len(groups) < len(GROUPS) else None)
+    for name in ("dir", "memory", "size"):
+        table.add_column(name, justify="right" if name == "size" else "left", no_wrap=True)
+    names = [n for g in groups for n in GROUPS[g]]
+    for name in names:
+        table.add_column(name, justify="left" if name == "engine path" else "right", no_wrap=True)
+    for r in rows:
+        cells = _cells(r)
+        table.add_row(r.direction, r.memory, fmt.knob_text(r.size), *(cells[n] for n in names))
+    return table
+
+
+def relay_paths(backend: str, profile: str) -> tuple[RelayFigure | None, str]:
+    """What the relay paths add on this bench's rig, measured where it has any: a sim rig whose GPUs
+    reach each other peer to peer (8xh20's NVLink); otherwise None and a line that says why there is
+    no figure (a copy there only ever takes its GPU's own link)."""
+    if backend != "sim":
+        return None, ("relays: not measured here (the relay figure is a sim measurement; "
+                      "`--backend sim --profile 8xh20` shows it)")
+    rig = get_profile(profile)
+    if len(rig.gpus) == 1:
+        return None, f"relays: none on SIM {profile}: one GPU, so every copy takes its own link"
+    if not any(rig.peer_gbps(v, 0) for v in range(1, len(rig.gpus))):
+        return None, (f"relays: none on SIM {profile}: its GPUs cannot copy peer to peer, so every copy "
+                      "takes its GPU's own link")
+    from gpudash.engine.bench import relay_figure
+
+    fig = relay_figure(profile)
+    return fig, (f"relays (SIM {profile}): a 1 GiB copy into GPU {fig.target} over its own link and through "
+                 f"{fig.relays} peer GPUs (host -> peer -> GPU {fig.target}): {fig.measured_gbps:.1f} GB/s of "
+                 f"the {fig.model_gbps:.1f} GB/s the link model allows ({fig.percent:.1f}%)")
+
+
+def print_results(title: str, knobs: dict[str, Any], baseline: str, rows: list[BenchRow], relays: str) -> None:
+    """The bench as text that fits the terminal (piped: a row a line)."""
+    echo_fitted([f"gpudash bench engine: {title}"], "  ")
+    for line in knobs_lines(knobs):
+        click.echo(line)
+    echo_fitted([f"baseline: {baseline}; {BASELINE}", ""], "  ")
+    out = console()
+    print_tables(out, fitted_tables(out, tuple(GROUPS), lambda groups: _table(rows, groups)))
+    echo_fitted(["", relays], "  ")
 
 
 class _Bar:
@@ -91,7 +154,7 @@ def bench_engine(cfg: Config, backend: str | None, profile: str | None, as_json:
                  tune: bool, sizes: str | None, no_store: bool, db: str | None) -> None:
     """Engine vs native copies (H2D/D2H; pinned, pageable one-shot and reused)."""
     from gpudash.engine.autotune import tune as run_tune
-    from gpudash.engine.bench import check_engine, relay_figure, run_bench, side_for
+    from gpudash.engine.bench import check_engine, run_bench, side_for
 
     try:
         size_list = tuple(parse_size(s) for s in sizes.split(",")) if sizes else None
@@ -134,9 +197,11 @@ def bench_engine(cfg: Config, backend: str | None, profile: str | None, as_json:
         out["baseline"] = side_for(eng).label
         title = bench_title(eng)
     out["rows"] = [r.as_dict() for r in rows]
-    fig = relay_figure("8xh20")
-    out["relay_8xh20_sim"] = {"measured_gbps": fig.measured_gbps, "model_gbps": fig.model_gbps,
-                              "percent": fig.percent, "relays": fig.relays}
+    fig, relays = relay_paths(backend, rig.profile or "")
+    out["relays"] = None if fig is None else {"profile": fig.profile, "target": fig.target, "relays": fig.relays,
+                                              "measured_gbps": fig.measured_gbps, "model_gbps": fig.model_gbps,
+                                              "percent": fig.percent}
+    out["relays_note"] = relays
     if not no_store:
         try:
             out["store"] = _record(cfg, db, source, rows, tuned)
@@ -148,7 +213,6 @@ def bench_engine(cfg: Config, backend: str | None, profile: str | None, as_json:
     if tune:
         click.echo(f"autotune ({source}): {tuned}; {out['tune']['stored']}")
         click.echo(render_tune(res))
-    table = render(title, out["knobs"], out["baseline"], rows, fig).splitlines()
-    click.echo("\n".join(part for line in table
-                          for part in (knobs_lines(out["knobs"]) if line.startswith("knobs: ") else [line])))
-    click.echo(out["store"] if "store" in out else "")
+    print_results(title, out["knobs"], out["baseline"], rows, relays)
+    if "store" in out:
+        echo_fitted([out["store"]], "  ")

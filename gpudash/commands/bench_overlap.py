@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import click
+from rich.markup import escape
+from rich.table import Table
 
 from gpudash import fmt
 from gpudash.commands.common import pass_config, resolve_rig, sim_options, usage_error
+from gpudash.commands.output import console, echo_fitted, fitted_tables, plain_table, print_tables
 from gpudash.config import Config
 from gpudash.labels import is_sim_label
 
@@ -24,28 +28,54 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:.3f}"
 
 
-def render(source: str, shape: LayerShape, rows: list[OverlapRow]) -> str:
-    """A side-by-side table: serial vs overlapped, ideal vs achieved."""
+# The table's columns in groups, each table led by the GPU: one table where the terminal is wide enough,
+# else the fewest tables of whole groups that fit (one a group at 80 columns).
+GROUPS: dict[str, tuple[str, ...]] = {
+    "compute against communication": ("T_compute ms", "T_comm ms", "hides", "depth"),
+    "layer time": ("serial ms", "ideal ms", "achieved ms", "ach/ideal"),
+    "memory bandwidth and the communication": ("BW serial", "BW ideal", "comm"),
+}
+LEGEND = ("hides: T_comm < T_compute, so deferring communication by one layer hides it; depth: layers to defer by "
+          "so it hides; serial: compute then communicate; ideal: max of the two (fully overlapped); achieved: "
+          "measured with both running; BW: weight bytes read / (layer time x memory bandwidth)")
+
+
+def _cells(r: OverlapRow) -> dict[str, str]:
+    o = r.result
+    return {"T_compute ms": _ms(o.t_compute_s), "T_comm ms": _ms(o.t_comm_s), "hides": "yes" if o.hides else "no",
+            "depth": str(o.depth), "serial ms": _ms(o.t_serial_s), "ideal ms": _ms(o.t_overlapped_s),
+            "achieved ms": _ms(r.achieved_s),
+            "ach/ideal": f"{r.achieved_s / o.t_overlapped_s:.2f}" if r.achieved_s else "n/a",
+            "BW serial": f"{o.bw_util_serial:.0%}", "BW ideal": f"{o.bw_util_overlapped:.0%}",
+            "comm": escape(f"{r.comm} ({r.comm_gbps:.1f} GB/s)")}
+
+
+def _table(rows: list[OverlapRow], groups: Sequence[str]) -> Table:
+    table = plain_table(title=" and ".join(groups) if len(groups) < len(GROUPS) else None)
+    table.add_column("GPU", no_wrap=True)
+    names = [n for g in groups for n in GROUPS[g]]
+    for name in names:
+        wraps = name == "comm"
+        table.add_column(name, justify="left" if wraps else "right", no_wrap=not wraps, min_width=28 if wraps else None)
+    for r in rows:
+        cells = _cells(r)
+        table.add_row(str(r.gpu), *(cells[n] for n in names))
+    return table
+
+
+def render(source: str, shape: LayerShape, rows: list[OverlapRow]) -> None:
+    """A side-by-side table (serial vs overlapped, ideal vs achieved) that fits the terminal, the lines
+    around it wrapped to its width (piped: one line each)."""
     sim = is_sim_label(source)
     head = (f"gpudash bench overlap [{source}]"
             + (" SIM: arithmetic over the profile's rates, not a GPU measurement" if sim else ""))
     layer = (f"layer: hidden {shape.hidden}, ffn {shape.ffn}, tokens {shape.tokens}, tp {shape.tp}, fp16: "
              f"{fmt.size(shape.weight_bytes)} weights and {shape.flops / 1e9:.2f} GFLOP per GPU")
-    cols = (f"{'GPU':<4}{'T_compute ms':>13}{'T_comm ms':>11}{'hides':>7}{'depth':>7}{'serial ms':>11}"
-            f"{'ideal ms':>10}{'achieved ms':>13}{'ach/ideal':>10}{'BW serial':>11}{'BW ideal':>10}  comm")
-    out = [head, layer, "", cols]
-    for r in rows:
-        o = r.result
-        ratio = f"{r.achieved_s / o.t_overlapped_s:.2f}" if r.achieved_s else "n/a"
-        out.append(f"{r.gpu:<4}{_ms(o.t_compute_s):>13}{_ms(o.t_comm_s):>11}{'yes' if o.hides else 'no':>7}"
-                   f"{o.depth:>7}{_ms(o.t_serial_s):>11}{_ms(o.t_overlapped_s):>10}{_ms(r.achieved_s):>13}"
-                   f"{ratio:>10}{o.bw_util_serial:>11.0%}{o.bw_util_overlapped:>10.0%}  {r.comm} ({r.comm_gbps:.1f} GB/s)")
-    out += ["", "hides: T_comm < T_compute, so deferring communication by one layer hides it; depth: layers "
-                "to defer by so it hides; serial: compute then communicate; ideal: max of the two (fully overlapped); "
-                "achieved: measured with both running; BW: weight bytes read / (layer time x memory bandwidth)"]
-    if sim:
-        out.append("achieved: n/a on a sim rig (nothing computes); run on a GPU for the measured overlap")
-    return "\n".join(out)
+    echo_fitted([head, layer, ""], "  ")
+    out = console()
+    print_tables(out, fitted_tables(out, tuple(GROUPS), lambda groups: _table(rows, groups)))
+    echo_fitted(["", LEGEND, *(["achieved: n/a on a sim rig (nothing computes); run on a GPU for the measured "
+                                "overlap"] if sim else [])], "  ")
 
 
 @click.command("overlap")
@@ -82,4 +112,4 @@ def bench_overlap(cfg: Config, sim: str | None, no_sim: bool, hidden: int, ffn: 
         click.echo(json.dumps({"source": source, "sim": topo.is_sim, "shape": dataclasses.asdict(shape),
                                "rows": [dataclasses.asdict(r) for r in rows]}, indent=2))
     else:
-        click.echo(render(source, shape, rows))
+        render(source, shape, rows)

@@ -10,6 +10,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
+from gpudash.commands.output import echo_fitted
 from gpudash.engine.profiles import PROFILES
 from gpudash.config import Config, ConfigError, load_config
 from gpudash.telemetry.rig import NvmlRig, Rig, SimulatedRig
@@ -17,8 +18,9 @@ from gpudash.runtime.tuned import with_tuned
 
 
 def usage_error(message: str) -> NoReturn:
-    """Print one clear sentence to stderr and exit 2 (a usage error: nothing was done)."""
-    click.echo(f"gpudash: {message}", err=True)
+    """Print one clear sentence to stderr (wrapped to the terminal) and exit 2 (a usage error: nothing was
+    done)."""
+    echo_fitted([f"gpudash: {message}"], "    ", err=True)
     sys.exit(2)
 
 
@@ -71,7 +73,8 @@ def resolve_rig(config: Config, sim: str | None, no_sim: bool, quiet: bool = Fal
         usage_error(f"no NVIDIA driver found ({reason}); install the driver or drop --no-sim to use a simulated rig")
     rig = SimulatedRig(config.sim.profile)
     if not quiet:
-        click.echo(f"gpudash: no NVIDIA driver found ({reason}); using the simulated rig {rig.label}", err=True)
+        echo_fitted([f"gpudash: no NVIDIA driver found ({reason}); using the simulated rig {rig.label}"], "    ",
+                    err=True)
     return rig
 
 

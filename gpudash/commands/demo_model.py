@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import click
 
 from gpudash import fmt
 from gpudash.commands.common import usage_error
+
+
+def folder_problem(out: Path) -> None:
+    """Refuse (exit 2) a path whose folder is missing or is a file: a model goes where the user has a folder
+    (--db and export never guess folders either); the first ancestor that exists says what is wrong."""
+    folder = out.expanduser().absolute().parent
+    if folder.is_dir():
+        return
+    nearest = next(p for p in [folder, *folder.parents] if p.exists())  # "/" exists
+    if nearest.is_dir():
+        usage_error(f"cannot write {out}: the folder {folder} does not exist; create it first "
+                    f"(mkdir -p {folder}) or pick a path in a folder that exists")
+    usage_error(f"cannot write {out}: {nearest} is a file, not a folder; pick a path in a folder")
 
 
 @click.command("demo-model")
@@ -28,6 +42,7 @@ def demo_model(out: str, layers: int, embedding: int, heads: int, context: int) 
                                feed_forward=2 * embedding, context=context)
     except ValueError as err:
         usage_error(f"{err}; pick --embedding as a multiple of --heads")
+    folder_problem(Path(out))
     try:
         path = write_demo_model(out, shape)
     except OSError as err:

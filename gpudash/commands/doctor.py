@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gpudash.commands.common import pass_config, resolve_rig, sim_options
+from gpudash.commands.output import terminal_width, wrapped
 from gpudash.config import Config
 from gpudash.labels import is_sim_label
 
@@ -21,16 +22,17 @@ if TYPE_CHECKING:
 _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP"}
 
 
-def render(source: str, results: list[CheckResult]) -> str:
-    """The human report: one block per check, evidence lines indented, the fix last."""
+def render(source: str, results: list[CheckResult], width: int | None = None) -> str:
+    """The human report: one block per check, evidence lines indented, the fix last; each line wrapped
+    to `width` under its indent (a fix's rows under its words), or one line each where `width` is None."""
     label = f"{source} (simulated rig, not real hardware)" if is_sim_label(source) else source
-    out = [f"gpudash doctor [{label}]", ""]
+    out = [*wrapped(f"gpudash doctor [{label}]", width), ""]
     for r in results:
-        out.append(f"{_MARK[r.status]}  {r.title}")
+        out += wrapped(f"{_MARK[r.status]}  {r.title}", width, "      ")
         for line in r.evidence:
-            out.append(f"      {line}")
+            out += wrapped(f"      {line}", width, "  ")
         if r.fix and r.status != "pass":
-            out.append(f"      fix: {r.fix}")
+            out += wrapped(f"      fix: {r.fix}", width, "     ")
     counts = {s: sum(r.status == s for r in results) for s in _MARK}
     out += ["", ", ".join(f"{n} {s}" for s, n in counts.items())]
     return "\n".join(out)
@@ -56,5 +58,5 @@ def doctor(cfg: Config, sim: str | None, no_sim: bool, as_json: bool, load_secon
         click.echo(json.dumps({"source": source, "sim": rig.is_sim, "exit_code": code,
                                "checks": [dataclasses.asdict(r) for r in results]}, indent=2))
     else:
-        click.echo(render(source, results))
+        click.echo(render(source, results, terminal_width()))
     sys.exit(code)

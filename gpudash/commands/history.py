@@ -3,23 +3,68 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
+from rich.markup import escape
+from rich.table import Table
 
 from gpudash import fmt
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
+from gpudash.commands.output import console, fitted_tables, plain_table, print_tables
 from gpudash.config import Config
+
+if TYPE_CHECKING:
+    from gpudash.store import SessionInfo
 
 # Short names for the row-count column of the table view.
 _SHORT = {"gpu_samples": "gpu", "gpu_process_samples": "gpu_proc", "host_samples": "host",
           "process_samples": "proc", "engine_path_samples": "engine", "pool_samples": "slab",
           "pool_shard_samples": "pool", "server_samples": "server", "requests": "req", "events": "event"}
+# The columns in groups, each table led by the session id: one table where the terminal is wide enough,
+# else one table a group (80 columns), the long cells (what recorded it, the row counts) wrapped.
+GROUPS = ("when", "what")
 
 
 def _label(table: str) -> str:
     """A table's short name; the 1-minute tier of `gpu_samples` is `gpu/1m`."""
     base = table.removesuffix("_1m")
     return _SHORT.get(base, base) + ("/1m" if base != table else "")
+
+
+def _ended(s: SessionInfo) -> str:
+    """The end as a time of day when the session ended the day it started, else the full date."""
+    if s.ended is not None and time.localtime(s.ended)[:3] == time.localtime(s.started)[:3]:
+        return time.strftime("%H:%M:%S", time.localtime(s.ended))
+    return fmt.session_end(s.ended, s.state)
+
+
+def _rows(s: SessionInfo) -> str:
+    counts = ", ".join(f"{_label(t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
+    return f"ticks {s.rows.get('ticks', 0)}{', ' + counts if counts else ''}"
+
+
+def _table(sessions: Sequence[SessionInfo], groups: Sequence[str]) -> Table:
+    table = plain_table()
+    table.add_column("id", justify="right", no_wrap=True)
+    if "when" in groups:
+        for name in ("started", "ended", "duration", "source"):
+            table.add_column(name, justify="right" if name == "duration" else "left", no_wrap=True)
+    if "what" in groups:
+        table.add_column("what", min_width=14)
+        table.add_column("rows", min_width=28)
+    for s in sessions:
+        cells = [str(s.id)]
+        if "when" in groups:
+            cells += [fmt.clock(s.started), _ended(s), fmt.duration(s.duration_s), escape(s.source)]
+        if "what" in groups:
+            cells += [escape(s.note or fmt.NA), _rows(s)]
+        table.add_row(*cells)
+    if len(groups) < len(GROUPS):
+        table.title = {"when": "sessions: when and where", "what": "what recorded them, and their rows"}[groups[0]]
+    return table
 
 
 @click.command()
@@ -30,8 +75,8 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     """List recorded sessions: start, end, duration, source, what recorded them and row counts per table.
 
     A session without an end shows as live (its writer runs), interrupted (its writer is gone) or open
-    (written on another host); `what` names the command that recorded it (gpudash record, gpudash bench
-    engine...)."""
+    (written on another host); `what` names the command that recorded it (gpudash launch, gpudash record,
+    gpudash bench engine...). The table fits the terminal; piped, each session is one line."""
     from gpudash.runtime.history import StoreError, recorded_sessions
 
     path = db_path(cfg, db)
@@ -47,11 +92,5 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     if not sessions:
         click.echo(f"no sessions in {path}")
         return
-    source = max(18, *(len(s.source) for s in sessions))  # columns as wide as their longest value
-    what = max(len("what"), *(len(s.note or fmt.NA) for s in sessions))
-    click.echo(f"{'id':>4}  {'started':19}  {'ended':19}  {'duration':>9}  {'source':{source}}  {'what':{what}}  rows")
-    for s in sessions:
-        rows = ", ".join(f"{_label(t)} {n}" for t, n in s.rows.items() if n and t != "ticks")
-        click.echo(f"{s.id:>4}  {fmt.clock(s.started):19}  {fmt.session_end(s.ended, s.state):19}  "
-                   f"{fmt.duration(s.duration_s):>9}  {s.source:{source}}  {s.note or fmt.NA:{what}}  "
-                   f"ticks {s.rows.get('ticks', 0)}{', ' + rows if rows else ''}")
+    out = console()
+    print_tables(out, fitted_tables(out, GROUPS, lambda groups: _table(sessions, groups)))

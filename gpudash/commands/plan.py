@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gpudash.commands.common import pass_config, resolve_rig, sim_options, usage_error
+from gpudash.commands.output import echo_fitted
 from gpudash.config import Config
 from gpudash.labels import is_sim_label
 
@@ -108,4 +109,4 @@ def plan(cfg: Config, model_gb: float | None, kv_gb: float, sim: str | None, no_
         data.update(source=source, sim=topo.is_sim, ratios=list(result.ratios), model=what)
         click.echo(json.dumps(data, indent=2))
     else:
-        click.echo(render(source, what, result))
+        echo_fitted(render(source, what, result).splitlines(), "  ")  # the lines around the table wrap

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gpudash.commands.common import db_option, db_path, get_config, resolve_rig, sim_options, usage_error
+from gpudash.commands.output import echo_fitted
 from gpudash.records import RequestSample, Snapshot
 
 if TYPE_CHECKING:
@@ -93,9 +94,9 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
             assert writer is not None and sid is not None
             if not quiet:
                 what = "the demo server (no [[servers]] configured)" if stack.demo else f"{len(stack.specs)} server(s)"
-                click.echo(f"gpudash serve: session {sid} [{rig.label}] into {path}; starting {what}", err=True)
+                say(f"gpudash serve: session {sid} [{rig.label}] into {path}; starting {what}")
                 if prom is not None:
-                    click.echo(f"gpudash serve: Prometheus on {prom.host}:{prom.port}", err=True)
+                    say(f"gpudash serve: Prometheus metrics at {metrics_url(prom.host, prom.port)}")
             try:
                 with signals.interrupting():  # while servers load, a signal unwinds the start
                     run.start_servers()
@@ -103,7 +104,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
                 failure = str(err)
             except KeyboardInterrupt:
                 stop.set()
-                click.echo("gpudash serve: interrupted while starting; stopping what was started", err=True)
+                say("gpudash serve: interrupted while starting; stopping what was started")
             if failure is None and not stop.is_set():
                 if not quiet:
                     for name in stack.supervisor.specs():
@@ -112,8 +113,8 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
                                        f"background is ready", err=True)
                             continue
                         log = stack.supervisor.log_path(name)
-                        click.echo(f"gpudash serve: {name} {'ready' if log else 'attached'} at "
-                                   f"{stack.supervisor.base_url(name)}" + (f" (log {log})" if log else ""), err=True)
+                        say(f"gpudash serve: {name} {'ready' if log else 'attached'} at {stack.supervisor.base_url(name)}"
+                            + (f" (log {log})" if log else ""))
                 while not stop.wait(STATUS_EVERY_S) and writer.error is None:
                     if not quiet:
                         _status(stack, requests)
@@ -127,7 +128,7 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
     if failure is not None:
         usage_error(failure)
     if not quiet:
-        click.echo(f"gpudash serve: stopped all servers; session {sid} closed ({writer.rows_written} rows)", err=True)
+        say(f"gpudash serve: stopped all servers; session {sid} closed ({writer.rows_written} rows)")
 
 
 def _status(stack: LaunchStack, requests: _Requests) -> None:
@@ -148,4 +149,14 @@ def _status(stack: LaunchStack, requests: _Requests) -> None:
             f" ({requests.failed} failed)" if requests.failed else ""
         line += (f"; probe {requests.total} requests{failed}, TTFT median hits {hit} / misses {miss}, "
                  f"TTFT~hit Pearson {pearson}")
-    click.echo(line, err=True)
+    say(line)
+
+
+def say(line: str) -> None:
+    """A status line on stderr, wrapped to the terminal (piped: one line, for grep and log files)."""
+    echo_fitted([line], "    ", err=True)
+
+
+def metrics_url(host: str, port: int) -> str:
+    """Where Prometheus scrapes the exporter: http://127.0.0.1:9400/metrics ([::1] for an IPv6 host)."""
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"

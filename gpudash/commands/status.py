@@ -37,7 +37,7 @@ def _cells(g: GpuSample) -> dict[str, tuple[str, ...]]:
     """One GPU's cells per group, in COLUMNS' order; NA shows as an em dash."""
     link = link_status(g)
     now = _link(g.link_gen, g.link_width)
-    held = {None: fmt.NA, "none": "nothing"}.get(g.throttle, escape((g.throttle or "").replace(",", ", ")))
+    held = escape(fmt.held_down_by(g.throttle))
     memory = (fmt.NA if g.mem_used is None and g.mem_total is None
               else f"{fmt.size(g.mem_used)} of {fmt.size(g.mem_total)}")
     return {

@@ -115,16 +115,21 @@ def default_staging_threads(cores: int | None = None) -> int:
 # knobs, wider types first, each type in this order, padded to 8 bytes with `reserved` (see c_layout).
 KNOB_TABLE: tuple[Knob, ...] = (
     Knob("h2d_chunk_bytes", 2_810_000, 4096, GiB, "bytes",
-         "Chunk size for host-to-device copies (MMA: 2.81 MB).", native="uint64_t", what="chunk size"),
+         "Chunk size for host-to-device copies; 2.81 MB is what the MMA multipath-transfer paper found best.",
+         native="uint64_t", what="chunk size"),
     Knob("d2h_chunk_bytes", 5_370_000, 4096, GiB, "bytes",
-         "Chunk size for device-to-host copies (MMA: 5.37 MB).", native="uint64_t", what="chunk size"),
+         "Chunk size for device-to-host copies; 5.37 MB is what the MMA multipath-transfer paper found best.",
+         native="uint64_t", what="chunk size"),
     Knob("outstanding", 2, 1, 64, "chunks",
-         "Chunks a path may have in flight at once (MMA: 2).", native="int32_t"),
+         "Chunks a path may have in flight at once; 2 is what the MMA multipath-transfer paper found best.",
+         native="int32_t"),
     Knob("h2d_fallback_bytes", 11_300_000, 0, MAX_BYTES, "bytes",
-         "H2D copies smaller than this take the single direct path (MMA: 11.3 MB).", native="uint64_t",
+         "H2D copies smaller than this take the single direct path; the MMA multipath-transfer paper measured "
+         "the crossover at 11.3 MB.", native="uint64_t",
          what="fallback threshold", zero_means="always multipath"),
     Knob("d2h_fallback_bytes", 13_000_000, 0, MAX_BYTES, "bytes",
-         "D2H copies smaller than this take the single direct path (MMA: 13 MB).", native="uint64_t",
+         "D2H copies smaller than this take the single direct path; the MMA multipath-transfer paper measured "
+         "the crossover at 13 MB.", native="uint64_t",
          what="fallback threshold", zero_means="always multipath"),
     Knob("h2d_staging_bytes", 1 * 2**20, 0, MAX_BYTES, "bytes",
          "One-shot pageable H2D copies of at least this size go through the pinned staging ring; smaller "

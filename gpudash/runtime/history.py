@@ -4,6 +4,7 @@ that cannot be read is refused the same way everywhere (StoreError or ExportErro
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from gpudash.store import SessionInfo, Store, StoreError
@@ -11,7 +12,15 @@ from gpudash.store.export import FORMATS, ExportError, Exported, export_session
 
 EXPORT_FORMATS = FORMATS
 
-__all__ = ["EXPORT_FORMATS", "ExportError", "StoreError", "export_recorded", "recorded_sessions"]
+__all__ = ["EXPORT_FORMATS", "ExportError", "StoreError", "export_recorded", "missing_for", "recorded_sessions"]
+
+
+def missing_for(fmt: str) -> str | None:
+    """What this install lacks to write `fmt` (Parquet needs pyarrow, which `pip install '.[llama]'` has
+    not), said where the format is chosen rather than after the export starts; None when nothing is."""
+    if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
+        return "parquet needs pyarrow, which is not installed: pip install 'gpudash[parquet]', or pick csv or json"
+    return None
 
 
 def recorded_sessions(db: Path) -> list[SessionInfo]:

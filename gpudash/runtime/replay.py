@@ -44,6 +44,9 @@ class ReplayFeed:
     def want_engine(self) -> list[str]:
         return []  # nor an engine
 
+    def cpu_builds(self) -> dict[str, str]:
+        return {}  # a replay changes nothing, so no split needs refusing
+
     def close(self) -> None:
         pass
 

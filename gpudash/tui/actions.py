@@ -117,6 +117,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("apply", "a", "apply", "Apply pending", mode="live", show=False),
     Action("discard", "escape", "discard", "Discard pending", mode="live", show=False),
     Action("toggle_recording", "r", "toggle_recording", "Recording", mode="live"),
+    Action("stop_demo", "D", "stop_demo", "Stop the demo", mode="live"),  # offered while the demo runs
     Action("export", "e", "export", "Export session", target=HistoryView),
     Action("sort_processes", "o", "sort_processes", "Sort: next column", (1,), target=ProcessesView),
     Action("sort_processes_back", "O", "sort_processes", "Sort: previous column", (-1,), show=False,

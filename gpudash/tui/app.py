@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from gpudash.runtime.control import SetRecording, describe
+from gpudash.runtime.control import ServerAction, SetRecording, describe
 from gpudash.records import GPU_FAULT_KINDS, Event, Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.actions import ACTIONS, BY_CALL, BY_ID, PINNED, VIEWS, Action, bindings
@@ -36,8 +38,10 @@ from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.build_bar import BuildBar
 from gpudash.tui.widgets.header import SourceHeader
 from gpudash.tui.widgets.keybar import KeyBar
+from gpudash.tui.widgets.notices import NoticeLine
 from gpudash.tui.widgets.view import DashView
 
+TABS_WIDTH = sum(len(v.title) + 2 for v in VIEWS)  # the tab bar with Textual's padding (85 cells for 10 tabs)
 MAX_PENDING = 256  # snapshots waiting for the UI; older ones are folded into newer ones beyond this
 SEEK_TICKS = 10  # how far one replay seek key moves
 ENGINE_VIEWS = ("engine", "pools")  # views of the transfer engine: showing one starts it where it waits
@@ -59,6 +63,8 @@ class GpudashApp(App[None]):
         self._views: TabbedContent | None = None  # the tabs of the views, once mounted
         self._header: SourceHeader | None = None  # held once mounted, like the views
         self._build_bar: BuildBar | None = None
+        self._notices: NoticeLine | None = None
+        self._demo_ran = False  # whether the demo ran at the last redraw (its key in the footer)
         self._view_widgets: dict[str, DashView] = {}  # by tab id, held (a DOM query walks the whole tree)
         self._shown: DashView | None = None  # the view on screen when the tab last changed
         self.keys = dict(keys or {})
@@ -82,12 +88,25 @@ class GpudashApp(App[None]):
             for view in VIEWS:
                 with TabPane(view.title, id=view.id):
                     yield view.widget(id=f"{view.id}-view")
-        yield KeyBar(id="keybar")
+        with Vertical(id="bottom"):  # docked: the notices' line (when there is one) above the keys
+            yield NoticeLine(id="notices")
+            yield KeyBar(id="keybar")
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_tabs(event.size.width)
+
+    def _fit_tabs(self, width: int) -> None:
+        """Below TABS_WIDTH columns (80 included) the tabs lose their right padding, so every title shows
+        whole instead of the bar scrolling "Fleet" or "Overview" off its edge."""
+        if self._views is not None:
+            self._views.set_class(width < TABS_WIDTH, "narrow-tabs")
 
     def on_mount(self) -> None:
         self._views = self.query_one("#views", TabbedContent)
+        self._fit_tabs(self.size.width)
         self._header = self.query_one(SourceHeader)
         self._build_bar = self.query_one(BuildBar)
+        self._notices = self.query_one(NoticeLine)
         self._view_widgets = {v.id: self.query_one(f"#{v.id}-view", DashView) for v in VIEWS}
         if self.keys:
             self.set_keymap(self.keys)
@@ -128,9 +147,14 @@ class GpudashApp(App[None]):
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
                markup: bool = False) -> None:
-        """A toast, always as plain text: toasts carry user text (paths, server names, "[engine]"), which
-        Rich markup would eat. Widgets and screens pass Textual's markup=True through here; it is ignored."""
+        """A notice on the line above the keys (Textual's toasts, drawn over forms and text, are hidden by
+        app.tcss; they are still recorded), always as plain text: notices carry user text (paths, server
+        names, "[engine]"), which Rich markup would eat. Widgets and screens pass Textual's markup=True
+        through here; it is ignored."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+        if self._notices is not None and self._notices.is_attached:
+            self._notices.add(f"{title}: {message}" if title else message, severity,
+                              self.NOTIFICATION_TIMEOUT if timeout is None else timeout)
 
     # ---- the feed ------------------------------------------------------------------------------------
 
@@ -165,6 +189,7 @@ class GpudashApp(App[None]):
         self.state.begin(info, live=not self.replay)
         self.state.update_warnings()
         self._read_model_sizes()
+        self._read_builds()
         if not self._alive():
             return
         h = self.header
@@ -184,6 +209,8 @@ class GpudashApp(App[None]):
         if not snaps:
             return
         self.state.ingest_all(snaps)
+        if any(e.kind in ("server.start", "server.restart") for s in snaps for e in s.events):
+            self._read_builds()  # a server started: on a CUDA build gpudash compiled, maybe
         for fault in (e for s in snaps for e in s.events if e.kind in GPU_FAULT_KINDS):
             self.notify(f"{fault.target}: {fault.reason}", title="GPU fault", severity="error", timeout=30)
         self.refresh_views()
@@ -192,6 +219,19 @@ class GpudashApp(App[None]):
         self.state.specs = dict(message.specs)
         self.state.update_warnings()
         self._read_model_sizes()
+        self._read_builds()
+        self.refresh_views()
+
+    def _read_builds(self) -> None:
+        """Which servers run a llama.cpp build without GPU offload, read from the binaries in a worker: a
+        split or share is refused before it relaunches anything, not after its log says so."""
+        if not self.replay:
+            self.in_thread(lambda: self.post_message(msg.CpuBuilds(self.feed.cpu_builds())), "servers.builds",
+                           "builds")
+
+    def on_cpu_builds(self, message: msg.CpuBuilds) -> None:
+        self.state.cpu_builds = dict(message.builds)
+        self.refresh_keys()  # the split and share keys follow it
         self.refresh_views()
 
     def _read_model_sizes(self) -> None:
@@ -231,14 +271,35 @@ class GpudashApp(App[None]):
         self.header.warnings = len(self.state.warnings)
         if self._build_bar is not None:
             self._build_bar.show_builds(self.state.latest.builds if self.state.latest is not None else ())
+        self.header.demo, self.header.demo_key = self._demo_badge()
         self.view.show(self.state)
-        if self.view.KEYS_FOLLOW_STATE:
+        demo_runs = self.state.demo_running()  # the demo's stop key shows while it runs
+        if self.view.KEYS_FOLLOW_STATE or demo_runs != self._demo_ran:
+            self._demo_ran = demo_runs
             self.refresh_keys()
         if self.player is not None:
             p = self.player
             self.header.position = (f"tick {p.index + 1}/{len(p.snaps)}  {p.speed:g}x"
                                     f"{'  PAUSED' if p.paused else ''}{'  END' if p.done else ''}")
             self.refresh_keys()  # the pause key reads Play while paused
+
+    def _demo_badge(self) -> tuple[str, str]:
+        """The header's word on the embedded demo: what its llama-server costs while it runs (the probe's
+        share is in gpudash's own CPU, on the host line), and the key that stops it."""
+        state = self.state
+        if state.demo is None or self.replay:
+            return "", ""
+        if not state.demo_running():
+            return "DEMO stopped", ""
+        cpu = state.demo_cpu()
+        return f"DEMO{'' if cpu is None else f' {cpu:.0f}% CPU'}", self.key_of(BY_ID["stop_demo"])
+
+    def action_stop_demo(self) -> None:
+        """`D`: stop the embedded demo at once (the header said what it costs; S on Servers starts it again)."""
+        if self.state.demo is None or not self.state.demo_running():
+            self.notify("no demo runs: nothing to stop")
+            return
+        self.changes.propose(ServerAction(self.state.demo, "stop"), confirmed=True)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.active_view in ENGINE_VIEWS and self.info is not None and not self.replay:
@@ -296,7 +357,7 @@ class GpudashApp(App[None]):
         return self.info.controller if self.info is not None else None
 
     def on_propose(self, message: msg.Propose) -> None:
-        self.changes.propose(message.command)
+        self.changes.propose(message.command, message.confirmed)
 
     def action_apply(self) -> None:
         self.changes.apply_pending()
@@ -396,13 +457,17 @@ class GpudashApp(App[None]):
         pending = self.changes.pending
         if pending is None:
             items = [(self.key_of(a), self._label(a)) for a in ACTIONS if a.show and a.available(self.replay, view)
-                     and (a.target is None or self.view.offers(a.method))]
+                     and (self.view.offers(a.method) if a.target is not None else self._offers(a))]
             note = None
         else:  # the bar is about the pending change until it is applied or discarded
             items = [(self.key_of(BY_ID["apply"]), "apply"), (self.key_of(BY_ID["discard"]), "discard")]
             note = Text.assemble(("│ pending: ", "bold magenta"), (describe(pending), "magenta"))
         self.query_one(KeyBar).show_keys(items, [(self.key_of(a), a.description) for a in PINNED], note,
                                          self.key_of(BY_ID["help"]))
+
+    def _offers(self, a: Action) -> bool:
+        """Whether the footer offers an app action now: the demo's stop only while the demo runs."""
+        return a.id != "stop_demo" or self.state.demo_running()
 
     def _label(self, a: Action) -> str:
         """An action's footer words, where they follow the state: replay's pause key, with the speed."""

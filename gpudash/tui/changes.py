@@ -73,11 +73,12 @@ class ChangeFlow:
         a = BY_ID[action_id]
         return Choice(self.app.keys.get(a.id, a.key), label, value, self.app.key_of(a))
 
-    def propose(self, command: Command | None) -> None:
-        """A form's or a key's command: apply it, or (for a re-launch) confirm it first."""
+    def propose(self, command: Command | None, confirmed: bool = False) -> None:
+        """A form's or a key's command: apply it, or (for a re-launch) confirm it first, unless the dialog
+        that asked for it said what it does (`confirmed`); the pending change, if any, stays."""
         if command is None:
             return
-        if not relaunches(command):
+        if confirmed or not relaunches(command):
             self._run_apply(command)
             return
         old = self.pending

@@ -105,9 +105,11 @@ class KnobsSaved(Message):
 
 @dataclass
 class Propose(Message):
-    """A view's change for the app to apply, or to confirm first when it re-launches a server."""
+    """A view's change for the app to apply, or to confirm first when it re-launches a server (`confirmed`:
+    a dialog that said what it does was answered already)."""
 
     command: Any  # gpudash.runtime.control.Command
+    confirmed: bool = False
 
 
 @dataclass
@@ -141,3 +143,10 @@ class BoxHistory(Message):
     series: dict[str, dict[str, list[tuple[float, float]]]] | None
     error: str | None
     box: Any = None  # the box read again with its servers' figures (gpudash.fleet.boxes.FleetBox)
+
+
+@dataclass
+class CpuBuilds(Message):
+    """{server: its llama-server binary} for the servers whose llama.cpp build has no GPU backend."""
+
+    builds: dict[str, str]

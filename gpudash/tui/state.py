@@ -23,6 +23,7 @@ HISTORY_TICKS = 120  # points kept for the live PCIe plots
 REQUESTS_KEPT = 2000  # probe requests kept for the latency view
 EVENTS_KEPT = 5000
 RATE_WINDOW_S = 10.0  # server rates are averaged over this much time: one tick alone swings 0 <-> peak
+DEMO_CPU_WINDOW_S = 30.0  # the demo's cost in the header: its llama-server's CPU over this much time (probe bursts)
 
 @dataclass(frozen=True, slots=True)
 class SplitRow:
@@ -121,6 +122,7 @@ class ViewState:
         self.proc_info: dict[int, Any] = {}  # pid -> procinfo.ProcInfo (user, command), looked up live only
         self.proc_asked: set[int] = set()  # pids looked up, or being looked up
         self.server_warnings: dict[str, tuple[str, ...]] = {}  # per server: what its log warned since it started
+        self.cpu_builds: dict[str, str] = {}  # server -> its llama-server: a build without GPU offload
         self.latest: Snapshot | None = None
         # per GPU: (TX, RX) history as a fraction of what the link could carry at that tick
         self.link_history: dict[int, tuple[deque[float], deque[float]]] = {}
@@ -137,11 +139,16 @@ class ViewState:
         self.warnings: tuple[ShareWarning, ...] = ()
         self._start_warnings: dict[str, tuple[ShareWarning, ...]] = {}
         self._rates: dict[str, deque[tuple[float, float]]] = {}  # per server: (ts, tok/s) while ready
+        self.demo: str | None = None  # the embedded demo's server name, when the run started it
+        self._cpu: dict[str, deque[tuple[float, float]]] = {}  # per server: (ts, % of a core) of its processes
+        # per engine path (server, path, direction): (ts, bytes moved so far) over the last RATE_WINDOW_S
+        self._moved: dict[tuple[str | None, str, str], deque[tuple[float, int]]] = {}
 
     def begin(self, feed: Any, live: bool) -> None:
         """The feed started: its servers and knobs (a live run also remembers the knobs it started with)."""
         self.feed = feed
         self.specs, self.knobs = dict(feed.specs), dict(feed.knobs)
+        self.demo = getattr(feed, "demo", None)
         self.saved_knobs = dict(feed.knobs) if live else None
         self.live = live
 
@@ -179,6 +186,47 @@ class ViewState:
         while window and window[0][0] < ts - RATE_WINDOW_S:
             window.popleft()
 
+    def _track_moved(self, snap: Snapshot) -> None:
+        for p in snap.engine_paths:
+            window = self._moved.setdefault((p.server, p.path, p.direction), deque())
+            if window and p.bytes_total < window[-1][1]:  # the counters began again (a new engine)
+                window.clear()
+            window.append((p.ts, p.bytes_total))
+            while len(window) > 2 and window[0][0] < p.ts - RATE_WINDOW_S:
+                window.popleft()
+
+    def path_gbps(self, server: str | None, path: str, direction: str) -> float | None:
+        """GB/s an engine path moved over the last RATE_WINDOW_S, from its byte counter (the engine's own
+        rate is of the moment it was read, 0 between copies); None before two samples."""
+        window = self._moved.get((server, path, direction))
+        if not window or len(window) < 2 or window[-1][0] <= window[0][0]:
+            return None
+        (t0, b0), (t1, b1) = window[0], window[-1]
+        return (b1 - b0) / (t1 - t0) / 1e9
+
+    def _track_cpu(self, snap: Snapshot) -> None:
+        now: dict[str, float] = {}
+        for p in snap.processes:  # a server's processes, by its name
+            if p.cpu_pct is not None:
+                now[p.name] = now.get(p.name, 0.0) + p.cpu_pct
+        for name in set(self._cpu) | set(now):
+            window = self._cpu.setdefault(name, deque())
+            if name in now:
+                window.append((snap.ts, now[name]))
+            while window and window[0][0] < snap.ts - DEMO_CPU_WINDOW_S:
+                window.popleft()
+
+    def demo_running(self) -> bool:
+        """Whether the embedded demo's server runs (any state but stopped, crashed or gone)."""
+        snap = self.latest
+        row = next((s for s in (snap.servers if snap else ()) if s.server == self.demo), None)
+        return self.demo is not None and row is not None and row.state.running
+
+    def demo_cpu(self) -> float | None:
+        """Percent of one core the demo's llama-server took over the last DEMO_CPU_WINDOW_S (None: no sample)."""
+        window = self._cpu.get(self.demo or "")
+        return sum(c for _, c in window) / len(window) if window else None
+
     def tokens_per_s(self, server: str) -> float | None:
         """Generated tokens/s over the last RATE_WINDOW_S while ready; None when there is no sample."""
         window = self._rates.get(server)
@@ -200,6 +248,8 @@ class ViewState:
             mem.append(g.mem_used / g.mem_total if g.mem_used is not None and g.mem_total else 0.0)
         for s in snap.servers:
             self._track_rate(s.server, s.state, s.ts, s.tokens_per_s)
+        self._track_moved(snap)
+        self._track_cpu(snap)
         self.requests.extend(snap.requests)
         self.events.extend(snap.events)
         for e in snap.events:  # replayed changes move the knobs and specs the views show
@@ -222,8 +272,14 @@ class ViewState:
         self.warnings = tuple(w for w in found if w.kind != "low_free_at_start") + sticky
 
     def runs_on_cpu(self, server: str) -> bool:
-        """Whether the server's build said it cannot use GPUs (splits, shares and -ngl do nothing there)."""
-        return any(says_no_gpu_offload(w) for w in self.server_warnings.get(server, ()))
+        """Whether the server's build cannot use GPUs (splits, shares and -ngl do nothing there): its binary
+        is a CPU build, or its log said so."""
+        return server in self.cpu_builds or any(says_no_gpu_offload(w) for w in self.server_warnings.get(server, ()))
+
+    def cpu_evidence(self, server: str) -> str:
+        """How runs_on_cpu knows: the server's log line, else its binary."""
+        said = next((w for w in self.server_warnings.get(server, ()) if says_no_gpu_offload(w)), None)
+        return f"its log: {said}" if said else f"{self.cpu_builds.get(server, 'its llama-server')} is a CPU build"
 
     def _apply_change(self, e: Event) -> None:
         if not e.ok:

@@ -32,10 +32,10 @@ def test_doctor_text_on_a_sim_rig_skips_with_the_reason_and_exits_0() -> None:
     r = run("doctor", "--sim", "rtx5080+rtx3090", "--load-seconds", "0.1")
     lines = r.stdout.splitlines()
     assert r.exit_code == 0, r.stdout
-    assert "SKIP  llama.cpp built for these GPUs' compute capabilities" in lines
-    i = lines.index("SKIP  llama.cpp built for these GPUs' compute capabilities")
+    assert "SKIP  llama.cpp archs against these GPUs' compute capabilities" in lines
+    i = lines.index("SKIP  llama.cpp archs against these GPUs' compute capabilities")
     assert lines[i + 1].strip().startswith("simulated rig (sim:rtx5080+rtx3090): its GPUs are modelled")
-    assert "WARN  PCIe link at full speed while busy" in lines
+    assert "WARN  PCIe link speed and width while busy" in lines
     assert any("the card is gen5 x16" in ln and "its slot allows gen4 x8 at most" in ln for ln in lines)
     assert not any(ln.startswith("FAIL") for ln in lines)
 
@@ -46,7 +46,7 @@ def test_doctor_fails_on_overcommitted_shares(tmp_path: Path) -> None:
                    '[[servers]]\nname = "b"\nkind = "vllm"\nmodel = "m"\ngpus = [0]\nshare = 0.5\n')
     r = run("doctor", "--sim", "h200", "--load-seconds", "0.1", config=cfg)
     assert r.exit_code == 1
-    assert "FAIL  Memory shares per GPU add up to at most 1" in r.stdout
+    assert "FAIL  Memory shares per GPU (their sum, up to 1)" in r.stdout
     assert "GPU 0: a 0.6 (share) + b 0.5 (share) = 1.10" in r.stdout and "fix: lower `share`" in r.stdout
     assert "simulated rig" in r.stdout.splitlines()[0]
 
@@ -143,5 +143,5 @@ def test_doctor_text_shows_the_p2p_matrix_and_the_upi_ceiling() -> None:
     lines = r.stdout.splitlines()
     assert lines[0] == "gpudash doctor [sim:8xh20 (simulated rig, not real hardware)]"
     assert any(ln.split() == ["GPU7", "OK", "OK", "OK", "OK", "OK", "OK", "OK", "X"] for ln in lines)
-    assert "WARN  At most 6 GPUs copying across NUMA nodes" in r.stdout
+    assert "WARN  GPUs copying across NUMA nodes (up to 6 keep full speed)" in r.stdout
     assert r.exit_code == (1 if any(ln.startswith("FAIL") for ln in lines) else 0)

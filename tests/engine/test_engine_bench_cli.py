@@ -25,7 +25,7 @@ def test_bench_cli_prints_a_sim_labelled_table_and_records_it(tmp_path: Path) ->
     assert res.exit_code == 0, res.output
     assert "SIM rig h200" in res.output and "sim single-path" in res.output
     assert res.output.count("64 KiB") == 6  # h2d/d2h x pinned, one-shot, reused
-    assert "link model allows" in res.output and "recorded as session" in res.output
+    assert "relays: none on SIM h200: one GPU" in res.output and "recorded as session" in res.output
     from gpudash.store import Store
 
     store = Store.open(db)
@@ -36,10 +36,11 @@ def test_bench_cli_prints_a_sim_labelled_table_and_records_it(tmp_path: Path) ->
 
 
 def test_bench_cli_json_and_bad_sizes(tmp_path: Path) -> None:
-    res = CliRunner().invoke(main, ["bench", "engine", "--backend", "sim", "--sizes", "4KiB", "--json", "--no-store"])
+    res = CliRunner().invoke(main, ["bench", "engine", "--backend", "sim", "--profile", "8xh20", "--sizes", "4KiB",
+                                    "--json", "--no-store"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert out["sim"] is True and len(out["rows"]) == 6 and out["relay_8xh20_sim"]["percent"] > 0
+    assert out["sim"] is True and len(out["rows"]) == 6 and out["relays"]["percent"] > 0
     bad = CliRunner().invoke(main, ["bench", "engine", "--backend", "sim", "--sizes", "lots"])
     assert bad.exit_code == 2 and "--sizes" in bad.output
 

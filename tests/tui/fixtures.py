@@ -57,8 +57,10 @@ class FixedFeed:
     """Hands a fixed list of snapshots to the app synchronously at start (stable output for snapshots)."""
 
     def __init__(self, snaps: list[Snapshot], specs: dict | None = None, controller=None,
-                 knobs: dict | None = None) -> None:
+                 knobs: dict | None = None, cpu: dict[str, str] | None = None, demo: str | None = None) -> None:
         self.snaps = snaps
+        self.cpu = cpu or {}
+        self.demo = demo  # the server that stands for the embedded demo
         self.source = snaps[0].source if snaps else "sim:8xh20"
         self.specs = SPECS if specs is None else specs
         self.controller = controller
@@ -72,13 +74,16 @@ class FixedFeed:
         for s in self.snaps:
             deliver(s)
         return FeedInfo(self.source, "/tmp/gpudash-test.db", False, self.controller, dict(self.specs),
-                        dict(self.knobs))
+                        dict(self.knobs), demo=self.demo)
 
     def start_servers(self) -> list[str]:
         return []
 
     def want_engine(self) -> list[str]:
         return []
+
+    def cpu_builds(self) -> dict[str, str]:
+        return dict(self.cpu)  # the fixed servers run no binary: their build is what the test says
 
     def close(self) -> None:
         self.closed = True

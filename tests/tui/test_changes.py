@@ -206,12 +206,20 @@ async def test_planned_split_is_proposed_with_p_and_confirmed_first() -> None:
         assert isinstance(app.changes.pending, SetSplit)
 
 
-async def test_k_on_a_supervised_server_s_process_stops_it_through_the_supervisor() -> None:
-    """A process gpudash supervises gets no raw signal (its supervisor would restart it): K asks to stop
-    the server, as x on Servers does."""
+async def test_k_on_a_supervised_server_s_process_offers_its_stop_first_then_the_signals() -> None:
+    """K, as htop's, names the process and offers TERM, INT, KILL and HUP; for a server gpudash supervises,
+    stopping it through its supervisor comes first (a signal alone would have it started again), and
+    choosing it stops the server at once: the dialog said what it does."""
     app, inbox = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
         await pilot.press("9", "K")
-        assert isinstance(app.screen, ChoiceScreen) and "Stop big?" in dialog_text(app)
-        assert app.changes.pending == ServerAction("big", "stop")
+        assert isinstance(app.screen, ChoiceScreen)
+        keys = str(app.screen.query_one("#confirm-keys", Static).content)
+        assert [k in keys for k in (" x  stop big (stays stopped)", " t  TERM", " i  INT", " k  KILL")] == [True] * 4
+        assert "server big, which gpudash supervises" in dialog_text(app)
+        await pilot.press("x")
+        await wait_for(pilot, lambda: any(e.kind.startswith("server.stop") and e.target == "big"
+                                          for e in inbox.poll().get("events", ())),
+                       what="big's stop, applied without a second dialog")
+        assert app.changes.pending is None and not isinstance(app.screen, ChoiceScreen)

@@ -80,8 +80,11 @@ def test_launch_in_tmux_records_and_quits_cleanly(tmp_path: Path) -> None:
     finally:
         subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
     con = sqlite3.connect(db)
-    [(source, ended)] = con.execute("SELECT source, ended FROM sessions").fetchall()
+    [(source, ended, note)] = con.execute("SELECT source, ended, note FROM sessions").fetchall()
     assert source == "sim:8xh20" and ended is not None  # the session was closed cleanly
+    assert note == "gpudash launch (demo)"  # what recorded it, for `history`'s "what" column
+    listed = subprocess.run([str(GPUDASH), "history", "--db", str(db)], capture_output=True, text=True, check=True)
+    assert "gpudash launch (demo)" in listed.stdout
     gpus = con.execute("SELECT count(DISTINCT [index]), count(*) FROM gpu_samples").fetchone()
     assert gpus[0] == 8 and gpus[1] >= 8 * 3
     kinds = [r[0] for r in con.execute("SELECT kind FROM events ORDER BY ts")]
@@ -144,6 +147,10 @@ def test_80x24_keeps_help_quit_and_every_gpus_pcie(tmp_path: Path) -> None:
         assert (screen.count("TX "), screen.count("RX ")) == (8, 8), screen
         assert screen.splitlines()[-1].rstrip().endswith("?  Help  q  Quit"), screen
         assert "simulated" in screen.splitlines()[0], screen
+        screen = wait_screen("small", "Processes by VRAM", "% CPU")  # kept under the cards; the demo's cost
+        assert "DEMO" in screen.splitlines()[0] and db.name in screen.splitlines()[0], screen
+        assert " D  Stop the demo" in screen.splitlines()[-1], screen  # one key, named in the footer
+        assert (screen.count("TX "), screen.count("RX ")) == (8, 8), screen
         for key, title in zip("123456789", ("host CPU", "Split", "Servers", "TTFT", "Engine paths", "Memory pools",
                                              "Recorded sessions", "Events", "Processes")):
             tmux("send-keys", "-t", "small", key)
@@ -151,6 +158,8 @@ def test_80x24_keeps_help_quit_and_every_gpus_pcie(tmp_path: Path) -> None:
             lines = tab.splitlines()
             assert all(len(line.rstrip()) <= 80 for line in lines), tab
             assert lines[-1].rstrip().endswith("?  Help  q  Quit") and "simulated" in lines[0], (key, tab)
+            assert lines[1].split() == ["Overview", "Split", "Servers", "Latency", "Engine", "Pools", "History",
+                                        "Events", "Processes", "Fleet"], (key, tab)  # every tab's title whole
         tmux("send-keys", "-t", "small", "?")
         wait_screen("small", "keys (up/down")
         tmux("send-keys", "-t", "small", "End")
@@ -163,7 +172,10 @@ def test_80x24_keeps_help_quit_and_every_gpus_pcie(tmp_path: Path) -> None:
         dialog = wait_screen("small", "Stop demo?", "apply now", "discard")
         assert all(len(line.rstrip()) <= 80 for line in dialog.splitlines())
         tmux("send-keys", "-t", "small", "Escape")
-        wait_screen("small", "discarded: stop demo")
+        notice = wait_screen("small", "discarded: stop demo")
+        assert notice.splitlines()[-2].strip() == "discarded: stop demo"  # its own line above the keys
+        tmux("send-keys", "-t", "small", "D")  # one key stops the demo
+        wait_screen("small", "DEMO stopped", "applied: stop demo")
         tmux("send-keys", "-t", "small", "q")
         wait_screen("small", "GPUDASH-EXIT=0", timeout=30)
     finally:

@@ -279,6 +279,9 @@ class BrokenFeed:
     def start_servers(self) -> list[str]:
         return []
 
+    def cpu_builds(self) -> dict[str, str]:
+        return {}
+
     def close(self) -> None:
         pass
 

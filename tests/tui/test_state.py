@@ -136,7 +136,7 @@ def test_gpu_cards_keep_pcie_when_small_and_fill_when_tall() -> None:
     tall = card_plain(g, False, [0.5] * 40, [0.5] * 40, width=40, height=33, util_hist=[0.2] * 40,
                      mem_hist=[0.125] * 40)
     assert "util history" in tall and "mem history" in tall and 33 - 4 < len(tall) <= 33  # a lone GPU's card is full
-    assert "SM — held by NA  ECC — remapped —" in tall  # where the source reports no clocks/ECC: NA, not 0
+    assert "SM — held down by —  ECC — remapped —" in tall  # no clocks/ECC reported: NA (as status says it), not 0
 
 
 def test_a_driver_fault_marks_its_gpu_card_above_everything() -> None:

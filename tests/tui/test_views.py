@@ -77,18 +77,22 @@ async def test_processes_tab_sorts_and_filters() -> None:
         def title() -> str:
             return str(view.query_one(".view-title", Static).content)
 
+        def headers() -> list[str]:
+            return [str(c.label) for c in table.columns.values()]
+
         big, small = str(BIG_PID), str(SMALL_PID)
-        assert [str(c.label) for c in table.columns.values()] == ["GPU", "PID", "user", "VRAM", "SM%", "CPU%",
-                                                                   "RSS", "server", "command"]
+        assert headers() == ["GPU", "PID", "user", "VRAM▼", "SM%", "CPU%", "RSS", "server", "command"]  # htop's arrow
         assert shown() == [["1", big, "—", "9.0 GiB", "—", "12.5%", "3.0 GiB", "big", "llama-server"],
                            ["0", big, "—", "7.0 GiB", "—", "12.5%", "3.0 GiB", "big", "llama-server"],
                            ["—", small, "—", "—", "—", "1.0%", "1.0 GiB", "small", "—"]]  # launched, on no GPU here
         await pilot.press("I")  # smallest VRAM first; a row without VRAM stays last either way
         assert [r[3] for r in shown()] == ["7.0 GiB", "9.0 GiB", "—"] and "by VRAM smallest first" in title()
+        assert headers()[3] == "VRAM▲"
         await pilot.press("I", "o", "o", "o")  # VRAM -> SM% -> CPU% -> RSS
         assert "by RSS biggest first" in title() and [r[6] for r in shown()] == ["3.0 GiB", "3.0 GiB", "1.0 GiB"]
+        assert headers()[3] == "VRAM" and headers()[6] == "RSS▼"  # the arrow moved with the sort
         await pilot.press("O", "O", "O", "O")  # back past VRAM to the last column: the command
-        assert "by command A to Z" in title()
+        assert "by command A to Z" in title() and headers()[-1] == "command▲"
         await pilot.press("slash", *"small", "enter")
         await pilot.pause(0.05)
         assert [r[1] for r in shown()] == [small]

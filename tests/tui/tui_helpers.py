@@ -33,3 +33,8 @@ async def wait_for(pilot, cond: Callable[[], object], timeout: float = 15.0, wha
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         await pilot.pause(0.05)
         await asyncio.sleep(0)
+
+
+def screen_lines(app) -> list[str]:
+    """The text of the screen as drawn (the top screen, with what shows of those under it)."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]

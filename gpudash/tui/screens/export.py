@@ -10,6 +10,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, Label, Static
 
 from gpudash.runtime.history import EXPORT_FORMATS as FORMATS
+from gpudash.runtime.history import missing_for
 from gpudash.tui.screens.forms import FormScreen, FuncValidator
 
 
@@ -21,8 +22,18 @@ class ExportRequest:
 
 
 def check_format(text: str) -> None:
-    if text.strip().lower() not in FORMATS:
+    fmt = text.strip().lower()
+    if fmt not in FORMATS:
         raise ValueError(f"format {text.strip()!r} is not one of {', '.join(FORMATS)}")
+    problem = missing_for(fmt)
+    if problem:
+        raise ValueError(problem)
+
+
+def formats_label() -> str:
+    """The format field's label: the formats, and what one needs where this install lacks it."""
+    needs = [f"{fmt} needs pyarrow, not installed here" for fmt in FORMATS if missing_for(fmt)]
+    return f"format ({', '.join(FORMATS)}{'; ' + '; '.join(needs) if needs else ''})"
 
 
 def check_folder(text: str) -> None:
@@ -44,7 +55,7 @@ class ExportForm(FormScreen):
         with Vertical(classes="form"):
             yield Label(f"Export session {self.session}: one file per table. Enter: export, Esc: cancel",
                         classes="form-title")
-            yield Label(f"format ({', '.join(FORMATS)})")
+            yield Label(formats_label())
             yield Input("csv", id="export-format", validators=[FuncValidator(check_format)],
                         validate_on=["changed", "submitted"])
             yield Label("folder (new or empty)")

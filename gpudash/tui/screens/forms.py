@@ -116,8 +116,6 @@ class KnobForm(FormScreen):
         with Vertical(classes="form"):
             yield Label("Engine knobs (sizes take 4MiB, 2.81MB or bytes). Enter: apply, Esc: cancel",
                         classes="form-title")
-            yield Label("MMA: the value the MMA multipath-transfer design measured best, which gpudash "
-                        "starts with.", classes="form-note")
             for k in EDITABLE_KNOBS:
                 yield Label(Text.assemble((k, "bold"), f": {KNOB[k].doc}"))
                 yield Input(fmt.knob(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],

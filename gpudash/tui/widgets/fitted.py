@@ -1,4 +1,5 @@
-"""A table that fits its screen by hiding columns in a declared order, then narrowing some.
+"""A table that fits its screen by hiding columns in a declared order, then narrowing some; a sorted
+column's header carries an arrow.
 
 The views' tables take no focus (the arrow keys move the app's selection), so a column past the right
 edge could never be scrolled to: at 80x24 the Servers table lost its last four columns that way. A
@@ -39,10 +40,12 @@ class Fit:
 
 
 def fit_columns(labels: Sequence[str], rows: Sequence[Sequence[Any]], drop: Sequence[str], width: int,
-                squeeze: Mapping[str, int] | None = None) -> Fit:
+                squeeze: Mapping[str, int] | None = None, arrow: int | None = None) -> Fit:
     """The columns to show in `width` cells: all, less those of `drop` (in order) while too wide, then
-    the columns of `squeeze` narrowed toward their minimum content width while still too wide."""
-    need = [max([_cells(label), *(_cells(r[i]) for r in rows)]) + PADDING for i, label in enumerate(labels)]
+    the columns of `squeeze` narrowed toward their minimum content width while still too wide. Column
+    `arrow`'s header carries the sort arrow (a cell more)."""
+    need = [max([_cells(label) + (i == arrow), *(_cells(r[i]) for r in rows)]) + PADDING
+            for i, label in enumerate(labels)]
     shown = list(range(len(labels)))
 
     def wide() -> int:
@@ -98,7 +101,25 @@ class FittedTable(DataTable[Any]):
         self.labels, self.drop, self.squeeze = tuple(labels), tuple(drop), dict(squeeze or {})
         self._rows: list[tuple[Any, ...]] | None = None
         self._fit = Fit(tuple(range(len(self.labels))))
+        self._sorted: tuple[str, bool] | None = None  # the column the rows are sorted by, and whether descending
+        self._new_headers = False  # the arrow moved: the columns are added anew at the next refill
         self.add_columns(*self.labels)
+
+    def _heading(self, i: int) -> str:
+        """A column's header, with htop's arrow on the column the rows are sorted by (▼ biggest first)."""
+        label = self.labels[i]
+        if self._sorted is None or self._sorted[0] != label:
+            return label
+        return f"{label}{'▼' if self._sorted[1] else '▲'}"
+
+    def sorted_by(self, label: str, descending: bool) -> None:
+        """Mark `label` as the column the rows are sorted by (its header gets the arrow)."""
+        if label not in self.labels:
+            raise ValueError(f"no column {label!r} to sort by")
+        if self._sorted != (label, descending):
+            self._sorted, self._new_headers = (label, descending), True
+            if self._rows is not None:
+                self._refill(force=True)
 
     @property
     def cut(self) -> tuple[str, ...]:
@@ -132,12 +153,15 @@ class FittedTable(DataTable[Any]):
                 return
             fit = self._fit
         else:
-            fit = fit_columns(self.labels, self._rows or [], self.drop, width, self.squeeze)
-        if fit != self._fit:  # columns only widen with their content: narrowed ones are made anew
+            arrow = self.labels.index(self._sorted[0]) if self._sorted is not None else None
+            fit = fit_columns(self.labels, self._rows or [], self.drop, width, self.squeeze, arrow)
+        if fit != self._fit or self._new_headers:  # columns only widen with their content: narrowed ones are made anew
             self.clear(columns=True)
-            self.add_columns(*(self.labels[i] for i in fit.shown))
-            self._fit = fit
-            self.post_message(self.HiddenChanged(self))
+            self.add_columns(*(self._heading(i) for i in fit.shown))
+            self._new_headers = False
+            if fit != self._fit:
+                self._fit = fit
+                self.post_message(self.HiddenChanged(self))
         elif not force:
             return
         else:

@@ -1,5 +1,6 @@
 """The header that is always on screen: source (real GPUs, or SIM + profile in a colour that cannot be
-missed), the DB path, whether recording is on, and the replay position when replaying."""
+missed), the DB path, whether recording is on, the embedded demo's cost while gpudash runs it, and the
+replay position when replaying."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ class SourceHeader(Static):
     position: reactive[str] = reactive("")
     warnings: reactive[int] = reactive(0)  # share warnings this tick (listed in the Split balance view)
     rig: reactive[str] = reactive("")  # the rig's stored label ("nvml", "sim:<profile>"): the SIM badge
+    demo: reactive[str] = reactive("")  # what the embedded demo costs ("DEMO 22% CPU"; "": none runs)
+    demo_key: reactive[str] = reactive("")  # the key that stops it, said where there is room ("": stopped)
 
     def render(self) -> Text:
         """Source, the word "simulated" on a sim rig, REC, warnings and the replay position always show;
@@ -54,6 +57,13 @@ class SourceHeader(Static):
         if not replay:  # a replay records nothing
             tail.append(" REC ● on " if self.recording else " REC off ",
                         style="bold white on red" if self.recording else "dim")
+        if self.demo:  # gpudash started work of its own: say so, what it costs, and how to stop it
+            tail.append("  ")
+            tail.append(f" {self.demo} ", style="bold black on cyan")
+            if self.demo_key:  # its key, unless the DB path's file name would lose its room (the footer has it)
+                said = f"({self.demo_key}: stop) "
+                if t.cell_len + len(" simulated") + tail.cell_len + len(said) + 24 <= width:
+                    tail.append(said, style="bold black on cyan")
         if self.warnings:
             tail.append(f"  ! {self.warnings} share warning{'s' if self.warnings > 1 else ''} ",
                         style="bold black on dark_orange")

@@ -120,7 +120,7 @@ def card_lines(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list
     plot(f"TX {fmt.rate(g.pcie_tx_bps):>10} {fmt.pct(link.tx_fraction):>4} of link", tx_hist, "green", rows)
     plot(f"RX {fmt.rate(g.pcie_rx_bps):>10} {fmt.pct(link.rx_fraction):>4} of link", rx_hist, "cyan", rows)
     if tall:
-        add(_line(f"SM {fmt.num(g.sm_clock_mhz, 'd', ' MHz')} held by {g.throttle or 'NA'}  "
+        add(_line(f"SM {fmt.num(g.sm_clock_mhz, 'd', ' MHz')} held down by {fmt.held_down_by(g.throttle)}  "
                   f"ECC {fmt.num(g.ecc_uncorrected, 'd')} remapped {fmt.num(g.remapped_rows, 'd')}",
                   "bold red" if g.ecc_uncorrected or g.remapped_rows else ""))
         plot("util history", util_hist, "yellow", rows)
@@ -180,7 +180,7 @@ class GpuCard(TextLines):
 
 
 PROCS_SHOWN = 4  # the Overview's short process list: the biggest VRAM holders (9 shows them all)
-PROCS_MIN_HEIGHT = 30  # below this many rows the cards keep the whole view
+MIN_CARD_HEIGHT = 8  # a compact card: name, TX, RX, link, util and memory, power (6 lines) in its border
 
 
 class OverviewView(ShowsProcesses):
@@ -196,6 +196,7 @@ class OverviewView(ShowsProcesses):
         self._cards: dict[int, GpuCard] = {}  # held, not queried each tick (a query walks the DOM)
         self._procs_title = Static("", id="overview-procs-title", classes="view-title")
         self._procs = FittedTable(ProcessesView.COLUMNS, ProcessesView.DROP, id="overview-procs")
+        self._procs_title.display = self._procs.display = False  # until the first tick says how many fit
 
     def compose(self) -> ComposeResult:
         yield self._host
@@ -232,15 +233,33 @@ class OverviewView(ShowsProcesses):
         if line != self._host.content:
             self._host.update(line, layout=False)  # one fixed line
 
+    def on_resize(self) -> None:
+        if self.state.latest is not None:
+            self._draw_processes(self.state)
+
+    def _rows_room(self) -> int:
+        """Process rows that fit under the cards, each card keeping MIN_CARD_HEIGHT (its PCIe lines): four at
+        80x24 with 1-4 GPUs, one with 8; 0 (no table) where the cards need all of it."""
+        columns = self._grid.styles.grid_size_columns or 1
+        card_rows = -(-max(1, len(self._cards)) // columns)
+        spare = self.size.height - 1 - card_rows * MIN_CARD_HEIGHT - 2  # the host line; the title and the header
+        return max(0, min(PROCS_SHOWN, spare))
+
     def _draw_processes(self, state: ViewState) -> None:
-        room = self.size.height >= PROCS_MIN_HEIGHT
-        self._procs_title.display = self._procs.display = room
-        if not room or state.latest is None:
+        """The processes holding the most VRAM, as many as fit: decided from the view's height, so the table
+        does not show on the first frame and vanish on the next."""
+        if not self.size.height or state.latest is None:
+            return
+        room = self._rows_room()
+        rows = process_rows(state.latest, state.proc_info)
+        self._procs_title.display = room > 0
+        self._procs.display = room > 0 and bool(rows)
+        if not room:
             return
         self.look_up(state)
-        rows = process_rows(state.latest, state.proc_info)
-        top = shown_rows(rows, 0, "")[:PROCS_SHOWN]
+        top = shown_rows(rows, 0, "")[:room]
         more = f", {len(rows) - len(top)} more" if len(rows) > len(top) else ""
         self._procs_title.update(f"Processes by VRAM ({len(top)} of {len(rows)}{more}; 9: all)" if rows
                                  else "Processes: none on the GPUs")
+        self._procs.styles.max_height = 1 + max(1, len(top))  # the header and the rows shown
         self._procs.set_rows([cells(r) for r in top])

@@ -21,8 +21,9 @@ from gpudash.tui.widgets.sorted_rows import KeepsSelection, Sort, filter_and_sor
 from gpudash.tui.widgets.tables import TableView
 from gpudash.tui.widgets.view import DashView
 
-SIGNALS = (("t", "TERM", "SIGTERM: ask it to exit"), ("k", "KILL", "SIGKILL: end it now"),
-           ("i", "INT", "SIGINT: as Ctrl+C"), ("h", "HUP", "SIGHUP"))
+# htop's first signals, in its order of use: (key, signal, what the dialog calls it)
+SIGNALS = (("t", "TERM", "TERM: ask it to exit"), ("i", "INT", "INT: as Ctrl+C"), ("k", "KILL", "KILL: end it now"),
+           ("h", "HUP", "HUP"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +37,12 @@ class ProcRow:
     cpu_pct: float | None
     rss: int | None
     user: str = ""
-    command: str = ""
+    command: str = ""  # the program's name and its arguments
+    program: str = ""  # where the program is (the filter finds a process by its path too)
 
     def text(self) -> str:
-        """What the filter searches: pid, name, user, command and server."""
-        return f"{self.pid} {self.name} {self.user} {self.command} {self.server or ''}".lower()
+        """What the filter searches: pid, name, user, command, the program's path and server."""
+        return f"{self.pid} {self.name} {self.user} {self.command} {self.program} {self.server or ''}".lower()
 
 
 # The sort orders `o` / `O` step through (the columns of the table); `I` reverses the one in use.
@@ -64,9 +66,9 @@ def process_rows(snap: Snapshot, info: dict[int, ProcInfo] | None = None) -> lis
     info = info or {}
     rows = []
 
-    def who(pid: int) -> tuple[str, str]:
+    def who(pid: int) -> tuple[str, str, str]:
         i = info.get(pid)
-        return (i.user, i.command) if i is not None else ("", "")
+        return (i.user, i.command, i.program) if i is not None else ("", "", "")
 
     for p in snap.gpu_processes:
         h = host.get(p.pid)
@@ -134,6 +136,7 @@ class ProcessesView(TableView, ShowsProcesses, KeepsSelection):
         if s.column in ("user", "server", "command"):
             order = "Z to A" if self.reverse else "A to Z"
         title = Text(f"Processes {len(shown)} of {len(rows)}, by {s.column} {order} (o/O: column, I: reverse)")
+        self.table.sorted_by(s.column, order in ("biggest first", "Z to A"))
         text = self.filter_text
         title.append(f"  filter {text!r} (/)" if text else "  (/: filter)", style="bold magenta" if text else "")
         self.query_one(".view-title", Static).update(title)
@@ -160,28 +163,35 @@ class ProcessesView(TableView, ShowsProcesses, KeepsSelection):
         self.ask_filter("processes", "pid, name, user, command or server")
 
     def action_signal_process(self) -> None:
-        """`K`: stop a supervised server through its supervisor, or send a signal to a process the user owns
-        (after a dialog that names it)."""
+        """`K`, as htop's: a dialog that names the process and offers TERM, INT, KILL and HUP; for a server
+        gpudash supervises, stopping it through its supervisor comes first (a signal alone would have the
+        supervisor start it again; the controller says so). Processes of other users are refused at once."""
         from gpudash.tui.screens.dialogs import Choice, ChoiceScreen
 
         if not self._shown:
             self.notify("no process selected", severity="warning")
             return
         row = self._shown[self.cursor]
-        if row.server is not None and row.server in self.state.specs:
-            self.propose(ServerAction(row.server, "stop"))  # asks first, like x on Servers
-            return
         info = self.state.proc_info.get(row.pid)
-        what = f"pid {row.pid} ({row.command or row.name or 'command unknown'}, user {row.user or 'unknown'})"
-        if info is None or not info.mine:
+        where = f", {row.program}" if row.program and row.program != row.command.split(" ")[0] else ""
+        what = f"pid {row.pid} ({row.command or row.name or 'command unknown'}{where}, user {row.user or 'unknown'})"
+        supervised = row.server is not None and row.server in self.state.specs
+        if not supervised and (info is None or not info.mine):
             self.notify(f"{what}: gpudash signals only the servers it supervises and processes you own",
                         severity="warning", timeout=8)
             return
         choices = [Choice(k, label, name) for k, name, label in SIGNALS] + [Choice("escape", "cancel", "")]
+        text = f"{what}. Choose the signal:"
+        if supervised:
+            choices.insert(0, Choice("x", f"stop {row.server} (stays stopped)", "stop"))
+            text = (f"{what} is server {row.server}, which gpudash supervises: x stops it through its supervisor "
+                    "and it stays stopped until S on Servers. Or choose a signal:")
 
         def answered(signal: str | None) -> None:
-            if signal:
-                self.propose(SignalProcess(row.pid, signal, row.command or row.name, info.started))
+            if signal == "stop":
+                self.propose(ServerAction(row.server, "stop"), confirmed=True)  # type: ignore[arg-type]
+            elif signal:
+                self.propose(SignalProcess(row.pid, signal, row.command or row.name,
+                                           info.started if info is not None else None))
 
-        self.app.push_screen(ChoiceScreen(f"Send a signal to pid {row.pid}?", f"{what} is not a server gpudash "
-                                          "supervises. Choose the signal:", choices), answered)
+        self.app.push_screen(ChoiceScreen(f"Stop or signal pid {row.pid}?", text, choices), answered)

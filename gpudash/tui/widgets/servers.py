@@ -13,7 +13,6 @@ from textual.widgets import Log, Static
 from gpudash.advisor.planner import SplitPlan
 from gpudash.config import ServerSpec
 from gpudash.runtime.control import AttachServer, ServerAction, SetSplit
-from gpudash.launcher.logparse import says_no_gpu_offload
 from gpudash.records import ServerSample, ServerState
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers, ts_ratios
@@ -48,9 +47,9 @@ class ServerPicker(DashView):
         """Say so (and True) when `server` runs a build that cannot use GPUs."""
         if not self._on_cpu(server):
             return False
-        said = next((w for w in self.state.server_warnings[server] if says_no_gpu_offload(w)), "")
-        self.notify(f"{server} runs on the CPU: its llama.cpp build has no GPU offload (its log: {said}); "
-                    "splits and memory shares do nothing there", severity="warning", timeout=10)
+        self.notify(f"{server} runs on the CPU: its llama.cpp build has no GPU offload "
+                    f"({self.state.cpu_evidence(server)}); splits and memory shares do nothing there",
+                    severity="warning", timeout=10)
         return True
 
     def shown(self, previous: DashView | None) -> None:
@@ -144,7 +143,7 @@ class SplitView(ServerPicker, TableView):
         if snap is not None:
             for spec in split_servers(state.specs.values(), len(snap.gpus)):
                 if state.runs_on_cpu(spec.name):  # no GPU holds it: no balance, no plan
-                    advice.append_text(_cpu_line(spec))
+                    advice.append_text(_cpu_line(spec, state.cpu_evidence(spec.name)))
                     continue
                 plan = recommend_split(spec, snap, state.model_bytes.get(spec.name))
                 planned = {s.index: s.ratio for s in plan.shares} if not isinstance(plan, str) else {}
@@ -178,11 +177,11 @@ def _advice_line(spec: ServerSpec, plan: SplitPlan | str) -> Text:
     return t
 
 
-def _cpu_line(spec: ServerSpec) -> Text:
+def _cpu_line(spec: ServerSpec, evidence: str) -> Text:
     """A split server whose build runs on the CPU: its -ts does nothing, and there is nothing to plan."""
     ts = ",".join(f"{r:g}" for r in spec.split_ratios() or ()) or "equal"
     t = Text(f"{spec.name}: -ts {ts} has no effect: ", style="bold")
-    t.append("its llama.cpp build runs on the CPU (no GPU offload; see the server warnings below)\n",
+    t.append(f"its llama.cpp build runs on the CPU (no GPU offload: {evidence})\n",
              style="bold yellow")
     return t
 

@@ -15,7 +15,7 @@ from textual.widgets import Static
 
 from gpudash.records import Event, PoolSample, PoolShardSample
 from gpudash.tui import messages as msg
-from gpudash.tui.state import ViewState
+from gpudash.tui.state import RATE_WINDOW_S, ViewState
 from gpudash.tui.widgets.fitted import FittedTable, NamesHiddenColumns, hidden_columns_line
 from gpudash.tui.widgets.view import DashView
 from gpudash import fmt
@@ -51,7 +51,7 @@ class TableView(NamesHiddenColumns, DashView):
 
 
 class EngineView(NamesHiddenColumns, DashView):
-    """Transfer-engine paths (bytes, GB/s, queue depth, chunks) and the live knobs."""
+    """Transfer-engine paths (bytes, GB/s moved over the last seconds, queue depth, chunks) and the live knobs."""
 
     COLUMNS = ("path", "dir", "GPU", "via", "bytes", "GB/s", "queue", "chunks", "CPU s")
     DROP = ("CPU s", "chunks")  # a preloaded server's paths carry its name
@@ -67,19 +67,22 @@ class EngineView(NamesHiddenColumns, DashView):
     def draw(self, state: ViewState) -> None:
         snap = state.latest
         paths = snap.engine_paths if snap is not None else ()
+        rate = {p: state.path_gbps(p.server, p.path, p.direction) for p in paths}  # moved over the last seconds
         busy = sorted((p for p in paths if p.bytes_total or p.queue_depth),
-                      key=lambda p: (-p.gbps, -p.bytes_total, p.path))
-        rows = [(f"{p.server}/{p.path}" if p.server else p.path, p.direction, p.gpu, "—" if p.via is None else p.via, fmt.size(p.bytes_total),
-                 f"{p.gbps:.2f}", p.queue_depth, p.chunks_total, f"{p.cpu_s:.2f}") for p in busy[: self.SHOWN]]
+                      key=lambda p: (-(rate[p] or 0.0), -p.bytes_total, p.path))
+        rows = [(f"{p.server}/{p.path}" if p.server else p.path, p.direction, p.gpu, "—" if p.via is None else p.via,
+                 fmt.size(p.bytes_total), fmt.num(rate[p], ".2f"), p.queue_depth, p.chunks_total, f"{p.cpu_s:.2f}")
+                for p in busy[: self.SHOWN]]
         self.query_one(FittedTable).set_rows(rows)  # refilled only when they changed: the costly part of a tick
         empty = self.query_one(".empty", Static)
         empty.display = not rows
         if not rows:
             empty.update(f"{len(paths)} engine paths, none has moved bytes yet" if paths
                          else "no engine paths reported yet")
-        total = sum(p.gbps for p in paths)
+        total = sum(r for r in rate.values() if r is not None)
         knobs = "  ".join(f"{k}={fmt.knob_text(v)}" for k, v in state.knobs.items()) or "—"
-        text = Text(f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all\n"
+        text = Text(f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all over "
+                    f"the last {RATE_WINDOW_S:g} s\n"
                     f"knobs: {knobs}")
         unsaved = state.unsaved_knobs()
         if unsaved:

@@ -75,10 +75,11 @@ class DashView(Vertical):
 
         self.app.push_screen(FilterForm(rows, fields, self.filter_text), done)
 
-    def propose(self, command: Command | None) -> None:
-        """Hand a change to the app, which applies it or asks first (a form that was cancelled gives None)."""
+    def propose(self, command: Command | None, confirmed: bool = False) -> None:
+        """Hand a change to the app, which applies it or asks first (a form that was cancelled gives None);
+        `confirmed`: this view's own dialog said what it does, and was answered."""
         if command is not None:
-            self.post_message(msg.Propose(command))
+            self.post_message(msg.Propose(command, confirmed))
 
     def run_in_thread(self, fn: Callable[[], None], name: str, group: str = "default") -> None:
         """Blocking work on a named thread worker of this view; it posts its result as a message."""

@@ -1,7 +1,10 @@
-"""Number formatting shared by the TUI and the one-shot commands (NA shows as an em dash, never as zero)."""
+"""Number formatting shared by the TUI and the one-shot commands (NA shows as an em dash, never as zero),
+and JSON that any parser reads."""
 
 from __future__ import annotations
 
+import json
+import math
 import time
 
 NA = "—"
@@ -94,3 +97,22 @@ def session_end(ended: float | None, state: str) -> str:
     """When a recorded session ended, or, without an end, why: live (its writer runs), interrupted (its
     writer is gone) or open (written on another host)."""
     return clock(ended) if ended is not None else state
+
+
+def json_text(value: object, **dumps: object) -> str:
+    """`value` as JSON that every parser reads: a number that is not finite (a server's -Inf, which Python
+    would write as -Infinity) as null, bytes (a BLOB another tool put in a database) as hex, anything else
+    not JSON as its text. `dumps` goes to json.dumps (indent, sort_keys)."""
+    return json.dumps(_plain(value), allow_nan=False, default=str, **dumps)  # type: ignore[arg-type]
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

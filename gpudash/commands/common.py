@@ -13,14 +13,17 @@ import click
 from gpudash.commands.output import echo_fitted
 from gpudash.engine.profiles import PROFILES
 from gpudash.config import Config, ConfigError, load_config
+from gpudash.outside import printable
+from gpudash.redact import remember_config
 from gpudash.telemetry.rig import NvmlRig, Rig, SimulatedRig
 from gpudash.runtime.tuned import with_tuned
 
 
 def usage_error(message: str) -> NoReturn:
     """Print one clear sentence to stderr (wrapped to the terminal) and exit 2 (a usage error: nothing was
-    done)."""
-    echo_fitted([f"gpudash: {message}"], "    ", err=True)
+    done). The sentence often quotes something from outside (a server's answer, a path, a URL): it is shown
+    as text, secrets masked."""
+    echo_fitted([f"gpudash: {printable(message)}"], "    ", err=True)
     sys.exit(2)
 
 
@@ -31,9 +34,10 @@ def get_config(ctx: click.Context) -> Config:
     if "config" not in root.obj:
         try:
             root.obj["config"] = with_tuned(load_config(root.obj.get("config_path")))
+            remember_config(root.obj["config"])  # its secrets are masked in all this run writes or prints
         except ConfigError as err:
             for line in err.problems:
-                click.echo(f"gpudash: {line}", err=True)
+                click.echo(f"gpudash: {printable(line)}", err=True)
             sys.exit(2)
     return root.obj["config"]
 

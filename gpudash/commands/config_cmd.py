@@ -1,6 +1,6 @@
 """`gpudash config show`: the effective settings (embedded defaults, this machine's tuned engine knobs and
 the config file) as TOML; every field carries its documentation as a comment, and each [engine] knob
-also says where its value came from."""
+also says where its value came from. Secrets show masked."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from gpudash.commands.common import pass_config
 from gpudash.commands.output import terminal_width
 from gpudash.config import Config, EngineSettings, LlamaCppSpec, ServerSpec, default_config_path
 from gpudash.config.servers import SPEC_CLASSES
+from gpudash.redact import mask_text, redact_spec
 
 Note = Callable[[BaseModel, str], str | None]
 
@@ -34,8 +35,9 @@ def documented_toml(model: BaseModel, path: tuple[str, ...] = (), note: Note = l
                     only: Collection[str] | None = None) -> list[str]:
     """`model` as TOML lines, each field under its documentation (pydantic's description) as comments and
     `note(model, field)`, when it says something, after the value. Plain values come before tables, as
-    TOML needs; an unset optional field shows as a comment, since TOML has no null. `only`: these fields."""
-    data = model.model_dump(mode="json")
+    TOML needs; an unset optional field shows as a comment, since TOML has no null. `only`: these fields. A
+    server's secret env values and flags show masked (redact.redact_spec), as in every copy gpudash writes."""
+    data = redact_spec(model.model_dump(mode="json"))
     values: list[str] = []
     tables: list[str] = []
     for name, field in type(model).model_fields.items():
@@ -103,7 +105,7 @@ def config() -> None:
 @pass_config
 def show(cfg: Config) -> None:
     """Print the effective config as commented TOML (a bad file prints one line per problem and exits 2)."""
-    click.echo("\n".join(documented_toml(cfg, note=_note)).strip("\n"))
+    click.echo(mask_text("\n".join(documented_toml(cfg, note=_note)).strip("\n")))
 
 
 @config.command()

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
 from gpudash import fmt
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
 from gpudash.commands.output import console, fitted_tables, plain_table, print_tables
 from gpudash.config import Config
+from gpudash.outside import markup_free
 
 if TYPE_CHECKING:
     from gpudash.store import SessionInfo
@@ -55,12 +54,12 @@ def _table(sessions: Sequence[SessionInfo], groups: Sequence[str]) -> Table:
     if "what" in groups:
         table.add_column("what", min_width=14)
         table.add_column("rows", min_width=28)
-    for s in sessions:
+    for s in sessions:  # a database file may hold anything another tool wrote: its text is shown as text
         cells = [str(s.id)]
         if "when" in groups:
-            cells += [fmt.clock(s.started), _ended(s), fmt.duration(s.duration_s), escape(s.source)]
+            cells += [fmt.clock(s.started), _ended(s), fmt.duration(s.duration_s), markup_free(s.source)]
         if "what" in groups:
-            cells += [escape(s.note or fmt.NA), _rows(s)]
+            cells += [markup_free(s.note or fmt.NA), _rows(s)]
         table.add_row(*cells)
     if len(groups) < len(GROUPS):
         table.title = {"when": "sessions: when and where", "what": "what recorded them, and their rows"}[groups[0]]
@@ -87,7 +86,7 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     except StoreError as err:
         usage_error(str(err))
     if as_json:
-        click.echo(json.dumps([s.as_dict() for s in sessions], indent=2))
+        click.echo(fmt.json_text([s.as_dict() for s in sessions], indent=2))
         return
     if not sessions:
         click.echo(f"no sessions in {path}")

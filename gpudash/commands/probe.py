@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 
 import click
 
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
 from gpudash.config import Config
+from gpudash.fmt import json_text
+from gpudash.outside import printable
 from gpudash.records import RequestSample
+from gpudash.redact import mask_data
 
 
 def _ms(x: float | None) -> str:
@@ -50,8 +52,9 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
     from gpudash.launcher.probe.client import ProbeFailure
     from gpudash.records import as_row
 
+    shown = printable(url)  # its password masked, as everywhere the URL is written
     if not url.startswith(("http://", "https://")):
-        usage_error(f"URL '{url}' must start with http:// or https://, e.g. http://127.0.0.1:8080")
+        usage_error(f"URL '{shown}' must start with http:// or https://, e.g. http://127.0.0.1:8080")
     store = sid = None
     if db is not None:
         from gpudash.store import Store, StoreError
@@ -68,7 +71,7 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
         if store is not None:
             store.close()
         cause = str(err) if isinstance(err, ProbeFailure) else f"{type(err).__name__}: {err}"
-        usage_error(f"cannot probe {url} ({cause}); start the server or fix the URL")
+        usage_error(f"cannot probe {shown} ({printable(cause)}); start the server or fix the URL")
     except KeyboardInterrupt:
         if store is not None:
             store.close()
@@ -82,12 +85,12 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
     s = summarize(samples)
     if as_json:
         out = {"url": url, "session": sid, "summary": dataclasses.asdict(s), "requests": [as_row(r) for r in samples]}
-        click.echo(json.dumps(out, indent=2))
-        _fail_if_all_failed(url, samples)
+        click.echo(json_text(mask_data(out), indent=2))
+        _fail_if_all_failed(shown, samples)
         return
     c = s.correlation
-    failed = f"{s.failed} failed, last: {s.last_error}" if s.failed else "0 failed"
-    click.echo(f"{url}: {s.requests} requests ({failed}), concurrency {concurrency}, "
+    failed = f"{s.failed} failed, last: {printable(s.last_error)}" if s.failed else "0 failed"
+    click.echo(f"{shown}: {s.requests} requests ({failed}), concurrency {concurrency}, "
                f"shared prefix {shared_prefix:g}")
     click.echo(f"  TTFT median {_ms(s.ttft_median_ms)}, p90 {_ms(s.ttft_p90_ms)}; "
                f"server prompt time median {_ms(s.server_prompt_median_ms)}")
@@ -98,14 +101,14 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
                f"Pearson {_coef(c.pearson)}, Spearman {_coef(c.spearman)} (n={c.n})")
     errors = sorted({r.error for r in samples if r.error})
     for e in errors[:3]:
-        click.echo(f"  error: {e}", err=True)
+        click.echo(f"  error: {printable(e)}", err=True)
     if sid is not None:
         click.echo(f"  recorded as session {sid}")
-    _fail_if_all_failed(url, samples)
+    _fail_if_all_failed(shown, samples)
 
 
 def _fail_if_all_failed(url: str, samples: list[RequestSample]) -> None:
     """Exit 1 (the server failed, not the command line) when no request succeeded."""
     if samples and not any(r.ok for r in samples):
-        click.echo(f"gpudash: every request to {url} failed (first: {samples[0].error})", err=True)
+        click.echo(f"gpudash: every request to {url} failed (first: {printable(samples[0].error)})", err=True)
         sys.exit(1)

@@ -19,6 +19,7 @@ import click
 from gpudash import fmt
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, sim_options, usage_error
 from gpudash.config import Config
+from gpudash.outside import printable
 from gpudash.records import Snapshot
 
 STATUS_EVERY_S = 5.0
@@ -117,6 +118,6 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
 
 
 def _status(sid: int, source: str, p: _Progress, writer: Any, elapsed: float) -> None:
-    sweep = f", last tick had errors: {p.last.errors[0]}" if p.last and p.last.errors else ""
+    sweep = f", last tick had errors: {printable(p.last.errors[0])}" if p.last and p.last.errors else ""
     click.echo(f"gpudash record: session {sid} [{source}] {fmt.duration(elapsed)}, {p.ticks} ticks, "
                f"{p.gpu_rows} GPU rows, {writer.rows_written} rows on disk{sweep}", err=True)

@@ -4,7 +4,8 @@ The program starts with libgpudash_preload.so first in LD_PRELOAD, its name in G
 its start-up knobs in GPUDASH_PRELOAD_KNOBS: the [engine] settings the config file sets (the library's
 own defaults hold for the others), then --knob. gpudash waits for it, forwards the signals sent to
 gpudash (not the terminal's Ctrl-C and Ctrl-\\, which reach the program from the terminal already) and
-exits with its exit code (128 + N when signal N ended it).
+exits with its exit code (128 + N when signal N ended it), or as a shell does when it cannot start it:
+127 for a command not found, 126 for one that is not executable.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gpudash.preload.shm import (KEEP_FOR_ENV, KNOBS_PREFIX, PRELOAD_KNOBS, SHM_
                                         BlockUnavailable, OddEntry, StatsView, odd_entry, preload_env)
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config, parse_knobs
+from gpudash.outside import printable
 from gpudash.preload.knobs import file_knobs
 from gpudash.proctree import descendants
 
@@ -144,8 +146,10 @@ def run(cfg: Config, name: str | None, knob_args: tuple[str, ...], stats: bool, 
         try:
             child = subprocess.Popen(list(command), env=env,
                                      preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, old_mask))
-        except OSError as err:
-            usage_error(f"cannot run {command[0]!r}: {err.strerror}; check the command after --")
+        except OSError as err:  # as shells exit: 127 for a command not found, 126 for one that cannot run
+            click.echo(f"gpudash: cannot run '{printable(command[0])}': {err.strerror}; check the command after --",
+                       err=True)
+            sys.exit(127 if isinstance(err, FileNotFoundError) else 126)
         blocks = _Blocks(child.pid) if stats else None
         rc = _wait(child, blocks)
         while signal.sigtimedwait(FORWARDED, 0) is not None:  # too late to forward: the program has ended

@@ -16,6 +16,7 @@ import click
 
 from gpudash.commands.common import db_option, db_path, get_config, resolve_rig, sim_options, usage_error
 from gpudash.commands.output import echo_fitted
+from gpudash.outside import printable
 from gpudash.records import RequestSample, Snapshot
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ def _status(stack: LaunchStack, requests: _Requests) -> None:
         hit = "n/a" if s.hit_ttft_median_ms is None else f"{s.hit_ttft_median_ms:.0f} ms"
         miss = "n/a" if s.miss_ttft_median_ms is None else f"{s.miss_ttft_median_ms:.0f} ms"
         pearson = "n/a" if c.pearson is None else f"{c.pearson:+.2f}"
-        failed = f" ({requests.failed} failed, last: {s.last_error})" if requests.failed and s.last_error else \
+        failed = f" ({requests.failed} failed, last: {printable(s.last_error)})" if requests.failed and s.last_error else \
             f" ({requests.failed} failed)" if requests.failed else ""
         line += (f"; probe {requests.total} requests{failed}, TTFT median hits {hit} / misses {miss}, "
                  f"TTFT~hit Pearson {pearson}")

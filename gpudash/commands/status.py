@@ -4,19 +4,18 @@ scripts and ssh sessions (what `nvitop -1` is to nvitop). Rates need two reads, 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import time
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
 from gpudash import fmt
 from gpudash.commands.common import pass_config, resolve_rig, sim_options
 from gpudash.config import Config
+from gpudash.outside import markup_free
 from gpudash.records import GpuSample, Snapshot
 from gpudash.telemetry.links import link_status
 
@@ -37,7 +36,7 @@ def _cells(g: GpuSample) -> dict[str, tuple[str, ...]]:
     """One GPU's cells per group, in COLUMNS' order; NA shows as an em dash."""
     link = link_status(g)
     now = _link(g.link_gen, g.link_width)
-    held = escape(fmt.held_down_by(g.throttle))
+    held = markup_free(fmt.held_down_by(g.throttle))
     memory = (fmt.NA if g.mem_used is None and g.mem_total is None
               else f"{fmt.size(g.mem_used)} of {fmt.size(g.mem_total)}")
     return {
@@ -73,7 +72,7 @@ def _gpu_table(snap: Snapshot, groups: tuple[str, ...]) -> Table:
                          min_width=len(name))
     for g in snap.gpus:
         cells = _cells(g)
-        table.add_row(str(g.index), escape(_short_name(g.name)),
+        table.add_row(str(g.index), markup_free(_short_name(g.name)),
                       *(c for group in groups for c in cells[group]))
     return table
 
@@ -96,7 +95,7 @@ def gpu_tables(snap: Snapshot, console: Console) -> list[Table]:
 
 def render(snap: Snapshot, console: Console) -> None:
     """Print the whole status: the rig line, the GPU tables, the processes, the host, any source errors."""
-    console.print(f"[bold]{escape(snap.source)}[/]{'  (simulated rig, not real GPUs)' if snap.is_sim else ''}")
+    console.print(f"[bold]{markup_free(snap.source)}[/]{'  (simulated rig, not real GPUs)' if snap.is_sim else ''}")
     for table in gpu_tables(snap, console):
         console.print(table)
     if snap.gpu_processes:
@@ -106,7 +105,8 @@ def render(snap: Snapshot, console: Console) -> None:
             procs.add_column(col, justify="left" if col in ("process", "server") else "right",
                              no_wrap=col != "process", overflow="ellipsis")
         for p in sorted(snap.gpu_processes, key=lambda p: (p.gpu_index, -(p.used_bytes or 0))):
-            procs.add_row(str(p.gpu_index), str(p.pid), escape(p.name or fmt.NA), escape(p.server or fmt.NA),
+            # a process's name is whatever its owner called it: shown as text (outside.py)
+            procs.add_row(str(p.gpu_index), str(p.pid), markup_free(p.name or fmt.NA), markup_free(p.server or fmt.NA),
                           fmt.size(p.used_bytes), fmt.num(p.sm_pct, ".0f", "%"))
         console.print(procs)
     else:
@@ -116,7 +116,7 @@ def render(snap: Snapshot, console: Console) -> None:
         console.print(f"host: CPU busy {fmt.num(h.cpu_pct, '.0f', '%')}, memory used {fmt.size(h.mem_used)} of "
                       f"{fmt.size(h.mem_total)}")
     for e in snap.errors:
-        console.print(f"[red]{escape(e)}[/]")
+        console.print(f"[red]{markup_free(e)}[/]")
 
 
 @click.command()
@@ -144,19 +144,20 @@ def status(cfg: Config, sim: str | None, no_sim: bool, as_json: bool, window: fl
         sampler.stop()
     from gpudash.launcher.discovery import find_servers, found_lines
 
-    # inference servers on the GPUs that gpudash did not start (a simulated rig's processes are modelled)
-    found = [] if snap.is_sim else find_servers((p.gpu_index, p.pid) for p in snap.gpu_processes)
+    # inference servers gpudash did not start: on the GPUs (a simulated rig's processes are modelled, so none)
+    # and by their command lines (a server on the CPU)
+    found = find_servers([] if snap.is_sim else [(p.gpu_index, p.pid) for p in snap.gpu_processes], by_cmdline=True)
     if as_json:
         doc = {"source": snap.source, "sim": snap.is_sim, "ts": snap.ts,
                "gpus": [dataclasses.asdict(g) for g in snap.gpus],
                "gpu_processes": [dataclasses.asdict(p) for p in snap.gpu_processes],
                "host": None if snap.host is None else dataclasses.asdict(snap.host), "errors": list(snap.errors),
                "found_servers": [dataclasses.asdict(f) for f in found]}
-        click.echo(json.dumps(doc, indent=1))
+        click.echo(fmt.json_text(doc, indent=1))
         return
     # In a terminal (or with COLUMNS set), its width; piped into a script or a file, wide enough for one table.
     wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
     console = Console(highlight=False, width=None if wide else 240)
     render(snap, console)
     for line in found_lines(found):
-        console.print(escape(line))
+        console.print(markup_free(line))

@@ -15,6 +15,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpudash.redact import mask_url_credentials
+
 # Highest GPU index a [[servers]] entry may name (CUDA enumerates at most 64 devices on one host).
 MAX_GPU_INDEX = 63
 # The kind of an entry that names none and has no `url`.
@@ -51,8 +53,8 @@ class ServerSpec(BaseModel):
             return v
         m = re.fullmatch(r"(https?)://([^\s/?#@]+)/?", v)
         if m is None:
-            raise ValueError(f"url {v!r} is not a server's base address; write it as http://HOST:PORT "
-                             "(no path: gpudash adds /metrics, /health, /v1/models)")
+            raise ValueError(f"url {mask_url_credentials(v)!r} is not a server's base address; write it as "
+                             "http://HOST:PORT (no path: gpudash adds /metrics, /health, /v1/models)")
         return f"{m[1]}://{m[2]}"
 
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")

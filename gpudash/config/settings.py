@@ -22,7 +22,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny,
 from gpudash import APP_NAME
 from gpudash.engine.config import KNOB, KNOB_TABLE, KnobValueError
 from gpudash.config.servers import ServerSpec
-from gpudash.redact import redact_config_data
+from gpudash.redact import mask_url_credentials, redact_config_data
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
@@ -225,8 +225,8 @@ def prometheus_url(url: str) -> str:
     in one sentence otherwise."""
     m = re.fullmatch(r"(https?://[^\s/?#@]+)(/[^\s?#]*)?", url.strip())
     if m is None:
-        raise ValueError(f"{url!r} is not Prometheus' base URL; write it as http://HOST:PORT, e.g. "
-                         "http://prometheus.lan:9090")
+        raise ValueError(f"{mask_url_credentials(url)!r} is not Prometheus' base URL; write it as http://HOST:PORT, "
+                         "e.g. http://prometheus.lan:9090")
     return (m[1] + (m[2] or "")).rstrip("/")
 
 

@@ -1,11 +1,16 @@
 """Inference servers this box runs that gpudash did not start: found from the GPUs' process lists and
-each process's command line (/proc/PID/cmdline, read with psutil).
+each process's command line (/proc/PID/cmdline, read with psutil), and, where asked, from the command
+lines of every local process (a llama-server on the CPU, or on a box whose GPUs gpudash cannot see).
 
 A GPU process is a server, or a worker of one (vLLM's EngineCore runs under `vllm serve`), so the process
 and its ancestors are matched against every kind's command line. Its address comes from its --host/--port,
 else its kind's default port, and one GET /health says whether it answers there. A server in a container
 (another PID namespace, a published port gpudash cannot see) may not answer at that address: it is listed
 with its pid and a hint to give its `url`.
+
+Any local user can name a process `llama-server` and give it any arguments (`--port ²`, a 5000-digit port,
+a --host with control characters or bytes that are not UTF-8): a command line whose address cannot be a
+server's is skipped, never raised.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -97,10 +102,45 @@ def answers(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
         return False
 
 
+def server_url(words: Sequence[str]) -> str | None:
+    """http://HOST:PORT of a server command line, or None when it runs no known kind or its --host/--port
+    cannot be a server's address (a port that is no number from 1 to 65535, a host that is not a plain
+    printable name or address)."""
+    kind = kind_running(list(words))
+    if kind is None:
+        return None
+    try:
+        host, port = kind.address(words)
+    except ValueError:  # int() of a digit that is not 0-9 ("²"), or of more digits than Python converts
+        return None
+    if not 0 < port < 65536 or not host.isascii() or not host.isprintable() or any(c in host for c in " /?#@\\"):
+        return None
+    url = f"http://{url_host(host)}:{port}"
+    try:
+        httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        return None
+    return url
+
+
+def local_servers() -> dict[int, tuple[str, ...]]:
+    """{pid: command line} of every process on this machine that runs a known server kind (its workers'
+    command lines are not a server's, so only the server itself is listed)."""
+    out = {}
+    for p in psutil.process_iter(["cmdline"]):
+        words = p.info.get("cmdline")
+        if words and kind_running(list(words)) is not None:
+            out[p.pid] = tuple(words)
+    return out
+
+
 def find_servers(gpu_pids: Iterable[tuple[int, int]], known: Iterable[int] = (),
-                 cmdline: Mapping[int, tuple[str, ...]] | None = None, check: bool = True) -> list[Found]:
+                 cmdline: Mapping[int, tuple[str, ...]] | None = None, check: bool = True,
+                 by_cmdline: bool = False) -> list[Found]:
     """Servers behind the GPU processes `gpu_pids` ((GPU index, pid) pairs, as NVML lists them), leaving out
-    those whose pid is in `known` (servers gpudash launched or attached). `check` asks each one's /health."""
+    those whose pid is in `known` (servers gpudash launched or attached). `by_cmdline` adds every local
+    process whose command line runs a server (on no GPU that NVML lists: the CPU, or GPUs gpudash does not
+    see). A command line whose address cannot be a server's is left out. `check` asks each one's /health."""
     gpus: dict[int, set[int]] = {}
     lines: dict[int, tuple[str, ...]] = {}
     skip = set(known)
@@ -110,19 +150,24 @@ def find_servers(gpu_pids: Iterable[tuple[int, int]], known: Iterable[int] = (),
             continue
         gpus.setdefault(hit[0], set()).add(gpu)
         lines[hit[0]] = hit[1]
+    if by_cmdline:
+        for pid, words in (cmdline if cmdline is not None else local_servers()).items():
+            if pid not in skip and kind_running(list(words)) is not None:
+                lines.setdefault(pid, words)
     out = []
     for pid, words in sorted(lines.items()):
+        url = server_url(words)
+        if url is None:
+            continue
         kind = kind_running(list(words))
         assert kind is not None
-        host, port = kind.address(words)
-        url = f"http://{url_host(host)}:{port}"
         ok = answers(url) if check else None
         hint = None
         if ok is False:
             where = "in a container" if in_container(pid) else "here"
             hint = (f"pid {pid} runs {kind.label} {where} but does not answer at {url}; add a [[servers]] entry "
                     f"with the url its port is published at (url = \"http://HOST:PORT\")")
-        out.append(Found(pid, kind.name, tuple(words), url, tuple(sorted(gpus[pid])), ok, hint))
+        out.append(Found(pid, kind.name, tuple(words), url, tuple(sorted(gpus.get(pid, ()))), ok, hint))
     return out
 
 
@@ -130,11 +175,11 @@ def found_lines(found: list[Found]) -> list[str]:
     """Found servers as lines for `gpudash status` (nothing when none were found)."""
     if not found:
         return []
-    lines = ["inference servers on the GPUs (attach one with a [[servers]] entry: name and url)"]
+    lines = ["inference servers gpudash did not start (attach one with a [[servers]] entry: name and url)"]
     for f in found:
-        gpus = ",".join(map(str, f.gpus)) or "?"
+        where = f"on GPU {','.join(map(str, f.gpus))}" if f.gpus else "on no GPU gpudash sees"
         seen = {True: "answers", False: "does not answer", None: "not asked"}[f.answers]
-        lines.append(f"  {f.name}: {f.kind} pid {f.pid} on GPU {gpus} at {f.url} ({seen})")
+        lines.append(f"  {f.name}: {f.kind} pid {f.pid} {where} at {f.url} ({seen})")
         if f.hint:
             lines.append(f"    {f.hint}")
     return lines
@@ -160,13 +205,13 @@ def process_at(url: str) -> tuple[int, tuple[str, ...]] | None:
     default), or None: another host, or no matching process here."""
     if not local_address(url):
         return None
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        words = p.info.get("cmdline")
-        if not words:
-            continue
-        kind = kind_running(list(words))
-        if kind is not None and kind.address(words)[1] == port:
-            return p.info["pid"], tuple(words)
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    for pid, words in local_servers().items():
+        at = server_url(words)
+        if at is not None and urlsplit(at).port == port:
+            return pid, words
     return None

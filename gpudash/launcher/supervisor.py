@@ -34,9 +34,9 @@ from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.logparse import LogFacts, parse_line
-from gpudash.launcher.server_logs import instance_log, point_latest, prune_old
+from gpudash.launcher.server_logs import (LogDirError, header_line, instance_log, open_log, point_latest,
+                                         prune_old)
 from gpudash.launcher.sleep import Action, SleepError, SleepResult
-from gpudash.private_fs import private_dir, private_file
 from gpudash.proctree import descendants
 from gpudash.records import Event, ServerSample, ServerState
 from gpudash.redact import mask_values, redact_args, redact_spec, secret_values
@@ -65,6 +65,7 @@ class Pushable(Protocol):
 class _Server:
     spec: ServerSpec
     log_path: Path
+    log_made: bool = False  # this instance created log_path (later launches append to it)
     port: int | None = None
     proc: subprocess.Popen | None = None
     state: ServerState = ServerState.STOPPED
@@ -390,12 +391,18 @@ class Supervisor:
             self._not_relaunching(srv)
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=err.cause)
             raise
-        private_dir(self._log_dir)
-        log = open(private_file(srv.log_path), "a", encoding="utf-8", errors="replace")
+        try:
+            srv.log_path, log = open_log(self._log_dir, name, srv.log_path, srv.log_made)
+        except OSError as err:
+            self._not_relaunching(srv)
+            cause = str(err) if isinstance(err, LogDirError) else f"cannot write its log {srv.log_path}: {err}"
+            self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=cause)
+            raise LaunchError(name, cause) from None
+        srv.log_made = True
+        log.write(header_line(' '.join(redact_args(cmd.argv))))
+        log.flush()  # the header first: pruning counts only logs that begin with it
         point_latest(srv.log_path, name)
         prune_old(self._log_dir, name)
-        log.write(f"=== gpudash {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(redact_args(cmd.argv))}\n")
-        log.flush()
         try:
             # Spawned from the one long-lived spawner thread: the death signal (guard.py) follows that thread.
             proc = self._spawner.submit(

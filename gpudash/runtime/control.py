@@ -492,20 +492,32 @@ class Controller:
         return before, _state_of(self.supervisor, server)
 
     def _signal(self, pid: int, name: str, started: float | None = None) -> tuple[Any, Any]:
-        """Signal `pid` if the user owns it (root owns all), it is no server gpudash supervises and, given
-        `started`, it is still the process that started then (the pid was not reused after the dialog)."""
+        """Signal `pid` if the user owns it (root owns all), it is no server gpudash supervises or reads and,
+        given `started`, it is still the process that started then (the pid was not reused after the
+        dialog). Never init or a kernel thread, nor gpudash itself or a process it runs under (its shell,
+        its tmux, its sshd): as root, one of those would take the box or this session down."""
         if name not in ("TERM", "KILL", "INT", "HUP"):
             raise Refused(f"unknown signal {name!r}; use TERM, KILL, INT or HUP")
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
+            raise Refused(f"pid {pid} is not a process gpudash signals (init, or no process at all); "
+                          "pick a process from the list")
         server = (self.supervisor.pids() if self.supervisor is not None else {}).get(pid)
         if server is not None:
-            raise Refused(f"pid {pid} is server {server}, which gpudash supervises: stop it on Servers (x), "
-                          "or its supervisor restarts it")
+            raise Refused(self.supervisor.refusal(server, "stop")  # an attached one: gpudash only reads it
+                          or f"pid {pid} is server {server}, which gpudash supervises: stop it on Servers (x), "
+                             "or its supervisor restarts it")
+        mine = [psutil.Process(), *psutil.Process().parents()]
+        if pid in {p.pid for p in mine}:
+            what = "gpudash itself" if pid == os.getpid() else "a process gpudash runs under (its shell or terminal)"
+            raise Refused(f"pid {pid} is {what}; quit gpudash with q instead")
         try:
             proc = psutil.Process(pid)
             uid = proc.uids().real
             if started is not None and proc.create_time() != started:
                 raise Refused(f"pid {pid} has exited and the pid now names another process; nothing was signalled")
-        except psutil.NoSuchProcess:
+            if _kernel_thread(proc):
+                raise Refused(f"pid {pid} ({proc.name()}) is a kernel thread; the kernel runs it, not a user")
+        except (psutil.NoSuchProcess, OverflowError):
             raise Refused(f"pid {pid} has exited") from None
         if os.getuid() not in (0, uid):
             raise Refused(f"pid {pid} belongs to uid {uid}, not to you (uid {os.getuid()})")
@@ -532,6 +544,20 @@ class Controller:
 
     def specs(self) -> dict[str, ServerSpec]:
         return dict(self.supervisor.specs()) if self.supervisor is not None else {}
+
+
+PF_KTHREAD = 0x00200000  # the kernel's flag on its own threads (include/linux/sched.h)
+
+
+def _kernel_thread(proc: psutil.Process) -> bool:
+    """Whether a process is one of the kernel's threads: its flags say so (/proc/PID/stat's ninth field);
+    where they cannot be read, kthreadd (pid 2) and its children are."""
+    try:
+        with open(f"/proc/{proc.pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+        return bool(int(fields[6]) & PF_KTHREAD)
+    except (OSError, IndexError, ValueError):
+        return proc.pid == 2 or proc.ppid() == 2
 
 
 def _state_of(supervisor: Supervisor, server: str) -> str | None:

@@ -32,6 +32,10 @@ def check_store(path: Path) -> None:
     Store.open(path).close()
 
 
+def _no_gpu_pids() -> list[tuple[int, int]]:
+    return []
+
+
 class Run:
     """One live run over a rig; see the module docstring."""
 
@@ -46,8 +50,9 @@ class Run:
         if servers:
             from gpudash.launcher.discovery import nvml_gpu_pids
 
+            # a simulated rig's GPUs run no real process; its local servers are still found by command line
             self.stack = LaunchStack(config, self.inbox, log_dir, gpu_memory=self.rig.gpu_memory_totals,
-                                     gpu_pids=None if self.rig.is_sim else nvml_gpu_pids)
+                                     gpu_pids=_no_gpu_pids if self.rig.is_sim else nvml_gpu_pids)
         demo = " (demo)" if self.stack is not None and self.stack.demo else ""
         self.session = Session(self.rig, config, db_path, note=note + demo if note else "")
         self.controller: Controller | None = None

@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any, Callable
 
 from gpudash.records import SAMPLE_TABLES, Snapshot
+from gpudash.redact import mask_data, mask_text
 from gpudash.store.schema import KEY_COLUMNS, columns, decode_json, encode_json
 
 TICK_COLUMNS = ("session_id", "tick", "ts", "errors")
@@ -46,20 +47,23 @@ TICK_SQL = "INSERT OR IGNORE INTO ticks (session_id, tick, ts, errors) VALUES (?
 
 @cache
 def encoder(table: str) -> Callable[[Any], tuple]:
-    """record -> its column values as a tuple (JSON for free-form fields)."""
+    """record -> its column values as a tuple (JSON for free-form fields), every text with its secrets
+    masked (redact.mask_text: a server's error that echoes the API key, a URL with its password)."""
     cols = columns(table)
     get = operator.attrgetter(*(c.name for c in cols))
     if len(cols) == 1:
         single = get
         get = lambda r: (single(r),)  # noqa: E731
     json_at = [i for i, c in enumerate(cols) if c.py is object]
-    if not json_at:
-        return get
+    text_at = [i for i, c in enumerate(cols) if c.py is str]
 
     def encode(record: Any) -> tuple:
         values = list(get(record))
         for i in json_at:
-            values[i] = encode_json(values[i])
+            values[i] = encode_json(mask_data(values[i]))
+        for i in text_at:
+            if values[i] is not None:
+                values[i] = mask_text(values[i])
         return tuple(values)
 
     return encode
@@ -68,7 +72,8 @@ def encoder(table: str) -> Callable[[Any], tuple]:
 def snapshot_rows(sid: int, snap: Snapshot, out: dict[str, list[tuple]]) -> int:
     """Append the snapshot's rows (per table, tick row under "ticks") to `out`; returns rows added."""
     key = (sid, snap.tick)
-    out.setdefault("ticks", []).append((sid, snap.tick, snap.ts, encode_json(list(snap.errors)) if snap.errors else None))
+    errors = encode_json(mask_data(snap.errors)) if snap.errors else None
+    out.setdefault("ticks", []).append((sid, snap.tick, snap.ts, errors))
     n = 1
     for table, (attr, single) in snapshot_fields().items():
         value = getattr(snap, attr)

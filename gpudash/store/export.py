@@ -22,9 +22,10 @@ from typing import Any, Iterator
 
 import tomli_w
 
+from gpudash.fmt import json_text
 from gpudash.private_fs import private_dir, private_file
 from gpudash.records import SAMPLE_TABLES
-from gpudash.redact import redact_config_data, redact_spec
+from gpudash.redact import mask_data, mask_text, redact_config_data, redact_spec
 from gpudash.store.schema import columns, encode_json
 from gpudash.store.store import SESSION_TABLES, TIER_TABLES, Store
 
@@ -93,15 +94,24 @@ def _header(store: Store, table: str) -> list[tuple[str, type]]:
 
 
 def _labelled(rows: Iterator[dict[str, Any]], source: str, table: str) -> Iterator[dict[str, Any]]:
-    """Rows with the source label, booleans as booleans, and secrets masked (a DB may predate masking)."""
+    """Rows with the source label, booleans as booleans, a BLOB (another tool's) as hex text, and secrets
+    masked: a server spec's env and flags, the secrets this process knows and any URL's credentials in
+    every text (a DB may predate masking)."""
     bools = [c.name for c in columns(table) if c.py is bool] if table in SAMPLE_TABLES else []
+    jsons = ({c.name for c in columns(table) if c.py is object} if table in SAMPLE_TABLES
+             else {"errors"} if table == "ticks" else set())
     for row in rows:
+        for col, value in row.items():
+            if isinstance(value, bytes):
+                row[col] = value = value.hex()
+            if col == "config" and table == "sessions" and value:
+                row[col] = _redacted_toml(value)
+            elif col in jsons and value:
+                row[col] = _redacted_json(value)
+            elif isinstance(value, str):
+                row[col] = mask_text(value)
         if table != "sessions":
             row["source"] = source
-        if table == "sessions" and row.get("config"):
-            row["config"] = _redacted_toml(row["config"])
-        if table == "events":
-            row["old"], row["new"] = _redacted_json(row.get("old")), _redacted_json(row.get("new"))
         for b in bools:
             if row[b] is not None:
                 row[b] = bool(row[b])
@@ -109,21 +119,21 @@ def _labelled(rows: Iterator[dict[str, Any]], source: str, table: str) -> Iterat
 
 
 def _redacted_toml(text: str) -> str:
+    """A session's config with every server's env and flags masked, and every other secret in its values."""
     try:
-        return tomli_w.dumps(redact_config_data(tomllib.loads(text)))
+        return tomli_w.dumps(mask_data(redact_config_data(tomllib.loads(text))))
     except (tomllib.TOMLDecodeError, TypeError, ValueError):
-        return text
+        return mask_text(text)
 
 
-def _redacted_json(text: str | None) -> str | None:
-    """An event's old/new JSON with a server spec's env and flags masked; other values unchanged."""
-    if not text or "env" not in text and "extra_args" not in text:
-        return text
+def _redacted_json(text: Any) -> Any:
+    """A JSON column (an event's old/new, a tick's errors) with a server spec's env and flags masked and
+    every string in it through mask_text; text that is not JSON is masked as text."""
     try:
         value = json.loads(text)
-    except ValueError:
-        return text
-    return encode_json(redact_spec(value)) if isinstance(value, dict) else text
+    except (TypeError, ValueError, RecursionError):
+        return mask_text(text) if isinstance(text, str) else text
+    return encode_json(mask_data(redact_spec(value) if isinstance(value, dict) else value))
 
 
 def _write_csv(path: Path, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
@@ -145,7 +155,7 @@ def _write_json(path: Path, table: str, header: list[tuple[str, type]], rows: It
         f.write("[")
         for row in rows:
             f.write(",\n" if n else "\n")
-            f.write(json.dumps({k: row.get(k) for k in names}))
+            f.write(json_text({k: row.get(k) for k in names}))  # -Inf as null: every parser reads it
             n += 1
         f.write("\n]\n")
     return n

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 import sqlite_utils
 
+from gpudash.fmt import json_text
 from gpudash.records import SAMPLE_TABLES
 
 # Columns every sample row carries before the record's own fields.
@@ -103,8 +104,9 @@ def rollup_schema(table: str) -> dict[str, type]:
 
 
 def encode_json(value: Any) -> str | None:
-    """A free-form value (Event.old/new) as JSON text; None stays NULL."""
-    return None if value is None else json.dumps(value, default=str, sort_keys=True)
+    """A free-form value (Event.old/new) as JSON text any parser reads (fmt.json_text: -Inf as null);
+    None stays NULL."""
+    return None if value is None else json_text(value, sort_keys=True)
 
 
 def decode_json(text: str | None) -> Any:
@@ -234,6 +236,18 @@ def migrate(db: sqlite_utils.Database, target: int = SCHEMA_VERSION) -> int:
         if target == SCHEMA_VERSION:
             sync_columns(db)
     return current_version(db)
+
+
+# The columns of the tables every query reads, as the migrations made them; another tool may drop one.
+CORE_COLUMNS = {"sessions": ("id", "started", "ended", "host", "version", "config", "source", "note", "pid",
+                             "pid_started"),
+                "ticks": ("session_id", "tick", "ts", "errors")}
+
+
+def missing_columns(db: sqlite_utils.Database) -> list[str]:
+    """`table.column` of each core column the file lacks (a migrated gpudash file lacks none)."""
+    return [f"{table}.{c}" for table, cols in CORE_COLUMNS.items() for c in cols
+            if c not in db[table].columns_dict]
 
 
 def sync_columns(db: sqlite_utils.Database) -> None:

@@ -7,6 +7,7 @@ session that no writer is filling: each call becomes a tick of its own so replay
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import logging
 import os
@@ -20,11 +21,14 @@ from typing import Any, Iterable, Iterator
 import psutil
 import sqlite_utils
 
+from gpudash import outside
 from gpudash.config import Config, to_toml
 from gpudash.private_fs import private_dir, private_file
+from gpudash.redact import mask_text, remember_config
 from gpudash.records import SAMPLE_TABLES, Event, RequestSample, Snapshot
 from gpudash.store import codec
-from gpudash.store.schema import ROLLUP_TABLES, SchemaTooNew, decode_json, immediate, migrate, rollup_table
+from gpudash.store.schema import (ROLLUP_TABLES, SchemaTooNew, decode_json, immediate, migrate, missing_columns,
+                                  rollup_table)
 
 # Tables a session's rows live in, in export order.
 SESSION_TABLES: tuple[str, ...] = ("sessions", "ticks", *SAMPLE_TABLES)
@@ -130,6 +134,8 @@ class Store:
             private_dir(p.parent)
             new = not p.exists() or p.stat().st_size == 0
             private_file(p)
+            if not new:  # before the switch to WAL, which already changes the file
+                _refuse_foreign(p)
             db = connect(p, new=new)
             if writing and not new:  # before the migration, which would write into a damaged file
                 problem = db.execute("PRAGMA quick_check(1)").fetchone()[0]
@@ -138,6 +144,11 @@ class Store:
                     raise StoreError(f"{p} is damaged ({problem}); gpudash will not add to it: move it aside "
                                      "(its readable sessions can still be exported) or pass another --db")
             migrate(db)
+            missing = missing_columns(db)
+            if missing:
+                db.close()
+                raise StoreError(f"{p} lacks the column{'s' * (len(missing) > 1)} {', '.join(missing)} (another "
+                                 "tool changed its tables); gpudash cannot use it: pass another --db")
         except SchemaTooNew as err:
             raise StoreError(f"{p} was written by a newer gpudash ({err}); upgrade gpudash or pass another --db") from None
         except sqlite3.DatabaseError as err:
@@ -158,12 +169,14 @@ class Store:
     # ---- sessions ----------------------------------------------------------------------------------
 
     def begin_session(self, source: str, config: Config, note: str = "") -> int:
-        """A new session row: host, gpudash version, the effective config as TOML, and the source label."""
+        """A new session row: host, gpudash version, the effective config as TOML, and the source label.
+        The config's secrets are remembered, so every text written into this file after is masked."""
+        remember_config(config)
         me = psutil.Process()
         with immediate(self.db):  # sqlite_utils reads the table before it inserts: take the write lock first
             table = self.db["sessions"].insert({
-                "started": time.time(), "ended": None, "host": socket.gethostname(),
-                "version": gpudash_version(), "config": to_toml(config, redacted=True), "source": source, "note": note,
+                "started": time.time(), "ended": None, "host": socket.gethostname(), "version": gpudash_version(),
+                "config": to_toml(config, redacted=True), "source": source, "note": mask_text(note),
                 "pid": me.pid, "pid_started": me.create_time(),
             })
         return int(table.last_pk)
@@ -202,13 +215,14 @@ class Store:
             times = {c: _time(r[c]) for c in ("started", "ended", "last_ts")}
             bad = [f"{c} holds {r[c]!r}, not a time" for c in ("started", "ended") if r[c] is not None and times[c] is None]
             start = times["started"]
+            texts = [_text(r[c]) for c in ("source", "host", "version", "note")]
             if bad or start is None:  # text in a time column (another tool wrote it): shown, never raised
-                out.append(SessionInfo(r["id"], start, None, None, str(r["source"]), r["host"], r["version"],
-                                       r["note"], rc, "damaged", "; ".join(bad) or "started is empty"))
+                out.append(SessionInfo(r["id"], start, None, None, str(texts[0]), *texts[1:], rc, "damaged",
+                                       "; ".join(bad) or "started is empty"))
                 continue
             end = times["ended"] or times["last_ts"] or start
-            out.append(SessionInfo(r["id"], start, times["ended"], max(0.0, end - start), r["source"], r["host"],
-                                   r["version"], r["note"], rc, _state(r, here)))
+            out.append(SessionInfo(r["id"], start, times["ended"], max(0.0, end - start), str(texts[0]),
+                                   *texts[1:], rc, _state(r, here)))
         return out
 
     def session_row(self, sid: int) -> dict[str, Any]:
@@ -283,6 +297,27 @@ class Store:
             tick = 0 if last is None else last + 1
             self.db.execute(codec.TICK_SQL, [sid, tick, ts, None])
             self.db.conn.executemany(codec.insert_sql(table), [(sid, tick) + enc(r) for r in records])
+
+
+def _refuse_foreign(path: Path) -> None:
+    """StoreError when the SQLite file at `path` holds tables but is not gpudash's (it has no
+    schema_version): another application's database gains no gpudash tables and no WAL mode. Read on a
+    connection of its own that changes nothing; a file that is not SQLite at all fails in the caller's
+    except."""
+    with contextlib.closing(sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S)) as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                           "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+    if tables and "schema_version" not in tables:
+        shown = ", ".join(tables[:3]) + (f" and {len(tables) - 3} more" if len(tables) > 3 else "")
+        raise StoreError(f"{path} is another application's SQLite database (tables {outside.printable(shown)}), "
+                         "not gpudash's; gpudash leaves it as it is: pass another --db")
+
+
+def _text(value: Any) -> str | None:
+    """A text column's value as text: a BLOB or a number another tool put there becomes its text."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return None if value is None else str(value)
 
 
 def _time(value: Any) -> float | None:

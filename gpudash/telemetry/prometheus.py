@@ -167,7 +167,8 @@ class StoreSize:
     def data_bytes(self) -> int | None:
         """Bytes of pages in use (what `[store] max_bytes` caps), or None when the file cannot be read."""
         try:
-            with sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=0.5) as db:
+            # as a URI whose path is quoted: a `?` or `#` in the file name would start its query or fragment
+            with sqlite3.connect(f"{Path(self.path).absolute().as_uri()}?mode=ro", uri=True, timeout=0.5) as db:
                 pages = db.execute("PRAGMA page_count").fetchone()[0] - db.execute("PRAGMA freelist_count").fetchone()[0]
                 return pages * db.execute("PRAGMA page_size").fetchone()[0]
         except sqlite3.Error:

@@ -41,8 +41,9 @@ class ServerSource:
 
     def __init__(self, supervisor: Supervisor, timeout_s: float = SCRAPE_TIMEOUT_S,
                  gpu_pids: Callable[[], list[tuple[int, int]]] | None = None):
-        """`gpu_pids` lists the real GPUs' processes (NVML): servers among them that gpudash neither runs nor
-        reads show as "found" rows, looked for in the background every FIND_EVERY_S."""
+        """`gpu_pids` lists the real GPUs' processes (NVML; none on a simulated rig): servers among them, and
+        every local process whose command line runs a server, that gpudash neither runs nor reads show as
+        "found" rows, looked for in the background every FIND_EVERY_S. None: no look at all."""
         self._sup = supervisor
         self._gpu_pids = gpu_pids
         self._found: list[Found] = []
@@ -97,7 +98,7 @@ class ServerSource:
 
     def _find(self, known: set[int]) -> None:
         assert self._gpu_pids is not None
-        self._found = find_servers(self._gpu_pids(), known=known)
+        self._found = find_servers(self._gpu_pids(), known=known, by_cmdline=True)
 
     def _scrape(self, st: ServerSample) -> ServerSample:
         base = self._sup.base_url(st.server)

@@ -108,14 +108,16 @@ def test_fleet_lists_every_target_with_its_figures(fleet_rig: FleetRig) -> None:
             assert b["gpus"] == {"sim:h200": 1, "sim:8xh20": 8, "sim:rtx5080+rtx3090": 2, "vllm": 1}[what]
             assert 0 <= b["util"] <= 1 and 0 < b["mem_used"] < b["mem_total"]
             assert b["tx_bps"] >= 0 and b["rx_bps"] >= 0 and b["link_bps"] > 0
-    (chat,) = boxes[next(i for i, w in fleet_rig.boxes.items() if w == "vllm")]["servers"]
+    # besides servers found running on the same machine (another user's, found by their command lines)
+    (chat,) = [s for s in boxes[next(i for i, w in fleet_rig.boxes.items() if w == "vllm")]["servers"]
+               if s["state"] != "found"]
     assert chat["server"] == "chat" and chat["kind"] == "vllm" and chat["state"] == "ready"
     assert 0 < chat["ttft_p90_s"] < 5 and 0 <= chat["hit_rate"] <= 1
     firing = {i: b["alerts"] for i, b in boxes.items() if b["alerts"]}
     assert firing == {next(i for i, w in fleet_rig.boxes.items() if w == "vllm"): ["GpudashTestServerHasKvCache"]}
     table = run(fleet_rig.tmp, "fleet", "--prometheus", fleet_rig.prom.url)
     assert table.returncode == 0, table.stderr
-    for word in ("no gpudash", "down", "sim:8xh20", "1 (1 ready)", "TTFT p90", "GpudashTestServerHasKvCache"):
+    for word in ("no gpudash", "down", "sim:8xh20", " (1 ready)", "TTFT p90", "GpudashTestServerHasKvCache"):
         assert word in table.stdout
     (server_line,) = [ln for ln in table.stdout.splitlines() if " chat " in ln]
     assert server_line.split()[1:4] == ["chat", "vllm", "ready"]

@@ -1,11 +1,19 @@
-"""Fixtures of the hostile suite: a misbehaving OpenAI-compatible server."""
+"""Fixtures of the hostile suite: a misbehaving OpenAI-compatible server, and a small real filesystem.
+
+The full disk and the read-only filesystem are a small ext2 image loop-mounted (needs root and a loop
+device; CI runs these tests as root). Without them those tests skip and say why, except in CI
+(GPUDASH_REQUIRE_LOOP_MOUNT=1, set by .ci/run), where they fail.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from hostile_helpers import Mount
 from hostile_server import HostileServer
 
 
@@ -14,3 +22,24 @@ def hostile() -> Iterator[HostileServer]:
     srv = HostileServer().start()
     yield srv
     srv.close()
+
+
+def _cannot_mount(why: str) -> None:
+    """Skip where a loop mount is impossible, except in CI (GPUDASH_REQUIRE_LOOP_MOUNT=1), where the
+    disk-fault tests must run: a skip there would hide them."""
+    if os.environ.get("GPUDASH_REQUIRE_LOOP_MOUNT") == "1":
+        pytest.fail(f"GPUDASH_REQUIRE_LOOP_MOUNT=1 but {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Mount]:
+    """An 8 MiB ext2 filesystem of its own (no reserved blocks), mounted for the test."""
+    if os.geteuid() != 0:
+        _cannot_mount("loop-mounting a small filesystem needs root (CI runs this suite as root)")
+    try:
+        m = Mount(tmp_path, 8 << 20)
+    except OSError as err:
+        _cannot_mount(f"cannot loop-mount a small filesystem here: {err}")
+    yield m
+    m.unmount()

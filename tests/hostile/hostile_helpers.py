@@ -1,9 +1,11 @@
-"""Helpers the hostile tests share: the gpudash CLI as a real process with its own user directories, and
-a `vllm` stand-in (the vLLM double) that starts a child of its own."""
+"""Helpers the hostile tests share: the gpudash CLI as a real process with its own user directories, a
+`vllm` stand-in (the vLLM double) that starts a child of its own, and a small loop-mounted filesystem."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -98,3 +100,42 @@ def drain_pty(fd: int) -> bytearray:
 
     threading.Thread(target=run, daemon=True).start()
     return seen
+
+
+class Mount:
+    """A loop-mounted ext2 image of `size` bytes at `path` (a real disk that can fill up or turn read-only)."""
+
+    def __init__(self, tmp: Path, size: int):
+        self.image, self.path = tmp / "fs.img", tmp / "mnt"
+        self.path.mkdir()
+        with self.image.open("wb") as f:
+            f.truncate(size)
+        for argv in (["mkfs.ext2", "-q", "-F", "-m", "0", str(self.image)],
+                     ["mount", "-o", "loop", str(self.image), str(self.path)]):
+            if shutil.which(argv[0]) is None:
+                raise OSError(f"{argv[0]} is not installed")
+            r = subprocess.run(argv, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise OSError(f"{' '.join(argv[:2])} failed: {r.stderr.strip()}")
+
+    def read_only(self) -> None:
+        subprocess.run(["mount", "-o", "remount,ro", str(self.path)], check=True)
+
+    def fill(self, leave: int) -> None:
+        """Take all but `leave` bytes of the free space (all of it when the file's own indirect blocks leave
+        less than asked: a full disk)."""
+        st = os.statvfs(self.path)
+        left, chunk = max(0, st.f_bavail * st.f_frsize - leave), 1 << 20
+        with (self.path / "filler").open("wb", buffering=0) as f:
+            while left > 0:
+                try:
+                    left -= f.write(b"\0" * min(left, chunk))
+                except OSError as err:
+                    if err.errno != errno.ENOSPC:
+                        raise
+                    if chunk == 1:
+                        return
+                    chunk //= 2  # the file's own indirect blocks took some: go on in smaller pieces
+
+    def unmount(self) -> None:
+        subprocess.run(["umount", "-l", str(self.path)], capture_output=True)

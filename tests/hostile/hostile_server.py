@@ -45,16 +45,24 @@ WRONG_MODELS = {
     "models_id_object": {"data": [{"id": {"x": 1}}]},
 }
 CHAT_MODES = ("ok", "never_ending", "drip", "huge_line", "huge_500", "silent", "silent_after_headers",
-              "empty_200", "no_done", "bad_json", "nested", *WRONG_CHUNKS)
+              "empty_200", "no_done", "bad_json", "nested", "echo_key", "escapes", *WRONG_CHUNKS)
+# An error body a terminal would obey: a title set, a screen clear, a colour, and Rich markup for a hyperlink.
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\x9b0m [link=file:///etc/shadow]click[/link] [bold]x"
+# One family of vLLM's /metrics, as vllm/v1/metrics/loggers.py (vLLM 0.8.5 and 0.33.0) names and labels it:
+# enough for gpudash to tell an attached server's kind and read it as ready (`metrics = True`).
+VLLM_METRICS = (b"# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+                b"# TYPE vllm:num_requests_running gauge\n"
+                b'vllm:num_requests_running{engine="0",model_name="hostile-model"} 0.0\n')
 MODELS_MODES = ("ok", "huge", "nested", "silent", "status_500", *WRONG_MODELS)
 
 
 class HostileServer:
     """Start with `start()`, stop with `close()`; `url` is its base URL."""
 
-    def __init__(self, mode: str = "ok", models_mode: str = "ok"):
+    def __init__(self, mode: str = "ok", models_mode: str = "ok", metrics: bool = False):
         self.mode = mode
         self.models_mode = models_mode
+        self.metrics = metrics  # GET /metrics answers vLLM's families (else 404, as for any other path)
         self.closing = threading.Event()
         self.chat_started = threading.Event()  # a chat request arrived (for tests that act mid-request)
         self.chat_requests = 0
@@ -118,6 +126,10 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
 
         def do_GET(self) -> None:
+            if self.path == "/metrics" and server.metrics:
+                self._head(200, "text/plain; version=0.0.4")  # Connection: close, as it closes after
+                self._send([VLLM_METRICS])
+                return
             if self.path != "/v1/models":
                 self._head(404, "text/plain", 0)
                 return
@@ -158,6 +170,16 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
                 return
             if mode == "empty_200":
                 self._head(200, "text/event-stream", 0)
+                return
+            if mode == "escapes":
+                body = ESCAPES.encode()
+                self._head(500, "text/plain")
+                self._send([body])
+                return
+            if mode == "echo_key":  # an error that quotes the key it was sent, as careless servers do
+                body = json.dumps({"error": f"invalid key {self.headers.get('Authorization')!r}"}).encode()
+                self._head(401, "application/json")
+                self._send([body])
                 return
             self._head()
             if mode == "ok":

@@ -130,10 +130,10 @@ def test_a_fifo_config_is_refused_without_blocking(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "not a regular file" in r.output
 
 
-def test_secrets_do_not_change_what_config_show_prints(tmp_path: Path) -> None:
-    """config show is the operator's own view: it prints the file's values; only copies on disk are masked."""
+def test_config_show_and_the_copies_on_disk_mask_secrets(tmp_path: Path) -> None:
+    """config show goes to terminals, logs and pastes too: it masks secrets like every copy gpudash writes."""
     r = _show(tmp_path, SERVER + 'env = { HF_TOKEN = "hf_abc" }\n')
-    assert r.exit_code == 0 and "hf_abc" in r.output
+    assert r.exit_code == 0 and "hf_abc" not in r.output and 'HF_TOKEN = "***"' in r.output
     cfg = validate(tomllib.loads(SERVER + 'env = { HF_TOKEN = "hf_abc" }\n'))
     assert "hf_abc" not in to_toml(cfg, redacted=True)
 

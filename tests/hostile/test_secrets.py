@@ -13,7 +13,8 @@ import pytest
 
 from gpudash.config import Config, ServerSpec
 from gpudash.launcher.supervisor import Supervisor
-from gpudash.redact import MASK, mask_values, redact_args, redact_env, secret_name, secret_values
+from gpudash.redact import (MASK, mask_text, mask_values, redact_args, redact_env, remember, secret_name,
+                            secret_values)
 from gpudash.store import Store, StoreWriter
 from gpudash.store.export import export_session
 from gpudash.telemetry.inbox import Inbox
@@ -144,3 +145,20 @@ def test_export_masks_secrets_of_a_db_written_before_masking(tmp_path: Path) -> 
     store.close()
     for f in files:
         assert b"hf_live_123" not in f.path.read_bytes() and b"sk-live-456" not in f.path.read_bytes()
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("GET http://alice:S3cret@host:8000/x failed", f"GET http://alice:{MASK}@host:8000/x failed"),
+    ("https://ghp_token123@github.com/x", f"https://{MASK}@github.com/x"),
+    ("probe alice:S3cret@127.0.0.1:80: refused", f"probe alice:{MASK}@127.0.0.1:80: refused"),
+    ("'bob:pw@[::1]:9090'", f"'bob:{MASK}@[::1]:9090'"),
+    ("mail root@example.org, ssh me@box, http://h:80/a@b", "mail root@example.org, ssh me@box, http://h:80/a@b"),
+])
+def test_url_credentials_are_masked_in_free_text(text: str, shown: str) -> None:
+    assert mask_text(text) == shown
+
+
+def test_a_remembered_secret_is_masked_as_given_stripped_and_escaped() -> None:
+    remember(["sk-remembered-42\n", "abc", None])
+    said = "Invalid header value b'Bearer sk-remembered-42\\n'; key sk-remembered-42\n; abc stays"
+    assert mask_text(said) == f"Invalid header value b'Bearer {MASK}'; key {MASK}; abc stays"

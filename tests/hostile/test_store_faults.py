@@ -1,9 +1,8 @@
 """The store when the world goes wrong: kill -9, a full disk, a damaged file, a read-only filesystem, an
 absurd session id. Each ends in one sentence and a usable (or untouched) file, never a traceback.
 
-The full disk and the read-only filesystem are real: a small ext2 image loop-mounted (needs root and a
-loop device; CI runs these tests as root). Without them those tests skip and say why, except in CI
-(GPUDASH_REQUIRE_LOOP_MOUNT=1, set by .ci/run), where they fail.
+The full disk and the read-only filesystem are real: a small ext2 image loop-mounted (the `small_fs`
+fixture, conftest.py).
 """
 
 from __future__ import annotations
@@ -11,13 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,58 +22,9 @@ import pytest
 from gpudash.config import Config
 from gpudash.records import GpuSample, HostSample, Snapshot
 from gpudash.store import Store, StoreWriter
-from hostile_helpers import gpudash
+from hostile_helpers import Mount, gpudash
 
 WAIT_S = 60.0
-
-
-class Mount:
-    """A loop-mounted ext2 image of `size` bytes at `path`."""
-
-    def __init__(self, tmp: Path, size: int):
-        self.image, self.path = tmp / "fs.img", tmp / "mnt"
-        self.path.mkdir()
-        with self.image.open("wb") as f:
-            f.truncate(size)
-        for argv in (["mkfs.ext2", "-q", "-F", "-m", "0", str(self.image)],
-                     ["mount", "-o", "loop", str(self.image), str(self.path)]):
-            if shutil.which(argv[0]) is None:
-                raise OSError(f"{argv[0]} is not installed")
-            r = subprocess.run(argv, capture_output=True, text=True)
-            if r.returncode != 0:
-                raise OSError(f"{' '.join(argv[:2])} failed: {r.stderr.strip()}")
-
-    def read_only(self) -> None:
-        subprocess.run(["mount", "-o", "remount,ro", str(self.path)], check=True)
-
-    def fill(self, leave: int) -> None:
-        """Take all but `leave` bytes of the free space."""
-        st = os.statvfs(self.path)
-        with (self.path / "filler").open("wb") as f:
-            f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
-
-    def unmount(self) -> None:
-        subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
-
-
-def _cannot_mount(why: str) -> None:
-    """Skip where a loop mount is impossible, except in CI (GPUDASH_REQUIRE_LOOP_MOUNT=1), where the
-    disk-fault tests must run: a skip there would hide them."""
-    if os.environ.get("GPUDASH_REQUIRE_LOOP_MOUNT") == "1":
-        pytest.fail(f"GPUDASH_REQUIRE_LOOP_MOUNT=1 but {why}")
-    pytest.skip(why)
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Mount]:
-    if os.geteuid() != 0:
-        _cannot_mount("loop-mounting a small filesystem needs root (CI runs this suite as root)")
-    try:
-        m = Mount(tmp_path, 8 << 20)
-    except OSError as err:
-        _cannot_mount(f"cannot loop-mount a small filesystem here: {err}")
-    yield m
-    m.unmount()
 
 
 def _db_with_rows(path: Path, ticks: int = 4000) -> int:

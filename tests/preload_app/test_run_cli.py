@@ -103,4 +103,4 @@ def test_bad_knobs_and_commands_are_usage_errors(stub_preload: Path, tmp_path: P
         r = _run([*args, "--", "true"], tmp_path)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
     r = _run(["--", str(tmp_path / "no-such-program")], tmp_path)
-    assert r.returncode == 2 and "cannot run" in r.stderr and "No such file or directory" in r.stderr
+    assert r.returncode == 127 and "cannot run" in r.stderr and "No such file or directory" in r.stderr

@@ -94,7 +94,8 @@ def test_launch_in_tmux_records_and_quits_cleanly(tmp_path: Path) -> None:
     pools = {r[0] for r in con.execute("SELECT DISTINCT pool FROM pool_shard_samples")}
     own = {f"{p}-{where}" for p in ("sim", "engine") for where in ["host", *(f"gpu{i}" for i in range(8))]}
     assert pools == own  # [pools] (host + 8 GPUs) and the engine's staging (host) and relay (8 GPUs) pools
-    pids = {r[0] for r in con.execute("SELECT DISTINCT pid FROM server_samples WHERE pid IS NOT NULL")}
+    pids = {r[0] for r in con.execute("SELECT DISTINCT pid FROM server_samples WHERE pid IS NOT NULL "
+                                      "AND origin = 'managed'")}  # not the servers found running beside it
     assert pids, "the demo server's process never showed in the samples"
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"llama-server processes gpudash started are still running: {alive}"
@@ -126,7 +127,8 @@ def test_sigterm_stops_the_servers_and_closes_the_session(tmp_path: Path) -> Non
     con = sqlite3.connect(db)
     assert con.execute("SELECT ended FROM sessions").fetchone()[0] is not None
     assert con.execute("SELECT kind FROM events ORDER BY ts DESC LIMIT 1").fetchone()[0] == "server.stop"
-    pids = {r[0] for r in con.execute("SELECT DISTINCT pid FROM server_samples WHERE pid IS NOT NULL")}
+    pids = {r[0] for r in con.execute("SELECT DISTINCT pid FROM server_samples WHERE pid IS NOT NULL "
+                                      "AND origin = 'managed'")}  # not the servers found running beside it
     assert pids and not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 

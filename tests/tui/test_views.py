@@ -313,6 +313,9 @@ def test_a_signal_to_a_supervised_server_or_a_gone_process_is_refused() -> None:
         def pids(self) -> dict[int, str]:
             return {os.getpid(): "big"}
 
+        def refusal(self, name: str, action: str) -> None:  # a server gpudash runs, not an attached one
+            return None
+
     c = Controller(supervisor=Supervisor())  # type: ignore[arg-type]
     res = c.apply(SignalProcess(os.getpid(), "TERM"))
     assert not res.ok and "server big, which gpudash supervises" in res.reason

@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Container
 from textual.widgets import Static
 
+from gpudash.outside import printable
 from gpudash.records import Event, GpuSample, HostSample, Snapshot
 from gpudash.telemetry.links import link_status
 from gpudash.tui.state import ViewState
@@ -228,7 +229,7 @@ class OverviewView(ShowsProcesses):
             self._cards[g.index].update_card(g, state, snap.is_sim, g.index == selected_gpu)
         line = host_line(snap.host, self._host.size.width or 120, own_vram(snap))
         if snap.errors:
-            line.append(f"   {len(snap.errors)} source error(s): {snap.errors[0]}", style="bold red")
+            line.append(f"   {len(snap.errors)} source error(s): {printable(snap.errors[0])}", style="bold red")
         self._draw_processes(state)
         if line != self._host.content:
             self._host.update(line, layout=False)  # one fixed line

@@ -19,6 +19,7 @@ from gpudash.tui.state import RATE_WINDOW_S, ViewState
 from gpudash.tui.widgets.fitted import FittedTable, NamesHiddenColumns, hidden_columns_line
 from gpudash.tui.widgets.view import DashView
 from gpudash import fmt
+from gpudash.outside import printable
 
 
 class TableView(NamesHiddenColumns, DashView):
@@ -194,9 +195,11 @@ def slab_lines(pools: Sequence[PoolSample], shards: Sequence[PoolShardSample],
 
 
 def event_row(e: Event) -> tuple[Any, ...]:
+    """An event's cells; its target, values and reason may quote outside text (a server's error body), shown
+    as text (outside.printable)."""
     status = Text("ok", style="green") if e.ok else Text("refused", style="bold red")
-    return (time.strftime("%H:%M:%S", time.localtime(e.ts)), e.actor, e.kind, e.target,
-            _short(e.old), _short(e.new), status, e.reason or "")
+    return (time.strftime("%H:%M:%S", time.localtime(e.ts)), e.actor, e.kind, printable(e.target),
+            _short(e.old), _short(e.new), status, printable(e.reason or ""))
 
 
 def event_value(v: Any) -> str:
@@ -205,8 +208,8 @@ def event_value(v: Any) -> str:
     if v is None:
         return fmt.NA
     if isinstance(v, dict):
-        return ", ".join(f"{k}={fmt.knob_text(x)}" for k, x in v.items())
-    return v if isinstance(v, str) else json.dumps(v, default=str)
+        return printable(", ".join(f"{k}={fmt.knob_text(x)}" for k, x in v.items()))
+    return printable(v if isinstance(v, str) else json.dumps(v, default=str))
 
 
 def _short(v: Any) -> str:
@@ -216,11 +219,12 @@ def _short(v: Any) -> str:
 
 def event_text(e: Event) -> Text:
     """One event in full, for the line under the table (the table cuts long values and reasons)."""
-    t = Text(f"{time.strftime('%H:%M:%S', time.localtime(e.ts))} {e.actor} {e.kind} {e.target}: ", style="bold")
+    t = Text(f"{time.strftime('%H:%M:%S', time.localtime(e.ts))} {e.actor} {e.kind} {printable(e.target)}: ",
+             style="bold")
     t.append(f"{event_value(e.old)} -> {event_value(e.new)}")
     t.append("  ok" if e.ok else "  refused", style="green" if e.ok else "bold red")
     if e.reason:
-        t.append(f": {e.reason}")
+        t.append(f": {printable(e.reason)}")
     return t
 
 

@@ -7,12 +7,18 @@ run in gpudash). The table gives % of one core and gpudash / nvitop (the goal: a
 GPUs and nvitop (`pip install nvitop`): on a machine without a driver it says so and exits 2, since a
 simulated rig would measure something else.
 
+Whether gpudash ran the embedded demo is said, never guessed: --demo runs it (a llama-server that gpudash
+supervises, probe off), the default runs none (`demo = false`: pure watching, or the servers found on the
+GPUs, attached). The run also prints what gpudash itself holds: its VRAM from NVML's process list (no
+CUDA context while it only watches) and the mean of its header's own-CPU figure over the window, read off
+the screen each second, beside the CPU its process really used.
+
 --profile DIR says where gpudash's time goes: its CPU per thread over the same window (from
 /proc/PID/task, Python threads named by `py-spy dump`), and, with py-spy installed, a sampled profile of
 the window (py-spy record --nonblocking, collapsed stacks in DIR/gpudash.pyspy.txt) summarised by the
 frames that hold most samples.
 
-Run: .venv/bin/python benchmarks/bench_vs_nvitop.py [--seconds 60] [--size 160x48] [--profile DIR]
+Run: .venv/bin/python benchmarks/bench_vs_nvitop.py [--seconds 60] [--size 160x48] [--demo] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import argparse
 import collections
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -107,12 +114,31 @@ def hottest_frames(collapsed: Path, tid: int, top: int = 10) -> list[str]:
     return [f"  {n / total * 100:6.1f}%  {frame}" for frame, n in where.most_common(top)] if total else []
 
 
+def vram_of(pid: int) -> int:
+    """Bytes of GPU memory `pid` holds on all GPUs, from NVML's process lists."""
+    from gpudash.gpu.device import devices
+
+    return sum(p.used_bytes or 0 for d in devices() for p in d.processes(0.0, {}) if p.pid == pid)
+
+
+def header_cpu(screen: str) -> float | None:
+    """The own-CPU figure gpudash's screen shows ("gpudash CPU 1.3%"), or None."""
+    m = re.search(r"gpudash CPU ([0-9.]+)%", screen)
+    return float(m.group(1)) if m else None
+
+
+def demo_servers(proc: psutil.Process) -> list[psutil.Process]:
+    """The llama-servers gpudash runs (its children)."""
+    return [c for c in proc.children(recursive=True) if "llama-server" in (c.name() or "")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0, help="measurement window (default 60)")
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds before measuring (default 10)")
     ap.add_argument("--size", default="160x48", help="terminal size for both (default 160x48)")
     ap.add_argument("--profile", type=Path, metavar="DIR", help="also profile gpudash over the window into DIR")
+    ap.add_argument("--demo", action="store_true", help="let gpudash run its demo llama-server (default: none)")
     args = ap.parse_args()
     size = tuple(int(x) for x in args.size.split("x"))
     if shutil.which("tmux") is None:
@@ -127,7 +153,8 @@ def main() -> None:
         sys.exit(2)
     with tempfile.TemporaryDirectory() as d:
         cfg = Path(d) / "config.toml"
-        cfg.write_text("[sampling]\ninterval_s = 1.0\n\n[probe]\nenabled = false\n")
+        cfg.write_text(f"demo = {'true' if args.demo else 'false'}\n\n[sampling]\ninterval_s = 1.0\n\n"
+                       "[probe]\nenabled = false\n")
         try:
             ours = start("gpudash", [*GPUDASH, "--config", str(cfg), "launch", "--no-sim", "--no-record"], size)
             theirs = start("nvitop", [*NVITOP, "--interval", "1"], size)
@@ -143,9 +170,15 @@ def main() -> None:
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             c0 = (cpu_s(ours), cpu_s(theirs))
             t0 = time.perf_counter()
-            time.sleep(args.seconds)
+            shown: list[float] = []  # the header's own-CPU figure, read once a second
+            while (left := args.seconds - (time.perf_counter() - t0)) > 0:
+                time.sleep(min(1.0, left))
+                if (figure := header_cpu(tmux("capture-pane", "-p", "-t", "gpudash"))) is not None:
+                    shown.append(figure)
             c1 = (cpu_s(ours), cpu_s(theirs))
             wall = time.perf_counter() - t0
+            demo = demo_servers(ours)
+            vram = (vram_of(ours.pid), vram_of(theirs.pid))
             threads = per_thread_cpu(ours.pid, ticks0, wall) if args.profile else []
             if spy is not None:
                 spy.wait(timeout=30)
@@ -160,6 +193,12 @@ def main() -> None:
     print(f"{'tool':<10} {'CPU % of one core':>18} {'ratio to nvitop':>16}")
     print(f"{'nvitop':<10} {n:>18.2f} {1.0:>16.2f}")
     print(f"{'gpudash':<10} {g:>18.2f} {g / n if n else float('nan'):>16.2f}   (goal <= {GOAL:g})")
+    print(f"demo: {'ran, llama-server pid ' + ', '.join(str(p.pid) for p in demo) if demo else 'none ran'}"
+          f"{' (asked for with --demo)' if args.demo else ' (demo = false)'}")
+    print(f"VRAM held: gpudash {vram[0] / 2**20:.0f} MiB, nvitop {vram[1] / 2**20:.0f} MiB (NVML, after the window)")
+    if shown:
+        print(f"gpudash's header own-CPU figure: mean {sum(shown) / len(shown):.2f}% over {len(shown)} reads "
+              f"(its process used {g:.2f}%)")
     if threads:
         print(f"\ngpudash per thread over the window:\n{'thread (Python name, else OS name)':<40} {'tid':>8} "
               f"{'CPU % of one core':>18}")

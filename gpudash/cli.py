@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "serve": "gpudash.commands.serve:serve",
     "probe": "gpudash.commands.probe:probe",
     "demo-model": "gpudash.commands.demo_model:demo_model",
+    "deploy": "gpudash.commands.deploy:deploy",
     "bench": "gpudash.commands.bench:bench",
     "doctor": "gpudash.commands.doctor:doctor",
     "plan": "gpudash.commands.plan:plan",

@@ -64,8 +64,9 @@ class HostSample:
     mem_used: int | None = None
     mem_total: int | None = None
     numa_nodes: int | None = None
-    gpudash_cpu_pct: float | None = None
+    gpudash_cpu_pct: float | None = None  # % of one core, since the previous tick
     gpudash_rss: int | None = None
+    gpudash_pid: int | None = None  # gpudash's own process: its GPU memory is its row in gpu_processes
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +275,20 @@ class Event:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BuildSample:
+    """A llama-server build gpudash runs in the background, at one tick (shown as a progress bar; its
+    steps are events, so it is not stored as a table)."""
+
+    ts: float
+    what: str  # "cpu" | "cuda sm 90"
+    servers: str  # the servers that wait for it (or will be moved onto it), comma-separated
+    step: str  # "starting" | "downloading" | "configuring" | "compiling"
+    started: float  # when the build began (Unix seconds)
+    done: int | None = None  # compile steps finished, of `total` (ninja's [n/N], make's percent)
+    total: int | None = None
+
+
 # Event kinds of driver-reported GPU faults (gpu/xid.py): an Xid, a double-bit ECC error, a lost GPU.
 GPU_FAULT_KINDS = ("gpu.xid", "gpu.ecc", "gpu.lost")
 
@@ -295,6 +310,7 @@ class Snapshot:
     servers: tuple[ServerSample, ...] = ()
     requests: tuple[RequestSample, ...] = ()
     events: tuple[Event, ...] = ()
+    builds: tuple[BuildSample, ...] = ()
     errors: tuple[str, ...] = field(default=())
 
     @property

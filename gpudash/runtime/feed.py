@@ -51,6 +51,10 @@ class Feed(Protocol):
     def start_servers(self) -> list[str]:
         """Launch what the feed supervises, after the views are live; returns problems to show."""
 
+    def want_engine(self) -> list[str]:
+        """Start the transfer engine where it is made on first need (a view that shows it was opened);
+        returns problems to show."""
+
     def cpu_builds(self) -> dict[str, str]:
         """{server: its llama-server} for launched servers whose build cannot offload to GPUs (blocking)."""
 
@@ -102,6 +106,16 @@ class LiveFeed:
         except Exception as err:  # noqa: BLE001 - LaunchError names the server; the dashboard keeps running
             return [f"servers did not all start: {err}"]
         return []
+
+    def want_engine(self) -> list[str]:
+        """Start the engine on real GPUs, made on first need (its CUDA context holds VRAM that watching
+        does not need); a failure to start is returned once, as a note."""
+        run = self.run
+        if run is None or self._closing:
+            return []
+        before = len(run.session.notes)
+        run.session.want_engine()
+        return run.session.notes[before:]
 
     def cpu_builds(self) -> dict[str, str]:
         """{server: its llama-server binary} for the launched llama.cpp servers whose build has no GPU

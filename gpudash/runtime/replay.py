@@ -41,6 +41,9 @@ class ReplayFeed:
     def start_servers(self) -> list[str]:
         return []  # a replay starts nothing
 
+    def want_engine(self) -> list[str]:
+        return []  # nor an engine
+
     def cpu_builds(self) -> dict[str, str]:
         return {}  # a replay changes nothing, so no split needs refusing
 

@@ -42,8 +42,8 @@ class Run:
     def __init__(self, config: Config, rig: Rig | str, db_path: Path, *, note: str = "", servers: bool = False,
                  live_engine: bool = False, pools: bool = False, log_dir: Path | None = None) -> None:
         """`servers`: run the LaunchStack (OSError when the demo's model cannot be written); `live_engine`: a
-        transfer engine on real GPUs too (a sim rig always has one), whose failure is a note, not an error;
-        `pools`: the [pools] memory pools on that engine, sampled each tick."""
+        transfer engine on real GPUs too (a sim rig always has one), made on first need, whose failure is a
+        note, not an error; `pools`: the [pools] memory pools on that engine, sampled each tick."""
         self.config, self.rig = config, rig_of(rig)
         self.inbox = Inbox()
         self.stack: LaunchStack | None = None
@@ -65,9 +65,7 @@ class Run:
         make the controller and start sampling. An engine or native library that will not start raises,
         unless the engine is `live_engine`, whose failure becomes a note."""
         session, stack = self.session, self.stack
-        session.start_engine(live=self._live_engine)
-        if self._pools:
-            session.make_pools()
+        session.start_engine(live=self._live_engine, pools=self._pools)
         self.notes.extend(session.notes)
         if stack is not None:
             self.notes.extend(stack.notes())

@@ -4,8 +4,9 @@
 `Session` owns what it starts and stops it in reverse order on close (the sampler, then the recording,
 then the pools and the engine whose memory they use). Which rigs get an engine is decided here once:
 a simulated rig always (its links are the sim engine's), a real one when the caller asks for a live
-engine (the dashboard, whose knobs are live); a headless recorder on real GPUs starts none, so it holds
-no CUDA context or pinned pools on a box it only watches.
+engine (the dashboard, whose knobs are live), and then only on first need (engine_on_demand.py): the
+CUDA context holds about 520 MiB of VRAM that watching does not need. A headless recorder on real GPUs
+starts none, so it holds no CUDA context or pinned pools on a box it only watches.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpudash.config import Config
 from gpudash.telemetry.rig import Rig, rig_of
+
+from gpudash.runtime.engine_on_demand import EngineOnDemand
 
 if TYPE_CHECKING:
     from gpudash.engine import MemoryPool, TransferEngine
@@ -104,7 +107,7 @@ class Session:
     def __init__(self, rig: Rig | str, config: Config, db_path: Path, *, note: str = "") -> None:
         self.rig = rig_of(rig)
         self.config = config
-        self.engine: TransferEngine | None = None
+        self.engine: TransferEngine | EngineOnDemand | None = None
         self.pools: dict[str, MemoryPool] = {}  # pools made here ([pools]); closed before the engine
         self.sampler: Sampler | None = None
         self.inbox: Inbox | None = None
@@ -117,27 +120,43 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start_engine(self, live: bool) -> None:
-        """Make the rig's engine when it needs one (a sim rig) or `live` asks for one. With `live`, a
-        failure becomes a note and the run goes on without an engine; otherwise it is raised."""
+    def start_engine(self, live: bool, pools: bool = False) -> None:
+        """Make the rig's engine when it needs one (a sim rig) or `live` asks for one, with the [pools]
+        memory pools when `pools`. On real GPUs a live engine is made on first need (`want_engine`, a
+        knob change), at once only where the config file sets [pools]; its failure becomes a note, or an
+        error when the rig needs the engine."""
         if not (self.rig.is_sim or live):
             return
-        try:
-            self.engine = self.rig.make_engine(self.config)
-        except Exception as err:
-            if not live:
-                raise
-            self.notes.append(f"transfer engine unavailable: {err}")
+        if not self.rig.is_sim:
+            self.engine = EngineOnDemand(lambda: self.rig.make_engine(self.config),
+                                         self.rig.engine_config(self.config).knobs(), backend="cuda",
+                                         started=self._make_pools if pools else None)
+            if pools and "pools" in self.config.model_fields_set:
+                self.want_engine()
+            return
+        self.engine = self.rig.make_engine(self.config)
+        if pools:
+            self._make_pools(self.engine)
 
-    def make_pools(self) -> None:
-        """The [pools] memory pools on the engine (when it runs and both sizes are set); a failure is a note."""
+    def want_engine(self) -> None:
+        """Start an engine made on demand now (something needs it); a failure becomes a note, once."""
+        if isinstance(self.engine, EngineOnDemand) and not self.engine.started:
+            try:
+                self.engine.start()
+            except Exception as err:  # noqa: BLE001 - e.g. no CUDA driver library: say so, watch on
+                note = f"transfer engine unavailable: {err}"
+                if note not in self.notes:
+                    self.notes.append(note)
+
+    def _make_pools(self, engine: TransferEngine) -> None:
+        """The [pools] memory pools on the engine (when both sizes are set); a failure is a note."""
         pc = self.config.pools
-        if self.engine is None or not (pc.host_bytes and pc.device_bytes):
+        if not (pc.host_bytes and pc.device_bytes):
             return
         from gpudash.engine.pools import engine_pools
 
         try:
-            self.pools.update(engine_pools(self.engine, host_bytes=pc.host_bytes, device_bytes=pc.device_bytes,
+            self.pools.update(engine_pools(engine, host_bytes=pc.host_bytes, device_bytes=pc.device_bytes,
                                            shards=pc.shards))
         except Exception as err:  # noqa: BLE001 - e.g. not enough memory: say so, run without pools
             self.notes.append(f"memory pools not created: {err}")

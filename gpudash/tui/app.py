@@ -35,6 +35,7 @@ from gpudash.tui.changes import ChangeFlow
 from gpudash.runtime.feed import Feed, FeedInfo
 from gpudash.runtime.replay import Player
 from gpudash.tui.state import ViewState
+from gpudash.tui.widgets.build_bar import BuildBar
 from gpudash.tui.widgets.header import SourceHeader
 from gpudash.tui.widgets.keybar import KeyBar
 from gpudash.tui.widgets.notices import NoticeLine
@@ -43,6 +44,7 @@ from gpudash.tui.widgets.view import DashView
 TABS_WIDTH = sum(len(v.title) + 2 for v in VIEWS)  # the tab bar with Textual's padding (85 cells for 10 tabs)
 MAX_PENDING = 256  # snapshots waiting for the UI; older ones are folded into newer ones beyond this
 SEEK_TICKS = 10  # how far one replay seek key moves
+ENGINE_VIEWS = ("engine", "pools")  # views of the transfer engine: showing one starts it where it waits
 
 
 class GpudashApp(App[None]):
@@ -60,6 +62,7 @@ class GpudashApp(App[None]):
         self.replay = replay
         self._views: TabbedContent | None = None  # the tabs of the views, once mounted
         self._header: SourceHeader | None = None  # held once mounted, like the views
+        self._build_bar: BuildBar | None = None
         self._notices: NoticeLine | None = None
         self._demo_ran = False  # whether the demo ran at the last redraw (its key in the footer)
         self._view_widgets: dict[str, DashView] = {}  # by tab id, held (a DOM query walks the whole tree)
@@ -80,6 +83,7 @@ class GpudashApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield SourceHeader(id="header")
+        yield BuildBar(id="build-bar")
         with TabbedContent(id="views", initial=VIEWS[0].id):
             for view in VIEWS:
                 with TabPane(view.title, id=view.id):
@@ -101,6 +105,7 @@ class GpudashApp(App[None]):
         self._views = self.query_one("#views", TabbedContent)
         self._fit_tabs(self.size.width)
         self._header = self.query_one(SourceHeader)
+        self._build_bar = self.query_one(BuildBar)
         self._notices = self.query_one(NoticeLine)
         self._view_widgets = {v.id: self.query_one(f"#{v.id}-view", DashView) for v in VIEWS}
         if self.keys:
@@ -264,6 +269,8 @@ class GpudashApp(App[None]):
         if not self._alive():
             return
         self.header.warnings = len(self.state.warnings)
+        if self._build_bar is not None:
+            self._build_bar.show_builds(self.state.latest.builds if self.state.latest is not None else ())
         self.header.demo, self.header.demo_key = self._demo_badge()
         self.view.show(self.state)
         demo_runs = self.state.demo_running()  # the demo's stop key shows while it runs
@@ -295,10 +302,17 @@ class GpudashApp(App[None]):
         self.changes.propose(ServerAction(self.state.demo, "stop"), confirmed=True)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if self.active_view in ENGINE_VIEWS and self.info is not None and not self.replay:
+            # on real GPUs the engine (a CUDA context) starts when a view of it is first shown
+            self.in_thread(self._want_engine, "engine.start", "engine")
         self.refresh_keys()
         self.refresh_views()
         previous, self._shown = self._shown, self.view
         self.view.shown(previous)
+
+    def _want_engine(self) -> None:
+        for text in self.feed.want_engine():
+            self.post_message(msg.Problem("engine.start", text))
 
     # ---- worker plumbing -----------------------------------------------------------------------------
 

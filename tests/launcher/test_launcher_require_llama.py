@@ -19,6 +19,7 @@ def _run_without_llama(tmp_path: Path, require: bool) -> subprocess.CompletedPro
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(shadow.parent), str(REPO)])
     env["PATH"] = str(Path(sys.executable).parent.parent / "nonexistent")
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # nor a build of gpudash's (`gpudash llama build`)
     env.pop("GPUDASH_REQUIRE_LLAMA", None)
     if require:
         env["GPUDASH_REQUIRE_LLAMA"] = "1"

@@ -79,6 +79,9 @@ class FixedFeed:
     def start_servers(self) -> list[str]:
         return []
 
+    def want_engine(self) -> list[str]:
+        return []
+
     def cpu_builds(self) -> dict[str, str]:
         return dict(self.cpu)  # the fixed servers run no binary: their build is what the test says
 

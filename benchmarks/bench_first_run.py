@@ -1,0 +1,203 @@
+"""From `pip install` to a useful screen: issue 33's figures, this tree beside a baseline tree (a git ref,
+by default the tree before issue 33), on this machine.
+
+1. `gpudash --help` against `gpudash --version` (median of --runs each, in fresh interpreters of a venv
+   that holds gpudash's dependencies and runs each tree's sources);
+2. the wheel (packaging/build_wheel.py) into a fresh venv, with no compiler on PATH, from a warm pip
+   cache (median of 3) and an empty one, beside `pip install .` of the source (which compiles the engine);
+3. a fresh clone to the first frame of `gpudash launch`, following the clone's own README: its "Run it"
+   command, run word for word with an empty pip cache and empty user folders, its `gpudash launch` in a
+   tmux terminal until the header is drawn. The baseline's README compiles llama.cpp in the foreground
+   (13-25 minutes on 2 cores): --with-baseline-clone runs it too.
+
+Run: .venv/bin/python benchmarks/bench_first_run.py [--runs 7] [--baseline-ref REF] [--wheel PATH]
+     [--with-baseline-clone] [--skip help,wheel,clone]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+import venv
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BASELINE_REF = "fbe9fa0"  # main before issue 33 (the README's Run it built llama.cpp in the foreground)
+GOALS = {"help": "help <= 2x version", "wheel": "<= 30 s, no compiler", "clone": "<= 120 s"}
+
+
+def timed(argv: list[str], **kw) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    return time.perf_counter() - t0
+
+
+def tree_of(ref: str, dest: Path) -> Path:
+    """The files of `ref` (git archive), unpacked into `dest`."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def deps_only_python(tmp: Path) -> Path:
+    """A venv with gpudash's dependencies but not gpudash (an editable install's import hook would import
+    this checkout's gpudash whatever PYTHONPATH says), and gpudash's metadata alone, which --version reads."""
+    import tomllib
+
+    target = tmp / "deps-venv"
+    venv.create(target, with_pip=True)
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", *deps], check=True,
+                   capture_output=True)
+    site = subprocess.run([str(target / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    meta = Path(site) / "gpudash-0.1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: gpudash\nVersion: 0.1.0\n")
+    return target / "bin" / "python"
+
+
+def help_vs_version(python: Path, tree: Path, runs: int) -> tuple[float, float]:
+    """Median seconds of `gpudash --version` and `--help` run from `tree`'s sources."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    cmd = [str(python), "-m", "gpudash"]
+    version = statistics.median(timed([*cmd, "--version"], env=env, cwd=tree) for _ in range(runs))
+    helped = statistics.median(timed([*cmd, "--help"], env=env, cwd=tree) for _ in range(runs))
+    return version, helped
+
+
+def fresh_env(tmp: Path, path: str | None = None, cache: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "GPUDASH_ENGINE_LIB")}
+    env.update(HOME=str(tmp / "home"), XDG_CONFIG_HOME=str(tmp / "config"), XDG_DATA_HOME=str(tmp / "data"),
+               XDG_CACHE_HOME=str(tmp / "cache"), XDG_STATE_HOME=str(tmp / "state"))
+    env["PIP_CACHE_DIR"] = str(cache) if cache is not None else env.get("PIP_CACHE_DIR",
+                                                                        str(Path.home() / ".cache" / "pip"))
+    if path is not None:
+        env["PATH"] = path
+    return env
+
+
+def wheel_install(wheel: Path, tmp: Path, cache: Path | None) -> float:
+    """Seconds to make a venv and install the wheel into it, with only the venv's bin/ on PATH."""
+    target = tmp / f"venv-{uuid.uuid4().hex[:6]}"
+    t0 = time.perf_counter()
+    venv.create(target, with_pip=True)
+    subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", "--only-binary=:all:",
+                    str(wheel)], check=True, env=fresh_env(tmp, str(target / "bin"), cache), capture_output=True)
+    return time.perf_counter() - t0
+
+
+def source_install(tree: Path, tmp: Path) -> float:
+    target = tmp / f"venv-src-{uuid.uuid4().hex[:6]}"
+    t0 = time.perf_counter()
+    venv.create(target, with_pip=True)
+    subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", str(tree)], check=True,
+                   env=fresh_env(tmp), capture_output=True, cwd=tmp)
+    return time.perf_counter() - t0
+
+
+def run_it_command(readme: str) -> str:
+    """The README's "Run it" command: its first sh block."""
+    return re.findall(r"```sh\n(.*?)\n```", readme, re.S)[0].strip()
+
+
+def first_frame(clone: Path, tmp: Path) -> tuple[float, float]:
+    """Follow the clone's README "Run it": (seconds until gpudash launch is started, then until its first
+    frame shows the header). Install steps run as written; the launch runs in a tmux terminal."""
+    command = run_it_command((clone / "README.md").read_text())
+    steps = [s.strip() for s in command.split("&&")]
+    launch = steps.pop()
+    assert launch.endswith("gpudash launch"), command
+    env = fresh_env(tmp, cache=tmp / "empty-pip-cache")
+    t0 = time.perf_counter()
+    for step in steps:
+        subprocess.run(shlex.split(step), check=True, cwd=clone, env=env, capture_output=True)
+    installed = time.perf_counter() - t0
+    socket = f"bench-first-{uuid.uuid4().hex[:8]}"
+    tmux = ["tmux", "-L", socket, "-f", "/dev/null"]
+    shell_env = " ".join(shlex.quote(f"{k}={env[k]}") for k in ("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
+                                                               "XDG_CACHE_HOME", "XDG_STATE_HOME", "PATH"))
+    t1 = time.perf_counter()
+    subprocess.run([*tmux, "new-session", "-d", "-s", "g", "-x", "160", "-y", "48", "-c", str(clone),
+                    f"exec env -u COLUMNS -u LINES {shell_env} {launch}"], check=True)
+    try:
+        while True:
+            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", "g"], capture_output=True, text=True).stdout
+            if " gpudash " in screen and ("SIM" in screen or "real GPUs" in screen):
+                return installed, time.perf_counter() - t1
+            if time.perf_counter() - t1 > 600:
+                raise RuntimeError(f"no first frame after 600 s:\n{screen}")
+            time.sleep(0.05)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)  # SIGHUP: gpudash quits, stops its build
+
+
+def row(name: str, this: float, base: float | None, unit: str = "s", goal: str = "") -> str:
+    b = f"{base:>12.2f}" if base is not None else f"{'not run':>12}"
+    ratio = f"{this / base:>8.2f}" if base else f"{'':>8}"
+    return f"{name:<44} {this:>10.2f} {b} {ratio}   {goal}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--baseline-ref", default=BASELINE_REF)
+    ap.add_argument("--wheel", type=Path, help="a wheel built by packaging/build_wheel.py (default: build one)")
+    ap.add_argument("--with-baseline-clone", action="store_true", help="also follow the baseline's README")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: help, wheel, clone")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; baseline {args.baseline_ref}")
+    print(f"{'figure':<44} {'this':>10} {'baseline':>12} {'ratio':>8}   goal")
+    with tempfile.TemporaryDirectory(prefix="bench-first-") as d:
+        tmp = Path(d)
+        base_tree = tree_of(args.baseline_ref, tmp / "baseline")
+        this_tree = tree_of("HEAD", tmp / "this")
+        if "help" not in skip:
+            python = deps_only_python(tmp)
+            v, h = help_vs_version(python, this_tree, args.runs)
+            bv, bh = help_vs_version(python, base_tree, args.runs)
+            print(row("gpudash --version (s, median)", v, bv))
+            print(row("gpudash --help (s, median)", h, bh))
+            print(row("--help / --version", h / v, bh / bv, goal=GOALS["help"]))
+        if "wheel" not in skip:
+            wheel = args.wheel
+            if wheel is None:
+                subprocess.run([sys.executable, str(REPO / "packaging" / "build_wheel.py"), "--out", str(tmp / "dist"),
+                                "--tools", str(tmp / "tools"), "--build-root", str(tmp / "build")], check=True,
+                               capture_output=True)
+                (wheel,) = (tmp / "dist").glob("*.whl")
+            warm = statistics.median(wheel_install(wheel, tmp, None) for _ in range(3))
+            cold = wheel_install(wheel, tmp, tmp / f"empty-cache-{uuid.uuid4().hex[:6]}")
+            src = source_install(base_tree, tmp)
+            print(row("wheel into a fresh venv, warm pip cache (s)", warm, src, goal=GOALS["wheel"]))
+            print(row("wheel into a fresh venv, empty pip cache (s)", cold, src))
+            print(f"{'':<44} (baseline: pip install of the baseline's source, compiling the engine)")
+        if "clone" not in skip:
+            clone = tmp / "clone"
+            subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+            installed, frame = first_frame(clone, tmp / "clone-home")
+            base = None
+            if args.with_baseline_clone:
+                bclone = tmp / "bclone"
+                subprocess.run(["git", "clone", "--quiet", str(REPO), str(bclone)], check=True)
+                subprocess.run(["git", "-C", str(bclone), "checkout", "--quiet", args.baseline_ref], check=True)
+                b_installed, b_frame = first_frame(bclone, tmp / "bclone-home")
+                base = b_installed + b_frame
+            print(row("fresh clone -> first frame of launch (s)", installed + frame, base, goal=GOALS["clone"]))
+            print(f"{'':<44} (install {installed:.1f} s, then the first frame {frame:.1f} s after launch)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""`gpudash deploy prometheus|rules|grafana|systemd [--out DIR]`: the deployment files of this installed
+version, so a pip or pipx user has them without the git tree.
+
+The wheel carries deploy/ as `gpudash/deploy/` (CMakeLists.txt installs it); a source checkout reads the
+repository's own deploy/. The systemd unit is written with ExecStart naming this installation's gpudash.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+import gpudash
+
+# target -> (folder under deploy/, file-name pattern): the rules and the dashboard are the files CI tests.
+TARGETS: dict[str, tuple[str, str]] = {
+    "prometheus": ("prometheus", "*.yml"),  # the example scrape config and the rules it loads
+    "rules": ("prometheus", "*rules*.yml"),
+    "grafana": ("grafana", "*.json"),
+    "systemd": ("systemd", "*.service"),
+}
+SHIPPED_GPUDASH = "/usr/local/bin/gpudash"  # the program the shipped unit names; replaced by this install's
+
+
+def deploy_root() -> Path | None:
+    """The deploy files of this gpudash: inside the installed package, else a source checkout's deploy/."""
+    package = Path(gpudash.__file__).resolve().parent
+    if (package / "deploy").is_dir():  # a wheel's
+        return package / "deploy"
+    checkout = package.parent
+    if (checkout / "deploy").is_dir() and (checkout / "pyproject.toml").is_file():  # running from the source
+        return checkout / "deploy"
+    return None
+
+
+def target_files(target: str) -> list[Path]:
+    """The files one target writes, by name; a ClickException when the package lacks them."""
+    root = deploy_root()
+    folder, pattern = TARGETS[target]
+    files = sorted((root / folder).glob(pattern)) if root is not None else []
+    if not files:
+        raise click.ClickException(f"this gpudash has no {target} files (looked in {root or 'the package'}); "
+                                   "reinstall gpudash from its wheel or sdist")
+    return files
+
+
+def this_gpudash() -> str | None:
+    """The `gpudash` program of this installation: the console script beside the interpreter (pip into a
+    venv, pipx, uv tool); None where there is none (run as `python -m gpudash` from a checkout)."""
+    beside = Path(sys.executable).parent / "gpudash"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside.absolute())
+    return None
+
+
+def with_program(unit: str, program: str) -> str:
+    """The unit text with ExecStart's program replaced by `program`."""
+    out = []
+    for line in unit.splitlines(keepends=True):
+        if line.startswith("ExecStart=") and line[len("ExecStart="):].startswith(SHIPPED_GPUDASH):
+            line = "ExecStart=" + program + line[len("ExecStart=") + len(SHIPPED_GPUDASH):]
+        out.append(line)
+    return "".join(out)
+
+
+def contents(target: str, path: Path) -> str:
+    text = path.read_text(encoding="utf-8")
+    if target == "systemd" and (program := this_gpudash()) is not None:
+        text = with_program(text, program)
+    return text
+
+
+@click.command()
+@click.argument("target", type=click.Choice(sorted(TARGETS)))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write the files into this folder (made if missing) instead of printing the one file.")
+@click.option("--force", is_flag=True, default=False, help="Overwrite files in --out that differ.")
+def deploy(target: str, out: Path | None, force: bool) -> None:
+    """Write this version's Prometheus config, alert rules, Grafana dashboard or systemd unit."""
+    from gpudash.commands.common import usage_error
+
+    files = {p.name: contents(target, p) for p in target_files(target)}
+    if out is None:
+        if len(files) > 1:
+            usage_error(f"{target} is {len(files)} files ({', '.join(files)}); write them with --out DIR")
+        click.echo(next(iter(files.values())), nl=False)
+        return
+    if out.exists() and not out.is_dir():
+        usage_error(f"--out {out} is a file; give a folder")
+    clash = [name for name, text in files.items()
+             if (out / name).exists() and (out / name).read_text(encoding="utf-8", errors="replace") != text]
+    if clash and not force:
+        differ = "already exists and differs" if len(clash) == 1 else "already exist and differ"
+        usage_error(f"{', '.join(str(out / n) for n in clash)} {differ}; pass --force to overwrite, or pick "
+                    "another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            tmp = out / f".{name}.{os.getpid()}.tmp"
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, out / name)  # whole files only: a reader never sees half of one
+            click.echo(f"wrote {out / name}")
+    except OSError as err:
+        raise click.ClickException(f"cannot write into {out} ({err.strerror}); pick a writable folder") from None
+    if target == "systemd":
+        program = this_gpudash()
+        if program is None:
+            click.echo(f"note: ExecStart names {SHIPPED_GPUDASH}; edit it to where gpudash is installed", err=True)
+        elif program.startswith(("/root/", "/home/")):
+            click.echo(f"note: ExecStart names {program}, under a home directory, which the unit's DynamicUser "
+                       "cannot read; install gpudash outside home directories (pipx install --global, or a "
+                       "venv under /opt) and write the unit again", err=True)

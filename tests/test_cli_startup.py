@@ -11,7 +11,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gpudash.cli import COMMANDS, main
+from gpudash.cli import COMMANDS
 
 REPO = Path(__file__).resolve().parent.parent
 

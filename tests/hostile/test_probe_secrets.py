@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -17,35 +17,26 @@ from gpudash.launcher.probe.runner import ProbeRunner
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.telemetry.inbox import Inbox
 from gpudash.telemetry.servers import ServerSource
+from launcher_helpers import QuietHandler
 
 KEY = "sk-probe-secret-0123456789abcdef"
 
 
-class _EchoesTheKey(BaseHTTPRequestHandler):
+class _EchoesTheKey(QuietHandler):
     """Lists a model; answers every chat with HTTP 401 whose body quotes the Authorization header it got."""
 
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
-        self._send(200, b'{"data": [{"id": "m"}]}')
+        self.reply(200, b'{"data": [{"id": "m"}]}')
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path != "/v1/chat/completions":
-            self._send(404, b"{}")
+            self.reply(404, b"{}")
             return
         said = self.headers.get("Authorization", "")
-        self._send(401, ('{"error": {"message": "invalid key ' + said + '", "type": "auth"}}').encode())
-
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply(401, ('{"error": {"message": "invalid key ' + said + '", "type": "auth"}}').encode())
 
 
 def test_an_echoed_key_is_masked_before_anything_is_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

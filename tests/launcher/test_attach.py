@@ -25,24 +25,13 @@ from gpudash.records import ServerState
 
 NOT_A_SERVER, UNREACHABLE = ServerState.NOT_A_SERVER, ServerState.UNREACHABLE
 from gpudash.launcher.errors import LaunchError
-from gpudash.launcher.health import free_port, wait_healthy
+from gpudash.launcher.health import free_port
 from gpudash.telemetry.servers import SCRAPE_DEADLINE_S, ServerSource
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.records import ServerSample
+from launcher_helpers import started_outside
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "vllm_double.py"
-
-
-def started_outside(argv: list[str], url: str) -> Iterator[subprocess.Popen]:
-    """A server process the test owns (its own session, no gpudash anywhere near it), ended by pid."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        wait_healthy(proc, f"{url}/health", 60.0)
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.fixture

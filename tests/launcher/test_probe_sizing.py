@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -19,7 +19,7 @@ from gpudash.launcher.health import free_port, wait_healthy
 from gpudash.launcher.probe.client import error_line
 from gpudash.launcher.probe.runner import ProbeRunner, run_probe
 from gpudash.telemetry.inbox import Inbox
-from launcher_helpers import OneServer
+from launcher_helpers import OneServer, QuietHandler, started_outside
 from test_attach import DOUBLE
 
 
@@ -27,15 +27,9 @@ from test_attach import DOUBLE
 def llama_2048_slots(llama_server, tiny_model) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([llama_server, "-m", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
-                             "-c", "4096", "-np", "2", "-t", "1"], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_healthy(proc, f"{url}/health", 60.0)
+    for _ in started_outside([llama_server, "-m", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
+                              "-c", "4096", "-np", "2", "-t", "1"], url):
         yield url
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.mark.llama
@@ -102,30 +96,20 @@ def test_error_lines(status: int, body: str, line: str) -> None:
     assert error_line(status, body) == line
 
 
-class _Ok(BaseHTTPRequestHandler):
+class _Ok(QuietHandler):
     protocol_version = "HTTP/1.1"
     chats = 0
 
     def do_GET(self) -> None:
-        self._send(b'{"data": [{"id": "m"}]}', "application/json")
+        self.reply(200, b'{"data": [{"id": "m"}]}')
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path != "/v1/chat/completions":
-            self._send(b"{}", "application/json", 404)
+            self.reply(404, b"{}")
             return
         type(self).chats += 1
-        self._send(b'data: {"choices": [{"delta": {"content": "x"}}]}\n\ndata: [DONE]\n\n', "text/event-stream")
-
-    def _send(self, body: bytes, ctype: str, status: int = 200) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply(200, b'data: {"choices": [{"delta": {"content": "x"}}]}\n\ndata: [DONE]\n\n', "text/event-stream")
 
 
 def test_the_probe_runs_a_burst_then_backs_off() -> None:

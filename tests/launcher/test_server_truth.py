@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -22,7 +22,7 @@ from gpudash.telemetry.servers import ServerSource
 from gpudash.launcher.probe.runner import ProbeRunner
 from gpudash.records import ServerSample
 from gpudash.telemetry.inbox import Inbox
-from launcher_helpers import OneServer
+from launcher_helpers import OneServer, QuietHandler
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -135,25 +135,15 @@ def test_vllm_0_10_computed_prompt_rate_leaves_out_prefix_cache_hits() -> None:
     assert vllm_fields(m1, Prev(1, 0.0, m0), 1, 2.0)["prompt_tokens_per_s"] == pytest.approx((2000 - 1200) / 2)
 
 
-class _Refuses(BaseHTTPRequestHandler):
+class _Refuses(QuietHandler):
     """Lists a model, then answers every chat completion with HTTP 400 (as a server with a bad template)."""
 
     def do_GET(self) -> None:
-        self._send(200, b'{"data": [{"id": "m"}]}')
+        self.reply(200, b'{"data": [{"id": "m"}]}')
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self._send(400, b'{"error": "the chat template failed"}')
-
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply(400, b'{"error": "the chat template failed"}')
 
 
 

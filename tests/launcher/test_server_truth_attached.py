@@ -23,6 +23,7 @@ from gpudash.launcher.llama.gguf_model import DemoModelShape, write_demo_model
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.records import ServerState
 from gpudash.telemetry.servers import ServerSource
+from launcher_helpers import started_outside
 from test_attach import DOUBLE, read_until
 
 
@@ -216,15 +217,9 @@ def test_a_server_killed_and_restarted_on_its_port(llama_server, prefill_model, 
 def _double(*flags: str) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, str(DOUBLE), "serve", "org/model", "--host", "127.0.0.1", "--port",
-                             str(port), "--load-delay", "0", *flags], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_healthy(proc, f"{url}/health", 60.0)
+    for _ in started_outside([sys.executable, str(DOUBLE), "serve", "org/model", "--host", "127.0.0.1", "--port",
+                              str(port), "--load-delay", "0", *flags], url):
         yield url
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def _own(url: str) -> dict[str, float]:

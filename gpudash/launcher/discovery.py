@@ -27,6 +27,7 @@ import psutil
 
 from gpudash.launcher.health import url_host
 from gpudash.launcher.kinds import kind_running
+from gpudash.launcher.scrape_http import Scraper, ScrapeError
 
 HEALTH_TIMEOUT_S = 0.5
 # Ancestors looked at above a GPU process (a vLLM worker sits one or two below `vllm serve`).
@@ -95,11 +96,15 @@ def in_container(pid: int) -> bool:
 
 
 def answers(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
-    """One GET /health: 200 means a server answers at `url`."""
+    """One GET /health: 200 means a server answers at `url`. The whole answer has one deadline, so a local
+    process that drips its headers cannot hold the look for servers (or `status`) past `timeout_s`."""
+    scraper = Scraper(timeout_s, timeout_s)
     try:
-        return httpx.get(f"{url}/health", timeout=timeout_s, trust_env=False).status_code == 200
-    except httpx.HTTPError:
+        return scraper.get(url, "/health")[0] == 200
+    except ScrapeError:
         return False
+    finally:
+        scraper.close()
 
 
 def server_url(words: Sequence[str]) -> str | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpudash.config import ServerSpec
-from gpudash.launcher import counters
+from gpudash.launcher import counters, discovery
 from gpudash.launcher.health import free_port, wait_healthy
 from gpudash.launcher.scrape_http import Scraper, ScrapeError
 from gpudash.launcher.supervisor import Supervisor
@@ -93,6 +93,19 @@ def test_dripped_headers_end_at_the_deadline(dripping: str) -> None:
         assert "no whole answer within 1 s" in str(result[0].value)
     finally:
         scraper.close()
+
+
+def test_discovery_asks_a_dripping_neighbour_within_its_deadline(dripping: str) -> None:
+    """A local process that calls itself a llama-server and drips /health's headers: discovery's one question
+    ends at its 0.5 s deadline (a per-read timeout held it as long as the bytes kept coming), so `status` and
+    the finder thread are never held by a neighbour."""
+    result: list[bool] = []
+    t = threading.Thread(target=lambda: result.append(discovery.answers(dripping)), daemon=True)
+    started = time.monotonic()
+    t.start()
+    t.join(WAIT_S)
+    assert not t.is_alive(), "discovery's /health question to a dripping server never ended"
+    assert result == [False] and time.monotonic() - started < 0.5 + 1.0
 
 
 def test_close_ends_a_read_in_flight_at_once() -> None:

@@ -24,6 +24,7 @@ import socket
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,7 +163,9 @@ class StoreSize:
         """Bytes of pages in use (what `[store] max_bytes` caps), or None when the file cannot be read."""
         try:
             # as a URI whose path is quoted: a `?` or `#` in the file name would start its query or fragment
-            with sqlite3.connect(f"{Path(self.path).absolute().as_uri()}?mode=ro", uri=True, timeout=0.5) as db:
+            # closing(): sqlite3's own `with` ends a transaction, not the connection (3.13 warns of it unclosed)
+            with closing(sqlite3.connect(f"{Path(self.path).absolute().as_uri()}?mode=ro", uri=True,
+                                         timeout=0.5)) as db:
                 pages = db.execute("PRAGMA page_count").fetchone()[0] - db.execute("PRAGMA freelist_count").fetchone()[0]
                 return pages * db.execute("PRAGMA page_size").fetchone()[0]
         except sqlite3.Error:

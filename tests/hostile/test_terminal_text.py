@@ -129,3 +129,23 @@ def test_records_status_line_shows_a_source_error_as_text(capsys: pytest.Capture
     _status(1, "sim:h200", progress, Writer(), 5.0)
     err = capsys.readouterr().err
     assert "last tick had errors: a: /metrics scrape failed" in err and _shown_raw(err) == []
+
+
+@pytest.mark.anyio
+async def test_a_notice_shows_what_it_quotes_as_text() -> None:
+    """A notice may quote a server's refusal or a failed action's error (`refused: ...`, `x failed: ...`):
+    its escapes are shown, not obeyed, on the notice line above the keys."""
+    from gpudash.tui.widgets.notices import NoticeLine
+    from textual.app import App
+
+    class One(App):
+        def compose(self):
+            yield NoticeLine(id="notices")
+
+    app = One()
+    async with app.run_test(size=(200, 5)) as pilot:
+        line = app.query_one(NoticeLine)
+        line.add(f"refused: sleep failed: HTTP 500 {ESCAPES}", "error")
+        await pilot.pause(0.05)
+        shown = str(line.content)
+        assert _shown_raw(shown) == [] and "\\x1b]0;owned\\x07" in shown and "[link=file:///etc/shadow]" in shown

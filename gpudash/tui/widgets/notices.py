@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
+from gpudash.outside import printable
+
 STYLE = {"information": "bold", "warning": "bold black on dark_orange", "error": "bold white on dark_red"}
 MARK = {"information": "", "warning": "! ", "error": "✗ "}
 
@@ -22,7 +24,8 @@ class Notice:
 
 
 class NoticeLine(Static):
-    """Docked above the key bar; `add` shows a notice (plain text: it may quote paths and "[engine]")."""
+    """Docked above the key bar; `add` shows a notice as plain text through outside.printable: it may quote
+    paths, "[engine]", or a server's refusal and error text (escapes shown, never obeyed; secrets masked)."""
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__("", id=id, markup=False)
@@ -30,7 +33,7 @@ class NoticeLine(Static):
         self.display = False
 
     def add(self, text: str, severity: str = "information", timeout: float = 5.0) -> None:
-        self.notices.append(Notice(" ".join(text.split()), severity, time.monotonic() + timeout))
+        self.notices.append(Notice(printable(" ".join(text.split())), severity, time.monotonic() + timeout))
         self.set_timer(timeout + 0.05, self._show)
         self._show()
 

@@ -232,14 +232,20 @@ def _first_request(srv: HostileServer, cli: subprocess.Popen, cap_s: float = STA
 
 def test_ctrl_c_stops_the_cli_at_once(hostile: HostileServer, tmp_path) -> None:
     hostile.mode = "never_ending"
-    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "c")}
+    # PYTHONFAULTHANDLER: should the CLI not end, SIGABRT makes it print every thread's stack for the report
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "c"), "PYTHONFAULTHANDLER": "1"}
     p = subprocess.Popen([sys.executable, "-c", "from gpudash.cli import main; main()", "probe", hostile.url,
                           "--requests", "8", "--concurrency", "4", "--timeout", "3600"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert _first_request(hostile, p), f"the probe never sent a request (exit {p.poll()})"
         p.send_signal(signal.SIGINT)  # from here the CLI must end within JOIN_S, its requests at 3600 s
-        _, err = p.communicate(timeout=JOIN_S)
+        try:
+            _, err = p.communicate(timeout=JOIN_S)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGABRT)
+            stacks = p.communicate(timeout=JOIN_S)[1]
+            pytest.fail(f"the CLI still ran {JOIN_S:g} s after SIGINT; its threads then:\n{stacks[-8000:]}")
     finally:
         p.kill()
     assert p.returncode == 130, err

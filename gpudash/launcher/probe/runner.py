@@ -322,56 +322,27 @@ def run_probe(base_url: str, requests: int, concurrency: int = 1, shared_prefix:
 
     Raises httpx.HTTPError / ProbeFailure (a ValueError) when the server cannot be reached or lists no
     model. On KeyboardInterrupt every request in flight is cut off before it propagates.
-
-    The work runs on a daemon thread and the calling thread only waits for its answer, so a Ctrl-C never
-    lands inside httpx/httpcore while they hold a lock (a `with lock:` is not safe against an exception
-    raised by a signal handler; the cleanup after it could then wait for ever on that lock).
     """
     base_url = base_url.rstrip("/").removesuffix("/v1")  # "http://host:8000/v1" is how OpenAI clients say it
     name = server or base_url.split("://", 1)[-1]
     cutoff = cutoff or Cutoff()
-
-    def probe() -> list[RequestSample]:
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        with httpx.Client(limits=limits, trust_env=False) as client:
-            model = model_id(client, base_url, deadline_s, cutoff)
-            maker = (sized_maker(client, base_url, model, prompt_tokens, max_tokens, shared_prefix, seed, deadline_s,
-                                 cutoff)
-                     if prompt_tokens is not None else PromptMaker(prompt_words or 1, shared_prefix, seed))
-
-            def one() -> RequestSample:
-                return _guarded(lambda: probe_request(client, base_url, model, maker.next()[0], max_tokens, name,
-                                                      deadline_s, cutoff), name)
-
-            return _in_daemons([one] * requests, concurrency)
-
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    client = httpx.Client(limits=limits, trust_env=False)
     try:
-        return _on_daemon(probe)
+        model = model_id(client, base_url, deadline_s, cutoff)
+        maker = (sized_maker(client, base_url, model, prompt_tokens, max_tokens, shared_prefix, seed, deadline_s, cutoff)
+                 if prompt_tokens is not None else PromptMaker(prompt_words or 1, shared_prefix, seed))
+
+        def one() -> RequestSample:
+            return _guarded(lambda: probe_request(client, base_url, model, maker.next()[0], max_tokens, name,
+                                                  deadline_s, cutoff), name)
+
+        return _in_daemons([one] * requests, concurrency)
     except BaseException:
         cutoff.cancel()
         raise
-
-
-def _on_daemon(job: Callable[[], _T]) -> _T:
-    """`job()` on a daemon thread; its result, or its exception raised here. The wait wakes every _WAKE_S,
-    so a Ctrl-C is taken here at once."""
-    answer: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-
-    def work() -> None:
-        try:
-            answer.put((True, job()))
-        except BaseException as err:  # handed to the waiting thread, which raises it
-            answer.put((False, err))
-
-    threading.Thread(target=work, daemon=True, name="gpudash-probe-main").start()
-    while True:
-        try:
-            ok, value = answer.get(timeout=_WAKE_S)
-        except queue.Empty:
-            continue
-        if ok:
-            return value
-        raise value
+    finally:
+        client.close()
 
 
 def _guarded(request: Callable[[], RequestSample], server: str) -> RequestSample:

@@ -237,7 +237,8 @@ def test_ctrl_c_stops_the_cli_at_once(hostile: HostileServer, tmp_path) -> None:
     # Ctrl-C at its default, as a shell starts a command in the foreground: a run started in the background
     # (`cmd &` without job control) ignores SIGINT, the CLI inherits that, and rightly goes on (a CI run
     # started so failed here, the CLI's main thread waiting for its requests, no KeyboardInterrupt raised).
-    start = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from gpudash.cli import main; main()"
+    start = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "from gpudash.cli import main; main()")
     p = subprocess.Popen([sys.executable, "-c", start, "probe", hostile.url,
                           "--requests", "8", "--concurrency", "4", "--timeout", "3600"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

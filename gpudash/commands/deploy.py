@@ -96,8 +96,7 @@ def contents(target: str, path: Path, jobs: tuple[str, ...] = ()) -> str:
 @click.option("--force", is_flag=True, default=False, help="Overwrite files in --out that differ.")
 @click.option("--job", "jobs", multiple=True, metavar="NAME",
               help="A Prometheus job of the fleet whose targets alert when they stop answering (repeat it; "
-                   "rules and prometheus only). Default: gpudash, dcgm-exporter, dcgm, vllm, llama-server, "
-                   "llama.cpp.")
+                   "rules and prometheus only). Default: the jobs the shipped rules name.")
 def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...]) -> None:
     """Write this version's Prometheus config, alert rules, Grafana dashboard or systemd unit."""
     from gpudash.commands.common import usage_error

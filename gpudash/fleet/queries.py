@@ -62,7 +62,7 @@ SERVER_FIGURES: dict[str, tuple[str, ...]] = {
     "hit_rate": ("vllm:prefix_cache_hits", "llamacpp:prompt_tokens_cached", "gpudash_server_prefix_cache_hits"),
     "probe_hit_rate": ("gpudash_server_probe_prompt_tokens_cached",),
     "ttft_p90_s": ("vllm:time_to_first_token_seconds",),
-    "probe_ttft_p90_s": ("gpudash_server_request_ttft_seconds",),
+    "probe_ttft_p90_s": ("gpudash_server_probe_ttft_seconds",),
     "tokens_per_s": ("gpudash_server_generation_tokens_per_second", "vllm:generation_tokens",
                      "llamacpp:tokens_predicted"),
     "running": ("vllm:num_requests_running", "llamacpp:requests_processing", "gpudash_server_requests_running"),
@@ -88,8 +88,8 @@ SERVER_PARTS = {
     "gpudash_server_probe_prompt_tokens_cached": _rate_ratio(
         "instance, server", "gpudash_server_probe_prompt_tokens_cached_total",
         "gpudash_server_probe_prompt_tokens_total"),
-    "gpudash_server_request_ttft_seconds": ("histogram_quantile(0.9, sum by (instance, server, le) "
-                                            "(rate(gpudash_server_request_ttft_seconds_bucket{sel}[{w}])))"),
+    "gpudash_server_probe_ttft_seconds": ("histogram_quantile(0.9, sum by (instance, server, le) "
+                                          "(rate(gpudash_server_probe_ttft_seconds_bucket{sel}[{w}])))"),
     "gpudash_server_generation_tokens_per_second": ("max by (instance, server) "
                                                     "(gpudash_server_generation_tokens_per_second{sel})"),
     "gpudash_server_requests_running": "max by (instance, server) (gpudash_server_requests_running{sel})",
@@ -177,7 +177,7 @@ DASHBOARD = {
     "kv": ("max by (instance, server) (gpudash_server_kv_cache_usage_ratio{sel}) or "
            'label_replace(max by (instance, model_name) (vllm:kv_cache_usage_perc{sel}), "server", "$1", '
            '"model_name", "(.*)")'),
-    "probe_ttft_p90": SERVER_PARTS["gpudash_server_request_ttft_seconds"],
+    "probe_ttft_p90": SERVER_PARTS["gpudash_server_probe_ttft_seconds"],
     "hit_rate": (SERVER_PARTS["vllm:prefix_cache_hits"] + " or " + SERVER_PARTS["llamacpp:prompt_tokens_cached"]
                  + " or " + SERVER_PARTS["gpudash_server_prefix_cache_hits"]),
     "tokens_per_s": (SERVER_PARTS["gpudash_server_generation_tokens_per_second"] + " or "

@@ -232,7 +232,7 @@ class ServerFamilies:
                     "Of those, the tokens the server found in its prefix cache.", labels(server), cached,
                     sourced=False)
         if self.ttft:
-            fam = f.family(HistogramMetricFamily, "gpudash_server_request_ttft_seconds",
+            fam = f.family(HistogramMetricFamily, "gpudash_server_probe_ttft_seconds",
                            "Time to first token of the requests gpudash measured (probe), by how the prompt was "
                            "served: slot (in-slot hit), restore (host cache), miss, unknown.",
                            ["server", "kind", "cache"], sourced=False)

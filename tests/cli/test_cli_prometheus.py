@@ -109,11 +109,11 @@ def test_every_family_follows_the_naming_guide() -> None:
               if s.name.endswith("_total")}
     assert faults == {("GPU-a", "xid"): 1, ("GPU-a", "ecc"): 0, ("GPU-a", "lost"): 0}
     assert fams["gpudash_gpu_last_xid"].samples[0].value == 79
-    ttft = {(s.name, s.labels.get("le")): s.value for s in fams["gpudash_server_request_ttft_seconds"].samples
+    ttft = {(s.name, s.labels.get("le")): s.value for s in fams["gpudash_server_probe_ttft_seconds"].samples
             if s.labels["cache"] == "slot"}
-    assert ttft[("gpudash_server_request_ttft_seconds_bucket", "0.25")] == 0
-    assert ttft[("gpudash_server_request_ttft_seconds_bucket", "0.5")] == 1
-    assert ttft[("gpudash_server_request_ttft_seconds_count", None)] == 1
+    assert ttft[("gpudash_server_probe_ttft_seconds_bucket", "0.25")] == 0
+    assert ttft[("gpudash_server_probe_ttft_seconds_bucket", "0.5")] == 1
+    assert ttft[("gpudash_server_probe_ttft_seconds_count", None)] == 1
 
 def test_scrape_serves_each_pools_slab_and_unassigned_bytes() -> None:
     """A real pool on the sim engine, sampled by PoolSource: one series per pool beside its shards' series."""

@@ -129,7 +129,7 @@ def fleet_rig(tmp_path_factory: pytest.TempPathFactory, llama_server: str, tiny_
             seen["not up"] = sorted(want - {i for i, v in up.items() if v == "1"})
             seen["ready"] = [r["metric"]["server"] for r in prom.query('gpudash_server_state{state="ready"} == 1')]
             seen["probed"] = [r["metric"]["server"] for r in prom.query(
-                "sum by (server) (rate(gpudash_server_request_ttft_seconds_count[5m])) > 0 and on(server) "
+                "sum by (server) (rate(gpudash_server_probe_ttft_seconds_count[5m])) > 0 and on(server) "
                 "sum by (server) (rate(gpudash_server_probe_prompt_tokens_total[5m])) > 0")]
             return not seen["not up"] and len(seen["ready"]) == 2 and len(seen["probed"]) == 2
 

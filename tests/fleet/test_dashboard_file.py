@@ -46,5 +46,5 @@ def test_the_dashboard_is_importable_and_shares_the_fleet_queries() -> None:
     for family in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP",
                    "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_DEV_XID_ERRORS", "gpudash_gpu_utilization_ratio",
                    "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds", "llamacpp:prompt_tokens_cached",
-                   "gpudash_server_request_ttft_seconds"):
+                   "gpudash_server_probe_ttft_seconds"):
         assert family in used, family

@@ -169,7 +169,7 @@ def test_each_server_figure_equals_the_series_it_names(fleet_rig: FleetRig) -> N
     assert chat["sources"]["kv_usage"] == "vllm:kv_cache_usage_perc" and chat["sources"]["running"].startswith("vllm:")
     assert code["sources"]["kv_usage"] == "gpudash_server_kv_cache_usage_ratio"  # from /slots: only gpudash has it
     assert code["sources"]["running"] == "llamacpp:requests_processing"
-    assert chat["sources"]["probe_ttft_p90_s"] == "gpudash_server_request_ttft_seconds"
+    assert chat["sources"]["probe_ttft_p90_s"] == "gpudash_server_probe_ttft_seconds"
     assert 0 < chat["probe_ttft_p90_s"] < 5 and 0 < code["probe_ttft_p90_s"] < 30
     assert 0 <= chat["probe_hit_rate"] <= 1
     checked = 0

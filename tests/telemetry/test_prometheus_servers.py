@@ -113,7 +113,7 @@ def test_every_server_series_has_kind_and_none_has_source_nor_a_quantile_gauge()
             assert "source" not in s.labels, fam.name
         assert not any(word in fam.name for word in ("p50", "p90", "p99", "quantile", "mean")), fam.name
         assert fam.type != "summary", fam.name
-    assert fams["gpudash_server_request_ttft_seconds"].type == "histogram"
+    assert fams["gpudash_server_probe_ttft_seconds"].type == "histogram"
     (failed,) = [s for s in fams["gpudash_server_probe_failed_requests"].samples if s.name.endswith("_total")]
     assert failed.labels == {"server": "code", "kind": "llama.cpp"} and failed.value == 1
 

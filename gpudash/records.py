@@ -40,6 +40,12 @@ class GpuSample:
     throttle: str | None = None  # why clocks are held down ("none", "power cap,thermal"...); None: not reported
     ecc_uncorrected: int | None = None  # volatile uncorrected ECC errors since boot
     remapped_rows: int | None = None  # rows remapped after uncorrectable errors (A100 and later)
+    # PCIe wire bytes (payload plus packet overhead) sent/received since gpudash began counting: NVML's wrapping
+    # counters unwrapped to 64 bits (a sim rig: the payload its links moved, having no packet overhead)
+    pcie_tx_wire_bytes: int | None = None
+    pcie_rx_wire_bytes: int | None = None
+    pcie_replay_errors: int | None = None  # PCIe link replays (retransmitted packets) since boot
+    clock_events: int | None = None  # NVML's clock-event (throttle) reasons bitmask, gpu/device.CLOCK_EVENT_REASONS
 
 
 @dataclass(frozen=True, slots=True)

@@ -215,7 +215,9 @@ class _Assembly:
             out.append(FleetBox(
                 box=host, status=_status(targets, gd, newest_sample, self.now), targets=tuple(targets),
                 last_seen=max(times) if times else None,
-                hostname=gd.get("hostname") or dc.get("Hostname") or dc.get("hostname"), rig=gd.get("rig"),
+                # gpudash's box_info says Hostname as dcgm-exporter does (its older releases: hostname)
+                hostname=gd.get("Hostname") or gd.get("hostname") or dc.get("Hostname") or dc.get("hostname"),
+                rig=gd.get("rig"),
                 driver=gd.get("driver") or dc.get("DCGM_FI_DRIVER_VERSION"), cuda=gd.get("cuda"),
                 version=gd.get("version"), **(_summed(totals, insts) if totals else _totals(box_gpus)), gpus=box_gpus,
                 servers=self._box_servers(targets, servers),

@@ -31,16 +31,20 @@ P2P_CODES = {
     pynvml.NVML_P2P_STATUS_NOT_SUPPORTED: "NS",
     pynvml.NVML_P2P_STATUS_UNKNOWN: "U",
 }
-# Clock throttle reasons worth naming (idle is not a problem, so it is left out).
-_THROTTLE_REASONS = (
-    (pynvml.nvmlClocksThrottleReasonApplicationsClocksSetting, "app clocks"),
-    (pynvml.nvmlClocksThrottleReasonSwPowerCap, "power cap"),
-    (pynvml.nvmlClocksThrottleReasonHwSlowdown, "hw slowdown"),
-    (pynvml.nvmlClocksThrottleReasonSyncBoost, "sync boost"),
-    (pynvml.nvmlClocksThrottleReasonSwThermalSlowdown, "sw thermal"),
-    (pynvml.nvmlClocksThrottleReasonHwThermalSlowdown, "hw thermal"),
-    (pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown, "power brake"),
+# NVML's clock-event (throttle) reasons: (bit, the `reason` label of gpudash_gpu_clock_event_active, the TUI's
+# words or None where it leaves the reason out: idle is no problem, nor is a display clock on an inference box).
+CLOCK_EVENT_REASONS = (
+    (pynvml.nvmlClocksEventReasonGpuIdle, "gpu_idle", None),
+    (pynvml.nvmlClocksEventReasonApplicationsClocksSetting, "applications_clocks_setting", "app clocks"),
+    (pynvml.nvmlClocksEventReasonSwPowerCap, "sw_power_cap", "power cap"),
+    (pynvml.nvmlClocksEventReasonHwSlowdown, "hw_slowdown", "hw slowdown"),
+    (pynvml.nvmlClocksEventReasonSyncBoost, "sync_boost", "sync boost"),
+    (pynvml.nvmlClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown", "sw thermal"),
+    (pynvml.nvmlClocksEventReasonHwThermalSlowdown, "hw_thermal_slowdown", "hw thermal"),
+    (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown", "power brake"),
+    (pynvml.nvmlClocksEventReasonDisplayClockSetting, "display_clock_setting", None),
 )
+CLOCK_EVENT_BIT = {name: bit for bit, name, _ in CLOCK_EVENT_REASONS}
 _PCIE_FIELDS = [pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
 _NOT_AVAILABLE = 2**64 - 1
 # nvidia-smi topo -p2p r; pynvml defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (stray comma).
@@ -111,9 +115,12 @@ class Device:
         mem = nvml.memory_info(self.handle)
         return None if mem is NA else int(mem.free)
 
-    def sample(self, ts: float, tx_bps: float | None, rx_bps: float | None) -> GpuSample:
-        """One GpuSample from a sweep of this GPU's per-tick fields."""
+    def sample(self, ts: float, tx_bps: float | None, rx_bps: float | None,
+               wire_bytes: tuple[int, int] | None = None) -> GpuSample:
+        """One GpuSample from a sweep of this GPU's per-tick fields; the PCIe rates and the (TX, RX) wire-byte
+        totals come from the counter thread."""
         h, st = self.handle, self.static
+        clock_events = nvml.call(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, h)
         util = nvml.call(pynvml.nvmlDeviceGetUtilizationRates, h)
         mem = nvml.memory_info(h)
         power = nvml.call(pynvml.nvmlDeviceGetPowerUsage, h)
@@ -132,19 +139,15 @@ class Device:
             link_gen_max=st.link_gen_max, link_width_max=st.link_width_max,
             bar1_total=st.bar1_total,
             bar1_used=None if bar1 is NA else int(bar1.bar1Used),
-            throttle=self._throttle(),
+            throttle=None if clock_events is NA else throttle_text(clock_events),
             ecc_uncorrected=none(nvml.call(pynvml.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                                       pynvml.NVML_VOLATILE_ECC)),
             remapped_rows=self._remapped_rows(),
+            pcie_tx_wire_bytes=None if wire_bytes is None else wire_bytes[0],
+            pcie_rx_wire_bytes=None if wire_bytes is None else wire_bytes[1],
+            pcie_replay_errors=none(nvml.call(pynvml.nvmlDeviceGetPcieReplayCounter, h)),
+            clock_events=none(clock_events),
         )
-
-    def _throttle(self) -> str | None:
-        """The active clock event reasons by name ("none" when clocks run free), None if not reported."""
-        mask = nvml.call(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, self.handle)
-        if mask is NA:
-            return None
-        names = [name for bit, name in _THROTTLE_REASONS if mask & bit]
-        return ",".join(names) or "none"
 
     def _remapped_rows(self) -> int | None:
         rows = nvml.call(pynvml.nvmlDeviceGetRemappedRows, self.handle)  # (correctable, uncorrectable, pending, failed)
@@ -207,6 +210,11 @@ class Device:
             any_supported = True
             active += int(state == pynvml.NVML_FEATURE_ENABLED)
         return active if any_supported else None
+
+
+def throttle_text(mask: int) -> str:
+    """The clock-event reasons of `mask` that hold clocks down, in the TUI's words ("none" when clocks run free)."""
+    return ",".join(words for bit, _, words in CLOCK_EVENT_REASONS if words and mask & bit) or "none"
 
 
 def _sysfs_int(bus: str, name: str) -> int | None:

@@ -6,7 +6,11 @@ Most GPU boxes that Prometheus scrapes already run dcgm-exporter. gpudash's GPU 
 box's dcgm-exporter exports for that GPU: `DcgmWatch` asks it once a minute in the background. Under
 "own" the figures of dcgm-exporter's default counters are left out without asking. gpudash's PCIe rates
 are payload bytes (the link's wire bytes less the protocol overhead) and are not the same figure as
-DCGM_FI_PROF_PCIE_TX_BYTES (headers included), so they stay, beside what the link carries.
+DCGM_FI_PROF_PCIE_TX_BYTES (headers included), so they stay, beside what the link carries; nor are gpudash's
+wire-byte counters (`gpudash_gpu_pcie_tx_bytes_total`: dcgm-exporter serves PCIe bytes only as that rate).
+`gpudash_gpu_clock_event_active{reason}` stays too: dcgm-exporter's clock-event series
+(DCGM_EXP_CLOCK_EVENTS_COUNT) is not among its default counters and counts events rather than saying which
+reason holds now.
 
 Names and labels are those of dcgm-exporter 4.5.3-4.8.2 (internal/pkg/rendermetrics/render_metrics.go,
 etc/default-counters.csv); its next release spells `Hostname` as `hostname`.
@@ -37,6 +41,7 @@ TWINS: dict[str, tuple[str, ...]] = {
     "gpudash_gpu_last_xid": ("DCGM_FI_DEV_XID_ERRORS",),
     "gpudash_gpu_remapped_rows": ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",),
     "gpudash_gpu_ecc_uncorrected_errors": ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",),
+    "gpudash_gpu_pcie_replay_errors": ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",),
     "gpudash_gpu_bar1_used_bytes": ("DCGM_FI_DEV_BAR1_USED",),
     "gpudash_gpu_bar1_total_bytes": ("DCGM_FI_DEV_BAR1_TOTAL",),
     "gpudash_gpu_pcie_link_generation": ("DCGM_FI_DEV_PCIE_LINK_GEN",),
@@ -49,7 +54,7 @@ TWINS: dict[str, tuple[str, ...]] = {
 DEFAULT_FIELDS = frozenset({
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
 })
 # What `gpu = "own"` leaves out: every family whose twin fields are all default counters.
 OWN_LEFT_OUT = frozenset(f for f, fields in TWINS.items() if set(fields) <= DEFAULT_FIELDS)

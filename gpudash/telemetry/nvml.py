@@ -1,7 +1,8 @@
 """NvmlSource: the telemetry source for real GPUs, one sweep of every GPU per tick (gpu/device.py) plus
 their PCIe rates and driver faults.
 
-PCIe rates come from the wrapping byte counters, unwrapped by a background poller (pcie_counters.py);
+PCIe rates come from the wrapping byte counters, unwrapped by a background poller (pcie_counters.py), whose
+64-bit wire-byte totals each GpuSample carries too (the exposition's `_bytes_total` counters);
 where a GPU lacks those fields, `nvmlDeviceGetPcieThroughput` (blocks ~20 ms) runs per GPU on its own
 thread (ThroughputPoller) so it never sits on the tick's critical path. Xid and other fatal driver events
 come from gpu/xid.py's event set, drained once per tick.
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from gpudash.gpu.device import Device, devices
 from gpudash.gpu.nvml import driver_available, in_flight
 from gpudash.telemetry.pcie_cache import cached_overhead
-from gpudash.telemetry.pcie_counters import DEFAULT_WIRE_OVERHEAD, CounterPoller, TickRates
+from gpudash.telemetry.pcie_counters import DEFAULT_WIRE_OVERHEAD, CounterPoller, CounterTotals, TickRates
 from gpudash.gpu.xid import XidWatcher
 
 
@@ -84,8 +85,8 @@ class NvmlSource:
             f"{DEFAULT_WIRE_OVERHEAD} wire bytes per payload byte (run python -m gpudash.telemetry.pcie_calibration)",)
         self.xids = XidWatcher({d.index: d.handle for d in self.devices}, guard=in_flight)
 
-    def _rates(self) -> dict[int, tuple[float, float] | None]:
-        out = dict(zip(self.counter_gpus, self._tick_rates.update(self.counters.totals())))
+    def _rates(self, totals: list[CounterTotals | None]) -> dict[int, tuple[float, float] | None]:
+        out = dict(zip(self.counter_gpus, self._tick_rates.update(totals)))
         for d in self.devices:
             if d.index not in out:
                 out[d.index] = self._throughput.latest(d.index)
@@ -93,12 +94,14 @@ class NvmlSource:
 
     def poll(self) -> dict[str, tuple]:
         ts = time.time()
-        r = self._rates()
+        totals = self.counters.totals()
+        r = self._rates(totals)
+        wire = {i: (t.tx, t.rx) for i, t in zip(self.counter_gpus, totals) if t is not None}
         servers = self._pids()
         gpus, procs = [], []
         for d in self.devices:
             tx_rx = r.get(d.index)
-            gpus.append(d.sample(ts, *(tx_rx if tx_rx else (None, None))))
+            gpus.append(d.sample(ts, *(tx_rx if tx_rx else (None, None)), wire_bytes=wire.get(d.index)))
             procs.extend(d.processes(ts, servers))
         out: dict[str, tuple] = {"gpus": tuple(gpus), "gpu_processes": tuple(procs)}
         faults = self.xids.poll(ts)

@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import CollectorRegistry
 
 from gpudash.config import Config, PrometheusConfig
+from gpudash.gpu.device import CLOCK_EVENT_REASONS
 from gpudash.labels import NVML_LABEL
 from gpudash.records import GPU_FAULT_KINDS, GpuSample, Snapshot
 from gpudash.redact import remember_config
@@ -64,6 +65,12 @@ _GPU = (
     ("remapped_rows", "gpudash_gpu_remapped_rows", "Rows remapped after uncorrectable errors.", 1, False),
     ("ecc_uncorrected", "gpudash_gpu_ecc_uncorrected_errors", "Volatile uncorrected ECC errors since boot.", 1,
      True),
+    ("pcie_tx_wire_bytes", "gpudash_gpu_pcie_tx_bytes", "PCIe wire bytes sent by the GPU (to host): payload plus "
+     "packet overhead (TLP/DLLP headers, framing), as NVML counts them (a sim link has no overhead).", 1, True),
+    ("pcie_rx_wire_bytes", "gpudash_gpu_pcie_rx_bytes", "PCIe wire bytes received by the GPU (from host): payload "
+     "plus packet overhead (TLP/DLLP headers, framing), as NVML counts them (a sim link has no overhead).", 1, True),
+    ("pcie_replay_errors", "gpudash_gpu_pcie_replay_errors", "PCIe link replays (packets retransmitted after a link "
+     "error) since boot.", 1, True),
 )
 _HOST = (
     ("cpu_pct", "gpudash_host_cpu_utilization_ratio", "Host CPU use, 0..1 of all cores.", 0.01, False),
@@ -125,18 +132,23 @@ def hostname() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
+def gpudash_version() -> str:
+    """The installed gpudash's version ("unknown" when run from a tree that was never installed)."""
+    try:
+        return importlib.metadata.version("gpudash")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def box_facts(source: str) -> dict[str, str]:
-    """The labels of gpudash_box_info: what tells one box from another beside the scrape's instance."""
+    """The labels of gpudash_box_info: what tells one box from another beside the scrape's instance. The host
+    is `Hostname`, spelled as on every GPU series (dcgm-exporter's label)."""
     driver = cuda = "none"
     if source == NVML_LABEL:
         from gpudash.gpu import nvml
 
         driver, cuda = nvml.driver_version() or "unknown", nvml.cuda_driver_version() or "unknown"
-    try:
-        version = importlib.metadata.version("gpudash")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return {"hostname": hostname(), "driver": driver, "cuda": cuda, "rig": source, "version": version}
+    return {"Hostname": hostname(), "driver": driver, "cuda": cuda, "rig": source, "version": gpudash_version()}
 
 
 def pci_bus_ids(source: str) -> dict[str, str]:
@@ -212,6 +224,7 @@ class PrometheusSink:
         self._facts: dict[str, str] | None = None
         self._bus: dict[str, str] = {}
         self._faults = _GpuFaults()
+        self._version = gpudash_version()
         self.settings = settings or PrometheusConfig()
         self._servers = ServerFamilies(self.settings.servers == "all")
         self._store = store
@@ -242,10 +255,14 @@ class PrometheusSink:
         return self.dcgm is None or not self.dcgm.left_out(name, uuid)
 
     def collect(self) -> Iterator[Metric]:
+        build = GaugeMetricFamily("gpudash_build_info", "The gpudash serving these series: its version (value 1).",
+                                  labels=["version"])
+        build.add_metric([self._version], 1)
+        yield build
         snap, facts = self._latest, self._facts
         if snap is None or facts is None:
             return
-        info = GaugeMetricFamily("gpudash_box_info", "The box: hostname, NVIDIA driver, CUDA, rig and gpudash "
+        info = GaugeMetricFamily("gpudash_box_info", "The box: Hostname, NVIDIA driver, CUDA, rig and gpudash "
                                  "version (value 1).", labels=list(facts))
         info.add_metric(list(facts.values()), 1)
         yield info
@@ -253,7 +270,7 @@ class PrometheusSink:
         f.value(CounterMetricFamily, "gpudash_sampler_ticks", "Sampler ticks taken.", {}, snap.tick + 1)
         f.value(GaugeMetricFamily, "gpudash_sample_timestamp_seconds", "When the values served were sampled.",
                 {}, snap.ts)
-        self._gpu_families(f, snap.gpus, facts["hostname"])
+        self._gpu_families(f, snap.gpus, facts["Hostname"])
         self._box_families(f, snap)
         self._servers.families(f, snap.servers)
         if self._store is not None:
@@ -284,6 +301,11 @@ class PrometheusSink:
                 f.value(CounterMetricFamily, "gpudash_gpu_fault_events",
                         "Xid, double-bit ECC and GPU-lost events the driver reported.", {**labels, "kind": kind},
                         counts.get((g.index, kind), 0))
+            if g.clock_events is not None:
+                for bit, reason, _ in CLOCK_EVENT_REASONS:
+                    f.value(GaugeMetricFamily, "gpudash_gpu_clock_event_active", "1 while this clock-event "
+                            "(throttle) reason holds the GPU's clocks, else 0 (NVML's clock event reasons).",
+                            {**labels, "reason": reason}, bool(g.clock_events & bit))
             if g.index in last_xid and self.keep("gpudash_gpu_last_xid", g.uuid):
                 f.value(GaugeMetricFamily, "gpudash_gpu_last_xid", "The last Xid code the GPU reported.", labels,
                         last_xid[g.index])

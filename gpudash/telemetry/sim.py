@@ -5,7 +5,9 @@ real bytes over, and the PCIe rates are the deltas of that backend's per-GPU lin
 a sim rig is caused by real copies (the optional background load is one more engine client, named
 `gpudash-sim-load`). Link generation and width are the engine's: degrading one really slows its
 copies. Util, power, temperature and clocks are derived from that traffic plus a small
-deterministic wobble, so tests can reason about them.
+deterministic wobble, so tests can reason about them. The PCIe byte counters are the backend's own link
+totals (a sim link has no packet overhead, so its wire bytes are the payload it moved); a sim link never
+replays a packet (0), and its only clock event is `gpu_idle`, while it idles at the idle clock.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudash.engine.profiles import SimRig, get_profile
+from gpudash.gpu.device import CLOCK_EVENT_BIT
 from gpudash.records import GpuSample
 from gpudash.labels import sim_label, sim_uuid
 
@@ -162,6 +165,9 @@ class SimRigSource:
                 pcie_tx_bps=tx, pcie_rx_bps=rx, link_gen=info.link_gen, link_width=info.link_width,
                 link_gen_max=g.link_gen, link_width_max=g.link_width,
                 bar1_total=g.bar1_bytes, bar1_used=8 * MiB,
+                pcie_tx_wire_bytes=None if ls is None else ls.d2h_bytes,
+                pcie_rx_wire_bytes=None if ls is None else ls.h2d_bytes,
+                pcie_replay_errors=0, clock_events=0 if busy > 0.01 else CLOCK_EVENT_BIT["gpu_idle"],
             ))
         out: dict[str, tuple] = {"gpus": tuple(gpus)}
         if self.load is not None and self.load.error:

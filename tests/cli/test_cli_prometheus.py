@@ -4,6 +4,7 @@ scrape). What it leaves to dcgm-exporter and to the servers: tests/telemetry/tes
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 
 import httpx
 import pytest
@@ -15,6 +16,8 @@ from gpudash.engine.pools import MemoryPool
 from gpudash.records import GpuSample, HostSample, Snapshot
 from gpudash.telemetry.pools import PoolSource
 from gpudash.telemetry.prometheus import PrometheusSink, parse_listen
+
+EXPORTER_FAMILIES: set[str] = set()
 from gpudash.telemetry.sampler import Sampler
 
 
@@ -34,15 +37,18 @@ def test_parse_listen_refuses_with_the_expected_form(text: str) -> None:
 
 
 def info_host(fams: dict) -> str:
-    return fams["gpudash_box_info"].samples[0].labels["hostname"]
+    return fams["gpudash_box_info"].samples[0].labels["Hostname"]
 
 
 def test_scrape_serves_the_latest_snapshot_and_leaves_na_out() -> None:
     sink = PrometheusSink("127.0.0.1", 0, settings=ALL)
     port = sink._server.server_address[1]
     try:
-        before = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-        assert "gpudash_" not in before and "process_cpu_seconds_total" in before  # nothing sampled yet
+        before = {f.name: f for f in text_string_to_metric_families(httpx.get(f"http://127.0.0.1:{port}/metrics").text)}
+        assert "process_cpu_seconds" in before  # nothing sampled yet: gpudash's own build and connections alone
+        assert {n for n in before if n.startswith("gpudash_")} == {"gpudash_build_info", *EXPORTER_FAMILIES}
+        (build,) = before["gpudash_build_info"].samples
+        assert build.value == 1 and build.labels == {"version": importlib.metadata.version("gpudash")}
         gpu = GpuSample(1.0, 0, "GPU-a", "NVIDIA H200", util_pct=40.0, pcie_rx_bps=3e9, power_w=None)
         sink(Snapshot(1.0, 0, "sim:h200", gpus=(gpu,), host=HostSample(1.0, cpu_pct=7.0)))
         sink(Snapshot(2.0, 1, "sim:h200", gpus=(dataclasses.replace(gpu, ts=2.0, util_pct=55.0),)))
@@ -60,7 +66,7 @@ def test_scrape_serves_the_latest_snapshot_and_leaves_na_out() -> None:
     assert [s.value for s in fams["gpudash_sampler_ticks"].samples if s.name.endswith("_total")] == [2]
     (info,) = fams["gpudash_box_info"].samples
     assert info.value == 1 and info.labels["rig"] == "sim:h200" and info.labels["driver"] == "none"
-    assert set(info.labels) == {"hostname", "driver", "cuda", "rig", "version"}
+    assert set(info.labels) == {"Hostname", "driver", "cuda", "rig", "version"}
     assert "process_cpu_seconds" in fams  # the client library's standard process families
 
 
@@ -71,7 +77,8 @@ def test_every_family_follows_the_naming_guide() -> None:
     sink = PrometheusSink("127.0.0.1", 0, settings=ALL)
     gpu = GpuSample(1.0, 0, "GPU-a", "NVIDIA H200", util_pct=40.0, mem_used=1, mem_total=2, power_w=100.0,
                     temp_c=50.0, sm_clock_mhz=1980, pcie_tx_bps=1.0, pcie_rx_bps=2.0, link_gen=5, link_width=16,
-                    link_gen_max=5, link_width_max=16, ecc_uncorrected=0, remapped_rows=0)
+                    link_gen_max=5, link_width_max=16, ecc_uncorrected=0, remapped_rows=0, pcie_tx_wire_bytes=2**40,
+                    pcie_rx_wire_bytes=3, pcie_replay_errors=7, clock_events=0x4 | 0x40)
     server = ServerSample(1.0, "chat", "vllm", "ready", tokens_per_s=5.0, kv_cache_usage=0.5,
                           prefix_cache_queries=10.0, prefix_cache_hits=5.0, ttft_mean_s=0.2, restarts=1)
     req = RequestSample(0.0, "chat", ttft_s=0.3, total_s=0.5, prompt_tokens=100, cached_tokens=90)
@@ -114,6 +121,15 @@ def test_every_family_follows_the_naming_guide() -> None:
     assert ttft[("gpudash_server_probe_ttft_seconds_bucket", "0.25")] == 0
     assert ttft[("gpudash_server_probe_ttft_seconds_bucket", "0.5")] == 1
     assert ttft[("gpudash_server_probe_ttft_seconds_count", None)] == 1
+    # counters of PCIe wire bytes and replays beside the rate gauges, and one 0/1 series per clock-event reason
+    for name, value in (("gpudash_gpu_pcie_tx_bytes", 2**40), ("gpudash_gpu_pcie_rx_bytes", 3),
+                        ("gpudash_gpu_pcie_replay_errors", 7)):
+        assert fams[name].type == "counter" and fams[name].samples[0].value == value, name
+    assert "wire bytes" in fams["gpudash_gpu_pcie_tx_bytes"].documentation
+    events = {s.labels["reason"]: s.value for s in fams["gpudash_gpu_clock_event_active"].samples}
+    assert events == {"gpu_idle": 0, "applications_clocks_setting": 0, "sw_power_cap": 1, "hw_slowdown": 0,
+                      "sync_boost": 0, "sw_thermal_slowdown": 0, "hw_thermal_slowdown": 1,
+                      "hw_power_brake_slowdown": 0, "display_clock_setting": 0}
 
 def test_scrape_serves_each_pools_slab_and_unassigned_bytes() -> None:
     """A real pool on the sim engine, sampled by PoolSource: one series per pool beside its shards' series."""

@@ -11,6 +11,7 @@ import pytest
 from gpudash.engine import EngineConfig, TransferEngine
 from gpudash.engine.profiles import get_profile
 from gpudash.config import Config
+from gpudash.gpu.device import CLOCK_EVENT_BIT
 from gpudash.telemetry.factory import build_sources
 from gpudash.telemetry.host import HostSource
 from gpudash.telemetry.inbox import Inbox
@@ -75,6 +76,26 @@ def test_rates_are_the_bytes_the_engine_moved(engine) -> None:
     g1 = src.poll()["gpus"][1]
     assert g1.pcie_tx_bps > 0 and g1.pcie_rx_bps == 0
     assert g1.util_pct > 2.0 + 3.0  # traffic shows up as load
+    host.free()
+    dev.free()
+
+
+def test_byte_counters_replays_and_clock_events_are_the_sim_links_own(engine) -> None:
+    """The PCIe counters are the bytes the engine moved over each link (a sim link has no packet overhead), a sim
+    link never replays, and an idle GPU's one clock event is gpu_idle, gone while its link is busy."""
+    src = SimRigSource(MIXED, engine)
+    host, dev = engine.alloc_host(32 * MiB), engine.alloc_device(1, 32 * MiB)
+    before = src.poll()["gpus"]
+    assert all(g.pcie_replay_errors == 0 and g.clock_events == CLOCK_EVENT_BIT["gpu_idle"] for g in before)
+    engine.copy(dev, host).wait()
+    engine.copy(host, dev).wait()
+    g0, g1 = src.poll()["gpus"]
+    links = {ls.gpu: ls for ls in engine.stats().links}
+    assert (g1.pcie_rx_wire_bytes, g1.pcie_tx_wire_bytes) == (links[1].h2d_bytes, links[1].d2h_bytes)
+    assert g1.pcie_rx_wire_bytes - before[1].pcie_rx_wire_bytes == 32 * MiB
+    assert g1.pcie_tx_wire_bytes - before[1].pcie_tx_wire_bytes == 32 * MiB
+    assert (g0.pcie_rx_wire_bytes, g0.pcie_tx_wire_bytes) == (before[0].pcie_rx_wire_bytes, before[0].pcie_tx_wire_bytes)
+    assert g1.clock_events == 0 and g0.clock_events == CLOCK_EVENT_BIT["gpu_idle"]
     host.free()
     dev.free()
 

@@ -28,7 +28,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client import PROCESS_COLLECTOR, start_http_server
+from prometheus_client import PROCESS_COLLECTOR, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
@@ -40,6 +40,7 @@ from gpudash.redact import remember_config
 from gpudash.telemetry.dcgm import OWN_LEFT_OUT, DcgmWatch
 from gpudash.telemetry.links import link_capacity_bps
 from gpudash.telemetry.prom_build import Families
+from gpudash.telemetry.prom_http import DROP_REASONS, ServeLimits, serve
 from gpudash.telemetry.prom_servers import ServerFamilies
 
 DEFAULT_HOST = "127.0.0.1"
@@ -219,7 +220,7 @@ class PrometheusSink:
     """Sampler sink + collector; `close()` stops the HTTP server (and the dcgm-exporter watch)."""
 
     def __init__(self, host: str = DEFAULT_HOST, port: int = 0, store: StoreSize | None = None,
-                 settings: PrometheusConfig | None = None) -> None:
+                 settings: PrometheusConfig | None = None, limits: ServeLimits | None = None) -> None:
         self._latest: Snapshot | None = None
         self._facts: dict[str, str] | None = None
         self._bus: dict[str, str] = {}
@@ -233,7 +234,7 @@ class PrometheusSink:
         registry.register(self)
         registry.register(PROCESS_COLLECTOR)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+            self._server, self._thread = serve(host, port, make_wsgi_app(registry), limits or ServeLimits())
         except OSError:
             if self.dcgm is not None:
                 self.dcgm.close()
@@ -259,6 +260,7 @@ class PrometheusSink:
                                   labels=["version"])
         build.add_metric([self._version], 1)
         yield build
+        yield from self._connection_families()
         snap, facts = self._latest, self._facts
         if snap is None or facts is None:
             return
@@ -281,6 +283,21 @@ class PrometheusSink:
                 f.value(GaugeMetricFamily, "gpudash_store_max_bytes", "The store's size cap ([store] max_bytes).",
                         {}, self._store.max_bytes)
         yield from f.families.values()
+
+    def _connection_families(self) -> Iterator[Metric]:
+        """How the HTTP server copes with its clients (prom_http.py): connections held, the cap, drops."""
+        held, cap, dropped = self._server.stats()
+        yield GaugeMetricFamily("gpudash_exporter_connections_open", "Connections to this endpoint held now (those being "
+                                "closed included: at most twice the cap).",
+                                value=held)
+        yield GaugeMetricFamily("gpudash_exporter_connections_max", "The most connections held at once (beyond it "
+                                "the longest-waiting one is closed).", value=cap)
+        fam = CounterMetricFamily("gpudash_exporter_connections_dropped", "Connections closed by the exporter: "
+                                  "beyond the cap, silent past the idle deadline, or a request head not in by the "
+                                  "header deadline.", labels=["reason"])
+        for reason in DROP_REASONS:
+            fam.add_metric([reason], dropped[reason])
+        yield fam
 
     def gpu_labels(self, g: GpuSample, host: str) -> dict[str, str]:
         """dcgm-exporter's label set for GPU `g` (dcgm.LABELS)."""
@@ -322,8 +339,7 @@ class PrometheusSink:
             _add(f, _SHARD, s, {"pool": s.pool, "shard": s.shard})
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close_all()
         self._thread.join(timeout=5)
         if self.dcgm is not None:
             self.dcgm.close()

@@ -17,7 +17,8 @@ from gpudash.records import GpuSample, HostSample, Snapshot
 from gpudash.telemetry.pools import PoolSource
 from gpudash.telemetry.prometheus import PrometheusSink, parse_listen
 
-EXPORTER_FAMILIES: set[str] = set()
+EXPORTER_FAMILIES = {"gpudash_exporter_connections_open", "gpudash_exporter_connections_max",
+                     "gpudash_exporter_connections_dropped"}
 from gpudash.telemetry.sampler import Sampler
 
 

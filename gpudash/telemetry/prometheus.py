@@ -13,7 +13,8 @@ series carries dcgm-exporter's GPU labels (`gpu`, `UUID`, `pci_bus_id`, `device`
 `Hostname`), so `* on(UUID)` joins the two both ways, and `[prometheus] gpu` leaves out the figures a
 dcgm-exporter on the box already exports; server series are only what the server does not export
 itself unless `[prometheus] servers = "all"`. Series about the box carry `source` (`nvml` or
-`sim:<profile>`). Binds 127.0.0.1 unless a host is given.
+`sim:<profile>`). Binds 127.0.0.1 unless a host is given; prom_http.py serves it under idle and header
+deadlines and a connection cap, and the `gpudash_exporter_connections_*` series say how that goes.
 """
 
 from __future__ import annotations

@@ -91,6 +91,11 @@ def test_a_live_recorder_lints_clean_but_for_dcgm_exporters_labels(tmp_path: Pat
 
         text = wait_for(scraped, 60, "the recorder's first tick served")
         assert_only_dcgm_labels_found(text)
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        for name in ("gpudash_gpu_pcie_tx_bytes", "gpudash_gpu_pcie_rx_bytes", "gpudash_gpu_pcie_replay_errors",
+                     "gpudash_gpu_clock_event_active"):  # the sim's figures, labelled as every sim series
+            assert {s.labels["source"] for s in fams[name].samples} == {"sim:rtx5080+rtx3090"}, name
+        assert {s.labels["gpu"] for s in fams["gpudash_gpu_clock_event_active"].samples} == {"0", "1"}
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     finally:

@@ -1,4 +1,4 @@
-"""`gpudash deploy prometheus|rules|grafana|systemd [--out DIR]`: the deployment files of this installed
+"""`gpudash deploy prometheus|rules|grafana|systemd|runbook [--out DIR]`: the deployment files of this installed
 version, so a pip or pipx user has them without the git tree.
 
 The wheel carries deploy/ as `gpudash/deploy/` (CMakeLists.txt installs it); a source checkout reads the
@@ -22,6 +22,7 @@ TARGETS: dict[str, tuple[str, str]] = {
     "rules": ("prometheus", "*rules*.yml"),
     "grafana": ("grafana", "*.json"),
     "systemd": ("systemd", "*.service"),
+    "runbook": (".", "RUNBOOK.md"),  # what each alert means and what to do; the rules' runbook_url points here
 }
 SHIPPED_GPUDASH = "/usr/local/bin/gpudash"  # the program the shipped unit names; replaced by this install's
 # The rules' list of fleet jobs (gpudash:fleet_target:up), which --job replaces; a job name is written into a
@@ -98,7 +99,7 @@ def contents(target: str, path: Path, jobs: tuple[str, ...] = ()) -> str:
               help="A Prometheus job of the fleet whose targets alert when they stop answering (repeat it; "
                    "rules and prometheus only). Default: the jobs the shipped rules name.")
 def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...]) -> None:
-    """Write this version's Prometheus config, alert rules, Grafana dashboard or systemd unit."""
+    """Write this version's Prometheus config, alert rules and their runbook, Grafana dashboard or systemd unit."""
     from gpudash.commands.common import usage_error
 
     if jobs and target not in ("rules", "prometheus"):

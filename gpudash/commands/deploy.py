@@ -112,6 +112,7 @@ def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...]) ->
         if len(files) > 1:
             usage_error(f"{target} is {len(files)} files ({', '.join(files)}); write them with --out DIR")
         click.echo(next(iter(files.values())), nl=False)
+        _unit_notes(target, files)
         return
     if out.exists() and not out.is_dir():
         usage_error(f"--out {out} is a file; give a folder")
@@ -130,11 +131,49 @@ def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...]) ->
             click.echo(f"wrote {out / name}")
     except OSError as err:
         raise click.ClickException(f"cannot write into {out} ({err.strerror}); pick a writable folder") from None
-    if target == "systemd":
-        program = this_gpudash()
-        if program is None:
-            click.echo(f"note: ExecStart names {SHIPPED_GPUDASH}; edit it to where gpudash is installed", err=True)
-        elif program.startswith(("/root/", "/home/")):
-            click.echo(f"note: ExecStart names {program}, under a home directory, which the unit's DynamicUser "
-                       "cannot read; install gpudash outside home directories (pipx install --global, or a "
-                       "venv under /opt) and write the unit again", err=True)
+    _unit_notes(target, files)
+
+
+def hidden_paths(unit: str) -> dict[str, str]:
+    """Folder -> the setting of `unit` that hides it from the service (or keeps its DynamicUser out)."""
+    settings = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#"))
+    hidden: dict[str, str] = {}
+    if settings.get("PrivateTmp") in ("yes", "true", "1"):
+        hidden |= {"/tmp": "PrivateTmp=yes", "/var/tmp": "PrivateTmp=yes"}
+    if settings.get("ProtectHome", "no") not in ("no", "false", "0"):
+        why = f"ProtectHome={settings['ProtectHome']} with DynamicUser=yes"
+        hidden |= {"/root": why, "/home": why, "/run/user": why}
+    return hidden
+
+
+def needed_paths(program: str) -> list[Path]:
+    """What ExecStart runs: the program, where its links lead, and the interpreter its #! line names."""
+    paths = [Path(program), Path(program).resolve()]
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return paths
+    if first.startswith(b"#!") and first[2:].split():
+        interpreter = Path(first[2:].split()[0].decode(errors="replace"))
+        paths += [interpreter, interpreter.resolve()]
+    return paths
+
+
+def _unit_notes(target: str, files: dict[str, str]) -> None:
+    """Say when the unit names a gpudash it cannot run: the shipped path, or one its own sandbox hides."""
+    if target != "systemd":
+        return
+    program = this_gpudash()
+    if program is None:
+        click.echo(f"note: ExecStart names {SHIPPED_GPUDASH}; edit it to where gpudash is installed", err=True)
+        return
+    hidden = hidden_paths(next(iter(files.values())))
+    for path in needed_paths(program):
+        blocked = [(folder, why) for folder, why in hidden.items() if path.is_relative_to(folder)]
+        if blocked:
+            folder, why = blocked[0]
+            click.echo(f"note: ExecStart runs {path}, under {folder}, which the unit's {why} hides from it; "
+                       "install gpudash where the service can read it (pipx install --global, or a venv under "
+                       "/opt made by a Python outside home folders) and write the unit again", err=True)
+            return

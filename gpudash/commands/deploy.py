@@ -1,4 +1,4 @@
-"""`gpudash deploy prometheus|rules|grafana|systemd|runbook [--out DIR]`: the deployment files of this installed
+"""`gpudash deploy prometheus|rules|grafana|systemd|runbook|kubernetes [--out DIR]`: the deployment files of this installed
 version, so a pip or pipx user has them without the git tree.
 
 The wheel carries deploy/ as `gpudash/deploy/` (CMakeLists.txt installs it); a source checkout reads the
@@ -22,13 +22,15 @@ TARGETS: dict[str, tuple[str, str]] = {
     "rules": ("prometheus", "*rules*.yml"),
     "grafana": ("grafana", "*.json"),
     "systemd": ("systemd", "*.service"),
-    "runbook": (".", "RUNBOOK.md"),  # what each alert means and what to do; the rules' runbook_url points here
+    "runbook": (".", "RUNBOOK.md"),
+    "kubernetes": ("kubernetes", "*.yaml"),  # DaemonSet, Service, ServiceMonitor; the rules as a PrometheusRule  # what each alert means and what to do; the rules' runbook_url points here
 }
 SHIPPED_GPUDASH = "/usr/local/bin/gpudash"  # the program the shipped unit names; replaced by this install's
 # The rules' list of fleet jobs (gpudash:fleet_target:up), which --job replaces; a job name is written into a
 # PromQL regex, so only names that need no quoting there are taken (dots are escaped).
 FLEET_JOBS = re.compile(r'up\{job=~"([^"]*)"\}')
 JOB_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
+IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")  # registry/name:tag or @digest, nothing YAML would read
 
 
 def deploy_root() -> Path | None:
@@ -81,10 +83,16 @@ def with_jobs(rules: str, jobs: tuple[str, ...]) -> str:
     return replaced
 
 
-def contents(target: str, path: Path, jobs: tuple[str, ...] = ()) -> str:
+def contents(target: str, path: Path, jobs: tuple[str, ...] = (), image: str | None = None) -> str:
     text = path.read_text(encoding="utf-8")
     if target == "systemd" and (program := this_gpudash()) is not None:
         text = with_program(text, program)
+    if target == "kubernetes":
+        from gpudash.commands import deploy_kubernetes
+
+        (rules,) = target_files("rules")
+        return deploy_kubernetes.render(text, image or deploy_kubernetes.default_image(),
+                                        contents("rules", rules, jobs))
     if jobs and "rules" in path.name:
         text = with_jobs(text, jobs)
     return text
@@ -97,17 +105,25 @@ def contents(target: str, path: Path, jobs: tuple[str, ...] = ()) -> str:
 @click.option("--force", is_flag=True, default=False, help="Overwrite files in --out that differ.")
 @click.option("--job", "jobs", multiple=True, metavar="NAME",
               help="A Prometheus job of the fleet whose targets alert when they stop answering (repeat it; "
-                   "rules and prometheus only). Default: the jobs the shipped rules name.")
-def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...]) -> None:
+                   "rules, prometheus and kubernetes only). Default: the jobs the shipped rules name.")
+@click.option("--image", default=None, metavar="IMAGE",
+              help="kubernetes only: the container image with gpudash in it (none is published; default "
+                   "gpudash:VERSION, as the README builds it).")
+def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...], image: str | None) -> None:
     """Write this version's Prometheus config, alert rules and their runbook, Grafana dashboard or systemd unit."""
     from gpudash.commands.common import usage_error
 
-    if jobs and target not in ("rules", "prometheus"):
-        usage_error(f"--job sets the alert rules' fleet jobs; {target} has none (use it with rules or prometheus)")
+    if jobs and target not in ("rules", "prometheus", "kubernetes"):
+        usage_error(f"--job sets the alert rules' fleet jobs; {target} has none (use it with rules, prometheus or "
+                    "kubernetes)")
+    if image is not None and target != "kubernetes":
+        usage_error(f"--image sets the kubernetes DaemonSet's container image; {target} has none")
+    if image is not None and not IMAGE.fullmatch(image):
+        usage_error(f"--image {image!r} is not an image reference gpudash can write; use registry/name:tag")
     if bad := [job for job in jobs if not JOB_NAME.fullmatch(job)]:
         usage_error(f"--job {bad[0]!r} is not a job name gpudash can write into the rules; use letters, digits "
                     "and _ . : / - (as in your prometheus.yml's job_name)")
-    files = {p.name: contents(target, p, jobs) for p in target_files(target)}
+    files = {p.name: contents(target, p, jobs, image) for p in target_files(target)}
     if out is None:
         if len(files) > 1:
             usage_error(f"{target} is {len(files)} files ({', '.join(files)}); write them with --out DIR")

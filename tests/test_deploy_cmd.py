@@ -3,9 +3,14 @@ never over a differing file without --force. (The wheel test runs it from an ins
 
 from __future__ import annotations
 
+import os
+import site
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+from gpudash.commands.deploy import hidden_paths
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,3 +58,31 @@ def test_the_unit_names_this_installations_gpudash(tmp_path: Path) -> None:
         return [line for line in text.splitlines() if not line.startswith("ExecStart=")]
 
     assert rest(unit) == rest(shipped)
+
+
+def test_a_gpudash_the_units_sandbox_hides_is_named(tmp_path: Path) -> None:
+    """A venv under /tmp: the unit's PrivateTmp=yes gives the service an empty /tmp, so its ExecStart cannot
+    run. deploy says so for whatever the unit hides (/tmp, /var/tmp, home folders), by the program, the file
+    its links lead to, or the interpreter its #! line names; a program outside them gets no note."""
+    if not tmp_path.is_relative_to("/tmp"):
+        tmp_path = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's basetemp elsewhere: make one under /tmp
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    script = venv / "gpudash"
+    script.write_text(f"#!{venv / 'python'}\nfrom gpudash.cli import main\nmain()\n")
+    script.chmod(0o755)
+    # the link runs the base interpreter: this checkout and this environment's packages come by PYTHONPATH
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *site.getsitepackages()])}
+    r = subprocess.run([str(venv / "python"), "-m", "gpudash", "deploy", "systemd", "--out", str(tmp_path / "u")],
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"ExecStart={script} record" in (tmp_path / "u" / "gpudash-record.service").read_text()
+    assert f"note: ExecStart runs {script}, under /tmp, which the unit's PrivateTmp=yes hides" in r.stderr
+
+
+def test_hidden_paths_follow_the_units_own_settings() -> None:
+    unit = (REPO / "deploy/systemd/gpudash-record.service").read_text()
+    assert set(hidden_paths(unit)) == {"/tmp", "/var/tmp", "/root", "/home", "/run/user"}
+    assert hidden_paths(unit.replace("PrivateTmp=yes", "PrivateTmp=no").replace("ProtectHome=read-only",
+                                                                                "ProtectHome=no")) == {}

@@ -6,18 +6,26 @@ where GPUDASH_REQUIRE_SANDBOX=1 (.ci/run), where it fails.
 
 The sandbox differs from systemd's in two ways it says: the unit's directories are folders of the test
 (systemd's %S, %L and %C stand for /var/lib, /var/log and /var/cache), and the private temporary folder is
-/var/tmp alone (PrivateTmp= gives /tmp too, which holds the test's own folders here)."""
+/var/tmp alone (PrivateTmp= gives /tmp too, which holds the test's own folders here). The unit is
+Type=notify with a watchdog: the run sends its READY=1, WATCHDOG=1 and STOPPING=1 datagrams to a socket of
+the test named by NOTIFY_SOCKET, as systemd would give it.
+
+`systemd-analyze verify` and `systemd-analyze security --offline=yes` (systemd >= 250; Debian 12 has 252)
+check the unit itself; the score is printed and must stay at or below SECURITY_MAX (8.4 before the sandbox
+settings, 1.9 with them on systemd 252)."""
 
 from __future__ import annotations
 
-import configparser
 import os
+import re
 import shlex
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +33,10 @@ import pytest
 
 from gpudash.launcher.health import free_port
 
+from unit_file import environment, exec_argv, service
+
 REPO = Path(__file__).resolve().parent.parent
+SECURITY_MAX = 2.0  # systemd-analyze's exposure score, 0 (locked down) to 10; 8.4 before the sandbox settings
 
 
 def _sandbox_or_skip() -> None:
@@ -43,24 +54,22 @@ def _sandbox_or_skip() -> None:
     pytest.skip(why)
 
 
-def _unit(tmp_path: Path) -> configparser.SectionProxy:
+def _unit_file(tmp_path: Path) -> Path:
     out = tmp_path / "unit"
     r = subprocess.run([sys.executable, "-m", "gpudash", "deploy", "systemd", "--out", str(out)],
                        capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stderr
     (path,) = out.glob("*.service")
-    parser = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",))
-    parser.optionxform = str  # systemd's keys are case-sensitive
-    parser.read_string(path.read_text())
-    return parser["Service"]
+    return path
 
 
 class Sandbox:
     """The unit's directories, environment and ExecStart, ready to run in the read-only root."""
 
     def __init__(self, tmp_path: Path) -> None:
-        unit = _unit(tmp_path)
+        unit = service(_unit_file(tmp_path).read_text())
         assert unit["DynamicUser"] == "yes" and unit["ProtectSystem"] == "strict"
+        assert unit["Type"] == "notify" and unit["EnvironmentFile"] == "-/etc/gpudash/gpudash.env"
         roots = {"%S": tmp_path / "var-lib", "%L": tmp_path / "var-log", "%C": tmp_path / "var-cache"}
         self.dirs = {key: roots[spec] / unit[key] for key, spec in
                      (("StateDirectory", "%S"), ("LogsDirectory", "%L"), ("CacheDirectory", "%C"))}
@@ -68,13 +77,21 @@ class Sandbox:
         for d in [*self.dirs.values(), self.private_tmp]:
             d.mkdir(parents=True)  # systemd makes them, owned by the dynamic user
         self.env = {"HOME": "/", "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-        for assignment in shlex.split(unit["Environment"]):
-            name, _, value = assignment.partition("=")
+        for name, value in environment(unit).items():
             for spec, path in roots.items():
                 value = value.replace(spec, str(path))
             self.env[name] = value
         assert {"XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"} <= set(self.env)
-        argv = shlex.split(unit["ExecStart"])
+        # systemd's notify socket and watchdog (WatchdogSec= in microseconds), a socket of the test's own
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(str(tmp_path / "notify.sock"))
+        self.notify.settimeout(0.2)
+        self._said: list[str] = []
+        self._listening = threading.Thread(target=self._listen, daemon=True)  # as systemd reads, at once
+        self._listening.start()
+        self.env["NOTIFY_SOCKET"] = str(tmp_path / "notify.sock")
+        self.env["WATCHDOG_USEC"] = str(int(unit["WatchdogSec"]) * 1_000_000)
+        argv = exec_argv(unit)
         assert Path(argv[0]).name == "gpudash" and Path(argv[0]).is_file()  # this installation's, written by deploy
         # No NVIDIA driver here: a simulated rig stands in for --no-sim; the exporter binds a free local port.
         self.argv = [a for a in argv if a != "--no-sim"] + ["--sim", "h200"]
@@ -94,6 +111,21 @@ class Sandbox:
     def run(self, argv: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
         return subprocess.run(self.script(argv), capture_output=True, text=True, timeout=timeout)
 
+    def _listen(self) -> None:
+        while self.notify.fileno() != -1:
+            try:
+                self._said.append(self.notify.recv(4096).decode())
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def notified(self) -> list[str]:
+        """The sd_notify messages sent so far (the run has ended: nothing more comes)."""
+        self.notify.close()
+        self._listening.join(timeout=5)
+        return self._said
+
     def session(self) -> tuple[str, float | None, int]:
         with sqlite3.connect(self.db) as conn:
             (source, ended), = conn.execute("SELECT source, ended FROM sessions").fetchall()
@@ -107,10 +139,33 @@ def test_the_unit_records_with_a_read_only_root(tmp_path: Path) -> None:
     stray = box.run(["touch", str(tmp_path / "stray")])  # the sandbox is real: a write anywhere else fails
     assert stray.returncode != 0 and "Read-only file system" in stray.stderr
 
-    r = box.run([*box.argv, "--duration", "3", "--interval", "0.5"])
+    box.env["WATCHDOG_USEC"] = "1000000"  # a 1 s watchdog, so 3 s of ticks every 0.1 s ping it several times
+    r = box.run([*box.argv, "--duration", "3", "--interval", "0.1"])
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
     source, ended, ticks = box.session()
     assert source == "sim:h200" and ended is not None and ticks > 0
+    said = box.notified()
+    assert said[0].startswith("READY=1\nSTATUS=sampling sim:h200") and said[-1] == "STOPPING=1", said
+    assert 4 <= said.count("WATCHDOG=1") <= 4 * 3 + 1, said  # at most 4 a timeout, whatever the tick rate
+
+
+def test_systemd_verifies_the_unit_and_scores_its_sandbox(tmp_path: Path) -> None:
+    """`systemd-analyze verify` finds nothing and `security --offline=yes` scores it; the score is printed
+    (pytest -s) so the record of it is the test's output."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        if os.environ.get("GPUDASH_REQUIRE_SANDBOX") == "1":
+            pytest.fail("GPUDASH_REQUIRE_SANDBOX=1 but systemd-analyze is not installed (Debian: systemd)")
+        pytest.skip("systemd-analyze is not installed (Debian: systemd)")
+    unit = _unit_file(tmp_path)
+    verify = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert verify.returncode == 0 and unit.name not in verify.stdout + verify.stderr, verify.stdout + verify.stderr
+    scored = subprocess.run([analyze, "security", "--offline=yes", "--no-pager", str(unit)], capture_output=True,
+                            text=True, timeout=60)
+    found = re.search(r"Overall exposure level for \S+: ([0-9.]+) (\w+)", scored.stdout)
+    assert found, scored.stdout + scored.stderr
+    print(f"systemd-analyze security --offline=yes {unit.name}: {found[1]} {found[2]}")
+    assert float(found[1]) <= SECURITY_MAX, scored.stdout
 
 
 @pytest.mark.llama

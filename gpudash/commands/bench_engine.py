@@ -5,7 +5,6 @@ stores them for this machine (gpudash/runtime/tuned.py). Results go into the sto
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +17,7 @@ from gpudash.engine.bench import CUDA_SIZES, MEMORY, SIM_SIZES, BenchRow, RelayF
 from gpudash import fmt
 from gpudash.engine.profiles import PROFILES, get_profile
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, usage_error
+from gpudash.commands.json_out import emit
 from gpudash.commands.output import console, echo_fitted, fitted_tables, plain_table, print_tables
 from gpudash.config import Config, ConfigError, parse_size
 from gpudash.records import Event
@@ -208,7 +208,7 @@ def bench_engine(cfg: Config, backend: str | None, profile: str | None, as_json:
         except Exception as err:  # the bench result stands even if the store is unavailable
             out["store"] = f"not recorded: {err}"
     if as_json:
-        click.echo(json.dumps(out, indent=1))
+        emit("bench-engine", out, indent=1)
         return
     if tune:
         click.echo(f"autotune ({source}): {tuned}; {out['tune']['stored']}")

@@ -5,7 +5,6 @@ GPUs the overlap is also run (achieved against ideal). Sim rigs print arithmetic
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ from rich.table import Table
 
 from gpudash import fmt
 from gpudash.commands.common import pass_config, resolve_rig, sim_options, usage_error
+from gpudash.commands.json_out import emit
 from gpudash.commands.output import console, echo_fitted, fitted_tables, plain_table, print_tables
 from gpudash.config import Config
 from gpudash.labels import is_sim_label
@@ -109,7 +109,7 @@ def bench_overlap(cfg: Config, sim: str | None, no_sim: bool, hidden: int, ffn: 
     except (ValueError, RatesUnavailable) as err:
         usage_error(str(err))
     if as_json:
-        click.echo(json.dumps({"source": source, "sim": topo.is_sim, "shape": dataclasses.asdict(shape),
-                               "rows": [dataclasses.asdict(r) for r in rows]}, indent=2))
+        emit("bench-overlap", {"source": source, "sim": topo.is_sim, "shape": dataclasses.asdict(shape),
+                               "rows": [dataclasses.asdict(r) for r in rows]})
     else:
         render(source, shape, rows)

@@ -11,7 +11,6 @@ there, it only proves the re-launch and probe path).
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
@@ -21,6 +20,7 @@ from typing import Any
 import click
 
 from gpudash.commands.common import pass_config, usage_error
+from gpudash.commands.json_out import emit
 from gpudash.config import Config, ServerSpec
 
 
@@ -186,6 +186,6 @@ def bench_share(cfg: Config, server: str, shares_text: str, requests: int, concu
                 nvml.close()
     where = "CPU" if not totals else f"{len(totals)} GPU(s)"
     if as_json:
-        click.echo(json.dumps({"server": server, "where": where, "rows": [asdict(r) for r in rows]}, indent=2))
+        emit("bench-share", {"server": server, "where": where, "rows": [asdict(r) for r in rows]})
     else:
         click.echo(render(server, where, rows))

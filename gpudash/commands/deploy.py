@@ -1,4 +1,4 @@
-"""`gpudash deploy prometheus|rules|grafana|systemd [--out DIR]`: the deployment files of this installed
+"""`gpudash deploy prometheus|rules|grafana|systemd|runbook|kubernetes [--out DIR]`: the deployment files of this installed
 version, so a pip or pipx user has them without the git tree.
 
 The wheel carries deploy/ as `gpudash/deploy/` (CMakeLists.txt installs it); a source checkout reads the
@@ -22,12 +22,15 @@ TARGETS: dict[str, tuple[str, str]] = {
     "rules": ("prometheus", "*rules*.yml"),
     "grafana": ("grafana", "*.json"),
     "systemd": ("systemd", "*.service"),
+    "runbook": (".", "RUNBOOK.md"),
+    "kubernetes": ("kubernetes", "*.yaml"),  # DaemonSet, Service, ServiceMonitor; the rules as a PrometheusRule  # what each alert means and what to do; the rules' runbook_url points here
 }
 SHIPPED_GPUDASH = "/usr/local/bin/gpudash"  # the program the shipped unit names; replaced by this install's
 # The rules' list of fleet jobs (gpudash:fleet_target:up), which --job replaces; a job name is written into a
 # PromQL regex, so only names that need no quoting there are taken (dots are escaped).
 FLEET_JOBS = re.compile(r'up\{job=~"([^"]*)"\}')
 JOB_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
+IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")  # registry/name:tag or @digest, nothing YAML would read
 
 
 def deploy_root() -> Path | None:
@@ -80,10 +83,16 @@ def with_jobs(rules: str, jobs: tuple[str, ...]) -> str:
     return replaced
 
 
-def contents(target: str, path: Path, jobs: tuple[str, ...] = ()) -> str:
+def contents(target: str, path: Path, jobs: tuple[str, ...] = (), image: str | None = None) -> str:
     text = path.read_text(encoding="utf-8")
     if target == "systemd" and (program := this_gpudash()) is not None:
         text = with_program(text, program)
+    if target == "kubernetes":
+        from gpudash.commands import deploy_kubernetes
+
+        (rules,) = target_files("rules")
+        return deploy_kubernetes.render(text, image or deploy_kubernetes.default_image(),
+                                        contents("rules", rules, jobs))
     if jobs and "rules" in path.name:
         text = with_jobs(text, jobs)
     return text
@@ -96,21 +105,30 @@ def contents(target: str, path: Path, jobs: tuple[str, ...] = ()) -> str:
 @click.option("--force", is_flag=True, default=False, help="Overwrite files in --out that differ.")
 @click.option("--job", "jobs", multiple=True, metavar="NAME",
               help="A Prometheus job of the fleet whose targets alert when they stop answering (repeat it; "
-                   "rules and prometheus only). Default: the jobs the shipped rules name.")
-def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...]) -> None:
-    """Write this version's Prometheus config, alert rules, Grafana dashboard or systemd unit."""
+                   "rules, prometheus and kubernetes only). Default: the jobs the shipped rules name.")
+@click.option("--image", default=None, metavar="IMAGE",
+              help="kubernetes only: the container image with gpudash in it (none is published; default "
+                   "gpudash:VERSION, as the README builds it).")
+def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...], image: str | None) -> None:
+    """Write this version's Prometheus config, alert rules and their runbook, Grafana dashboard or systemd unit."""
     from gpudash.commands.common import usage_error
 
-    if jobs and target not in ("rules", "prometheus"):
-        usage_error(f"--job sets the alert rules' fleet jobs; {target} has none (use it with rules or prometheus)")
+    if jobs and target not in ("rules", "prometheus", "kubernetes"):
+        usage_error(f"--job sets the alert rules' fleet jobs; {target} has none (use it with rules, prometheus or "
+                    "kubernetes)")
+    if image is not None and target != "kubernetes":
+        usage_error(f"--image sets the kubernetes DaemonSet's container image; {target} has none")
+    if image is not None and not IMAGE.fullmatch(image):
+        usage_error(f"--image {image!r} is not an image reference gpudash can write; use registry/name:tag")
     if bad := [job for job in jobs if not JOB_NAME.fullmatch(job)]:
         usage_error(f"--job {bad[0]!r} is not a job name gpudash can write into the rules; use letters, digits "
                     "and _ . : / - (as in your prometheus.yml's job_name)")
-    files = {p.name: contents(target, p, jobs) for p in target_files(target)}
+    files = {p.name: contents(target, p, jobs, image) for p in target_files(target)}
     if out is None:
         if len(files) > 1:
             usage_error(f"{target} is {len(files)} files ({', '.join(files)}); write them with --out DIR")
         click.echo(next(iter(files.values())), nl=False)
+        _unit_notes(target, files)
         return
     if out.exists() and not out.is_dir():
         usage_error(f"--out {out} is a file; give a folder")
@@ -129,11 +147,49 @@ def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...]) ->
             click.echo(f"wrote {out / name}")
     except OSError as err:
         raise click.ClickException(f"cannot write into {out} ({err.strerror}); pick a writable folder") from None
-    if target == "systemd":
-        program = this_gpudash()
-        if program is None:
-            click.echo(f"note: ExecStart names {SHIPPED_GPUDASH}; edit it to where gpudash is installed", err=True)
-        elif program.startswith(("/root/", "/home/")):
-            click.echo(f"note: ExecStart names {program}, under a home directory, which the unit's DynamicUser "
-                       "cannot read; install gpudash outside home directories (pipx install --global, or a "
-                       "venv under /opt) and write the unit again", err=True)
+    _unit_notes(target, files)
+
+
+def hidden_paths(unit: str) -> dict[str, str]:
+    """Folder -> the setting of `unit` that hides it from the service (or keeps its DynamicUser out)."""
+    settings = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#"))
+    hidden: dict[str, str] = {}
+    if settings.get("PrivateTmp") in ("yes", "true", "1"):
+        hidden |= {"/tmp": "PrivateTmp=yes", "/var/tmp": "PrivateTmp=yes"}
+    if settings.get("ProtectHome", "no") not in ("no", "false", "0"):
+        why = f"ProtectHome={settings['ProtectHome']} with DynamicUser=yes"
+        hidden |= {"/root": why, "/home": why, "/run/user": why}
+    return hidden
+
+
+def needed_paths(program: str) -> list[Path]:
+    """What ExecStart runs: the program, where its links lead, and the interpreter its #! line names."""
+    paths = [Path(program), Path(program).resolve()]
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return paths
+    if first.startswith(b"#!") and first[2:].split():
+        interpreter = Path(first[2:].split()[0].decode(errors="replace"))
+        paths += [interpreter, interpreter.resolve()]
+    return paths
+
+
+def _unit_notes(target: str, files: dict[str, str]) -> None:
+    """Say when the unit names a gpudash it cannot run: the shipped path, or one its own sandbox hides."""
+    if target != "systemd":
+        return
+    program = this_gpudash()
+    if program is None:
+        click.echo(f"note: ExecStart names {SHIPPED_GPUDASH}; edit it to where gpudash is installed", err=True)
+        return
+    hidden = hidden_paths(next(iter(files.values())))
+    for path in needed_paths(program):
+        blocked = [(folder, why) for folder, why in hidden.items() if path.is_relative_to(folder)]
+        if blocked:
+            folder, why = blocked[0]
+            click.echo(f"note: ExecStart runs {path}, under {folder}, which the unit's {why} hides from it; "
+                       "install gpudash where the service can read it (pipx install --global, or a venv under "
+                       "/opt made by a Python outside home folders) and write the unit again", err=True)
+            return

@@ -5,13 +5,13 @@ Exit code 0 when no check fails, 1 when any does, 2 for a usage error."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from typing import TYPE_CHECKING
 
 import click
 
 from gpudash.commands.common import pass_config, resolve_rig, sim_options
+from gpudash.commands.json_out import emit
 from gpudash.commands.output import terminal_width, wrapped
 from gpudash.config import Config
 from gpudash.labels import is_sim_label
@@ -55,8 +55,8 @@ def doctor(cfg: Config, sim: str | None, no_sim: bool, as_json: bool, load_secon
     results = run_checks(facts)
     code = exit_code(results)
     if as_json:
-        click.echo(json.dumps({"source": source, "sim": rig.is_sim, "exit_code": code,
-                               "checks": [dataclasses.asdict(r) for r in results]}, indent=2))
+        emit("doctor", {"source": source, "sim": rig.is_sim, "exit_code": code,
+                        "checks": [dataclasses.asdict(r) for r in results]})
     else:
         click.echo(render(source, results, terminal_width()))
     sys.exit(code)

@@ -11,7 +11,6 @@ down, slow, dripping or answering garbage exits 1 within the timeout. Labels are
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from typing import Any, NoReturn
@@ -19,6 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from gpudash.commands.common import pass_config, usage_error
+from gpudash.commands.json_out import emit
 from gpudash.commands.output import echo_fitted
 from gpudash.config import Config
 from gpudash.fleet.boxes import Fleet
@@ -92,7 +92,7 @@ def fleet(cfg: Config, url: str | None, job: str | None, timeout_text: str | Non
     except PrometheusError as err:
         _fail(str(err))
     if as_json:
-        click.echo(json.dumps(fleet_json(snapshot), indent=1))
+        emit("fleet", fleet_json(snapshot), indent=1)
         return
     now = time.time()
     console = Console(width=None if Console().is_terminal else 200)  # a pipe gets whole lines

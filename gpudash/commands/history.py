@@ -11,6 +11,7 @@ from rich.table import Table
 
 from gpudash import fmt
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
+from gpudash.commands.json_out import emit
 from gpudash.commands.output import console, fitted_tables, plain_table, print_tables
 from gpudash.config import Config
 from gpudash.outside import markup_free
@@ -86,7 +87,7 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
     except StoreError as err:
         usage_error(str(err))
     if as_json:
-        click.echo(fmt.json_text([s.as_dict() for s in sessions], indent=2))
+        emit("history", {"sessions": [s.as_dict() for s in sessions]})
         return
     if not sessions:
         click.echo(f"no sessions in {path}")

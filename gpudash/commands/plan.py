@@ -4,12 +4,12 @@ Exit code 0 with a plan, 2 when the model cannot be placed or the input is wrong
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import TYPE_CHECKING
 
 import click
 
 from gpudash.commands.common import pass_config, resolve_rig, sim_options, usage_error
+from gpudash.commands.json_out import emit
 from gpudash.commands.output import echo_fitted
 from gpudash.config import Config
 from gpudash.labels import is_sim_label
@@ -107,6 +107,6 @@ def plan(cfg: Config, model_gb: float | None, kv_gb: float, sim: str | None, no_
     if as_json:
         data = dataclasses.asdict(result)
         data.update(source=source, sim=topo.is_sim, ratios=list(result.ratios), model=what)
-        click.echo(json.dumps(data, indent=2))
+        emit("plan", data)
     else:
         echo_fitted(render(source, what, result).splitlines(), "  ")  # the lines around the table wrap

@@ -8,8 +8,8 @@ import sys
 import click
 
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
+from gpudash.commands.json_out import emit
 from gpudash.config import Config
-from gpudash.fmt import json_text
 from gpudash.outside import printable
 from gpudash.records import RequestSample
 from gpudash.redact import mask_data
@@ -85,7 +85,7 @@ def probe(cfg: Config, url: str, n: int, concurrency: int, shared_prefix: float,
     s = summarize(samples)
     if as_json:
         out = {"url": url, "session": sid, "summary": dataclasses.asdict(s), "requests": [as_row(r) for r in samples]}
-        click.echo(json_text(mask_data(out), indent=2))
+        emit("probe", mask_data(out))
         _fail_if_all_failed(shown, samples)
         return
     c = s.correlation

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from gpudash import fmt
 from gpudash.commands.common import pass_config, resolve_rig, sim_options
+from gpudash.commands.json_out import emit
 from gpudash.config import Config
 from gpudash.outside import markup_free
 from gpudash.records import GpuSample, Snapshot
@@ -153,7 +154,7 @@ def status(cfg: Config, sim: str | None, no_sim: bool, as_json: bool, window: fl
                "gpu_processes": [dataclasses.asdict(p) for p in snap.gpu_processes],
                "host": None if snap.host is None else dataclasses.asdict(snap.host), "errors": list(snap.errors),
                "found_servers": [dataclasses.asdict(f) for f in found]}
-        click.echo(fmt.json_text(doc, indent=1))
+        emit("status", doc, indent=1)
         return
     # In a terminal (or with COLUMNS set), its width; piped into a script or a file, wide enough for one table.
     wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()

@@ -170,8 +170,12 @@ DASHBOARD = {
     "gpus": "count by (instance) (gpudash_gpu_pcie_link_generation_max{sel} or DCGM_FI_DEV_FB_USED{sel})",
     "util": "avg by (instance) (gpudash_gpu_utilization_ratio{sel} or DCGM_FI_DEV_GPU_UTIL{sel} / 100)",
     "mem_used": "sum by (instance) (gpudash_gpu_memory_used_bytes{sel} or DCGM_FI_DEV_FB_USED{sel} * 1048576)",
-    "tx": "sum by (instance) (gpudash_gpu_pcie_tx_bytes_per_second{sel} or DCGM_FI_PROF_PCIE_TX_BYTES{sel})",
-    "rx": "sum by (instance) (gpudash_gpu_pcie_rx_bytes_per_second{sel} or DCGM_FI_PROF_PCIE_RX_BYTES{sel})",
+    # PCIe wire bytes: gpudash's 64-bit counters, else what dcgm-exporter's default counters have: its DCP
+    # rate (4.5.3-4.8.2, GPUs with profiling only) or its NVML counter in KB (the releases after).
+    "tx": ("sum by (instance) (rate(gpudash_gpu_pcie_tx_bytes_total{sel}[{w}]) or DCGM_FI_PROF_PCIE_TX_BYTES{sel} "
+           "or rate(DCGM_FI_DEV_PCIE_TX_THROUGHPUT{sel}[{w}]) * 1024)"),
+    "rx": ("sum by (instance) (rate(gpudash_gpu_pcie_rx_bytes_total{sel}[{w}]) or DCGM_FI_PROF_PCIE_RX_BYTES{sel} "
+           "or rate(DCGM_FI_DEV_PCIE_RX_THROUGHPUT{sel}[{w}]) * 1024)"),
     "power": "gpudash_gpu_power_watts{sel} or DCGM_FI_DEV_POWER_USAGE{sel}",
     "temp": "gpudash_gpu_temperature_celsius{sel} or DCGM_FI_DEV_GPU_TEMP{sel}",
     "kv": ("max by (instance, server) (gpudash_server_kv_cache_usage_ratio{sel}) or "

@@ -16,6 +16,7 @@ from gpudash.config import Config
 from gpudash.preload.knobs import PreloadKnobs
 from gpudash.records import Snapshot
 from gpudash.runtime.control import Controller
+from gpudash.runtime.sd_notify import Notifier
 from gpudash.runtime.session import Session
 from gpudash.runtime.stack import LaunchStack
 from gpudash.store import Store
@@ -59,12 +60,15 @@ class Run:
         self.sampler: Sampler | None = None
         self.notes: list[str] = []
         self._live_engine, self._pools = live_engine, pools
+        self._notifier = Notifier.from_env()  # under systemd's Type=notify: ready, watchdog, stopping
 
     def start(self, sinks: Iterable[Sink], *, interval_s: float | None = None, record: bool = True) -> Sampler:
         """Start the engine (and pools), build the sources and the sampler, turn recording on (`record`),
         make the controller and start sampling. An engine or native library that will not start raises,
         unless the engine is `live_engine`, whose failure becomes a note."""
         session, stack = self.session, self.stack
+        if self._notifier is not None:
+            sinks = [*sinks, self._notifier.tick]  # the watchdog hears from the sampler's own thread
         session.start_engine(live=self._live_engine, pools=self._pools)
         self.notes.extend(session.notes)
         if stack is not None:
@@ -78,6 +82,8 @@ class Run:
                                      inbox=self.inbox, recorder=session.recording, pools=session.all_pools,
                                      preload=self._preload_knobs())
         self.sampler.start()
+        if self._notifier is not None:
+            self._notifier.ready(f"sampling {self.rig.label} every {self.sampler.interval_s:g} s")
         return self.sampler
 
     def _preload_knobs(self) -> PreloadKnobs | None:
@@ -98,6 +104,9 @@ class Run:
         pools, engine. `last_tick` records one more tick first, with the servers' stopped states. Safe to
         call twice; a failed store writer is raised last (StoreError)."""
         stack, self.stack = self.stack, None
+        notifier, self._notifier = self._notifier, None
+        if notifier is not None:
+            notifier.stopping()
         try:
             if stack is not None:
                 stack.close()

@@ -39,7 +39,7 @@ def db(tmp_path: Path) -> Path:
 def test_history_json_parses_and_counts(tmp_path: Path, db: Path) -> None:
     proc = run(tmp_path, "history", "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
-    sessions = json.loads(proc.stdout)
+    sessions = json.loads(proc.stdout)["sessions"]
     assert [s["source"] for s in sessions] == ["sim:h200", "sim:8xh20"]
     assert [s["rows"]["gpu_samples"] for s in sessions] == [5, 96]
     assert all(s["ended"] >= s["started"] and s["duration_s"] >= 0 for s in sessions)

@@ -53,7 +53,7 @@ def test_record_8xh20_for_3s_writes_one_row_per_gpu_per_tick(tmp_path: Path) -> 
     assert query(db, "SELECT count(DISTINCT tick) FROM host_samples")[0][0] == per_gpu[0]
     hist = run(tmp_path, "history", "--db", str(db), "--json")
     assert hist.returncode == 0, hist.stderr
-    (info,) = json.loads(hist.stdout)
+    (info,) = json.loads(hist.stdout)["sessions"]
     assert info["source"] == "sim:8xh20" and info["rows"]["gpu_samples"] == sum(per_gpu.values())
 
 

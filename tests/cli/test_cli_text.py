@@ -91,7 +91,7 @@ def test_history_names_a_bench_session_and_an_interrupted_one(tmp_path: Path) ->
         sid = store.begin_session("sim:h200", Config(), note="gpudash record")
         store.db.execute("UPDATE sessions SET pid = ? WHERE id = ?", [gone.pid, sid])
         store.db.conn.commit()
-    sessions = json.loads(run(tmp_path, "history", "--db", str(db), "--json").stdout)
+    sessions = json.loads(run(tmp_path, "history", "--db", str(db), "--json").stdout)["sessions"]
     assert [(s["note"], s["state"]) for s in sessions] == [("gpudash bench engine", "closed"),
                                                            ("gpudash record", "interrupted")]
     table = run(tmp_path, "history", "--db", str(db))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import subprocess
 import sys
@@ -16,14 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpudash.launcher.health import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cli_helpers import cmd, env  # noqa: E402
+from unit_file import exec_argv, service  # noqa: E402
 
 UNIT = Path(__file__).resolve().parents[2] / "deploy" / "systemd" / "gpudash-record.service"
 
 
 def _exec_start() -> list[str]:
-    (line,) = [ln for ln in UNIT.read_text().splitlines() if ln.startswith("ExecStart=")]
-    return shlex.split(line.removeprefix("ExecStart="))
+    """ExecStart with its flags from the unit's Environment= (GPUDASH_FLAGS), as systemd expands them."""
+    return exec_argv(service(UNIT.read_text()))
 
 
 def test_the_units_command_records_and_serves(tmp_path: Path) -> None:

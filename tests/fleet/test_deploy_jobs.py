@@ -34,9 +34,13 @@ FIRING = """
           - exp_labels: {instance: "g:9400", job: gpu-metrics, severity: critical}
             exp_annotations:
               summary: "gpu-metrics on g:9400 does not answer scrapes"
+              description: "Prometheus cannot scrape this target: the box, its exporter or the network between is down."
+              runbook_url: https://github.com/gpudash/gpudash/blob/main/deploy/RUNBOOK.md#gpudashboxdown
           - exp_labels: {instance: "m:9400", job: my.box, severity: critical}
             exp_annotations:
-              summary: "my.box on m:9400 does not answer scrapes\""""
+              summary: "my.box on m:9400 does not answer scrapes"
+              description: "Prometheus cannot scrape this target: the box, its exporter or the network between is down."
+              runbook_url: https://github.com/gpudash/gpudash/blob/main/deploy/RUNBOOK.md#gpudashboxdown"""
 
 
 def _promtool_test(tmp_path: Path, deploy_args: list[str], expected: str) -> subprocess.CompletedProcess:

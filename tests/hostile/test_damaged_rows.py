@@ -33,7 +33,7 @@ def test_history_shows_a_damaged_session_and_the_others(damaged_db: Path, tmp_pa
     assert "damaged" in rows["1"] and "damaged" not in rows["2"]
     r = gpudash("history", "--json", "--db", str(damaged_db), home=tmp_path)
     assert r.returncode == 0, r.stderr
-    first, second = json.loads(r.stdout)
+    first, second = json.loads(r.stdout)["sessions"]
     assert first["state"] == "damaged" and "started holds 'yesterday'" in first["damage"]
     assert second["state"] == "closed" and second["damage"] is None
 

@@ -114,7 +114,7 @@ def test_kill_9_leaves_an_intact_db_and_an_interrupted_session(tmp_path: Path) -
         assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     r = gpudash("history", "--db", str(db), "--json", home=tmp_path)
     assert r.returncode == 0, r.stderr
-    (session,) = json.loads(r.stdout)
+    (session,) = json.loads(r.stdout)["sessions"]
     assert session["state"] == "interrupted" and session["ended"] is None
     table = gpudash("history", "--db", str(db), home=tmp_path)
     assert "interrupted" in table.stdout

@@ -102,7 +102,7 @@ def test_a_blob_in_a_time_column_is_exported_and_listed(tmp_path: Path) -> None:
     assert row["ended"] == b"\x00\xffend".hex()
     r = gpudash("history", "--json", "--db", str(path), home=tmp_path)
     assert r.returncode == 0, r.stderr
-    (listed,) = _strict(r.stdout)
+    (listed,) = _strict(r.stdout)["sessions"]
     assert listed["state"] == "damaged" and "ended holds" in listed["damage"] and listed["note"] == "a\ufffdnote"
     r = gpudash("history", "--db", str(path), home=tmp_path)
     assert r.returncode == 0 and "damaged" in r.stdout, r.stderr

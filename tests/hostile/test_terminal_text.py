@@ -56,7 +56,7 @@ def test_history_shows_database_fields_as_text(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert _shown_raw(r.stdout) == [] and "\\x1b[2J" in r.stdout
     r = gpudash("history", "--json", "--db", str(db), home=tmp_path)
-    assert r.returncode == 0 and json.loads(r.stdout)[0]["note"] == ESCAPES  # JSON keeps it, escaped by JSON
+    assert r.returncode == 0 and json.loads(r.stdout)["sessions"][0]["note"] == ESCAPES  # JSON keeps it, escaped by JSON
     assert _shown_raw(r.stdout) == []
 
 

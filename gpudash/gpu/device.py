@@ -136,7 +136,14 @@ class Device:
             ecc_uncorrected=none(nvml.call(pynvml.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                                       pynvml.NVML_VOLATILE_ECC)),
             remapped_rows=self._remapped_rows(),
+            **self._energy(),
         )
+
+    def _energy(self) -> dict[str, object]:
+        """The driver's energy counter (mJ since it loaded; Volta and newer) as GpuSample's energy fields, or
+        none where the GPU lacks it (telemetry/energy.py then integrates power)."""
+        mj = nvml.call(pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
+        return {} if mj is NA else {"energy_j": mj / 1000.0, "energy_source": "counter"}
 
     def _throttle(self) -> str | None:
         """The active clock event reasons by name ("none" when clocks run free), None if not reported."""

@@ -30,7 +30,7 @@ def gpu_sample(index: int) -> GpuSample:
     return GpuSample(1.0, index, GPUS[index]["uuid"], GPUS[index]["model"], util_pct=40.0, mem_used=1, mem_total=2,
                      power_w=300.0, temp_c=50.0, sm_clock_mhz=1980, pcie_tx_bps=1e9, pcie_rx_bps=2e9, link_gen=5,
                      link_width=16, link_gen_max=5, link_width_max=16, bar1_total=4, bar1_used=1, ecc_uncorrected=0,
-                     remapped_rows=0)
+                     remapped_rows=0, energy_j=1e6 + index, energy_source="counter")
 
 
 def scrape(settings: PrometheusConfig, gpus: int = 2) -> dict[str, dict[str, set[str]]]:
@@ -71,7 +71,8 @@ def test_every_gpu_series_carries_dcgm_exporters_labels(monkeypatch: pytest.Monk
     for name in gpu_families:
         for uuid, labels in fams[name].items():
             assert set(LABELS) <= labels, name
-            assert labels - set(LABELS) <= {"source", "kind"}, name  # `kind` of the fault counter
+            assert labels - set(LABELS) <= {"source", "kind", "method"}, name  # `kind` of the fault counter,
+            # `method` of the energy counter
     sink = PrometheusSink("127.0.0.1", 0, settings=PrometheusConfig(gpu="all"))
     try:
         sink(Snapshot(1.0, 0, "sim:h200", gpus=(gpu_sample(1),)))

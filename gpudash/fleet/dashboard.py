@@ -82,6 +82,9 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
         Panel("KV cache in use (fullest engine)", queries.DASHBOARD["kv"], "{{instance}} {{server}}", "percentunit"),
         Panel("Generated tokens per second", queries.DASHBOARD["tokens_per_s"],
               "{{instance}} {{server}}{{model_name}}", "none"),
+        Panel("Joules per generated token (gpudash)", queries.DASHBOARD["joules_per_token"], "{{instance}} {{server}}",
+              "joule", description="The energy of the GPUs each server runs on (its SM share of a shared one), busy "
+              "and idle, over the tokens it generated meanwhile."),
         Panel("Requests waiting", queries.SERVER_PARTS["vllm:num_requests_waiting"] + " or "
               + queries.SERVER_PARTS["llamacpp:requests_deferred"] + " or "
               + queries.SERVER_PARTS["gpudash_server_requests_waiting"], "{{instance}} {{server}}{{model_name}}",

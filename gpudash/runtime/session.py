@@ -176,6 +176,7 @@ class Session:
         attach the recording to it."""
         from gpudash.telemetry.factory import build_sources
         from gpudash.telemetry.sampler import Sampler
+        from gpudash.runtime.energy_watch import EnergyComparisons
         from gpudash.telemetry.server_energy import ServerEnergyMeter
 
         self.inbox = inbox
@@ -184,7 +185,7 @@ class Session:
         self.sampler = Sampler(sources + list(extra_sources), interval_s or self.config.sampling.interval_s,
                                self.rig.label,
                                sinks=list(sinks), source_timeout_s=self.config.sampling.source_timeout_s,
-                               derive=[ServerEnergyMeter()])
+                               derive=[ServerEnergyMeter(), EnergyComparisons()])
         self.recording.attach(self.sampler)
         return self.sampler
 

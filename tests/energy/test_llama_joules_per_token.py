@@ -4,6 +4,7 @@ energy over the counted window divided by the tokens the server said it generate
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -99,3 +100,14 @@ def test_recorded_joules_per_token_is_the_rigs_energy_over_the_servers_tokens(tm
     truth = rig_j / generated
     print(f"recorded {recorded:.3f} J/token over {tokens:.1f} counted tokens; rig {truth:.3f} J/token over {generated}")
     assert recorded == pytest.approx(truth, rel=0.05), (recorded, truth, tokens, generated)
+    # `gpudash history` says the session's J/token, the recorded one
+    shown = subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main()", "history", "--db", str(db),
+                            "--json"], capture_output=True, text=True, env=_env(tmp_path), cwd=tmp_path, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    (session,) = [s for s in json.loads(shown.stdout) if s["id"] == sid]
+    (tiny,) = session["energy"]
+    assert tiny["server"] == "tiny" and tiny["j_per_token"] == pytest.approx(recorded)
+    table = subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main()", "history", "--db", str(db)],
+                           capture_output=True, text=True, env={**_env(tmp_path), "COLUMNS": "200"}, cwd=tmp_path,
+                           timeout=60)
+    assert f"tiny {recorded:.3g} J" in table.stdout, table.stdout

@@ -166,8 +166,11 @@ class Device:
                 used = p.usedGpuMemory
                 seen[p.pid] = None if used is None or used == _NOT_AVAILABLE else int(used)
         sm = self._process_sm()
+        # a process the GPU's samples leave out ran no kernel in the window: 0 where any was sampled (what
+        # splits a shared GPU's energy, telemetry/server_energy.py), unknown where none was
         return [GpuProcessSample(ts=ts, gpu_index=self.index, pid=pid, used_bytes=used,
-                                 name=_process_name(pid), server=servers.get(pid), sm_pct=sm.get(pid))
+                                 name=_process_name(pid), server=servers.get(pid),
+                                 sm_pct=sm.get(pid, 0.0 if sm else None))
                 for pid, used in sorted(seen.items())]
 
     def _process_sm(self) -> dict[int, float]:

@@ -5,7 +5,6 @@ energy over the counted window divided by the tokens the server said it generate
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -18,17 +17,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "cli"))
-from cli_helpers import free_ports  # noqa: E402
+from cli_helpers import env, free_ports  # noqa: E402
 
 REQUESTS, PREDICT = 16, 64  # about 2 s of generation on 2 cores: several ticks
-
-
-def _env(tmp: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), e.get("PYTHONPATH")]))
-    for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
-        e[var] = str(tmp / var.lower())
-    return e
 
 
 def _query(db: Path, sql: str) -> list[tuple]:
@@ -63,7 +54,7 @@ def test_recorded_joules_per_token_is_the_rigs_energy_over_the_servers_tokens(tm
     db = tmp_path / "serve.db"
     proc = subprocess.Popen([sys.executable, "-c", "from gpudash.cli import main; main()", "serve", "--config",
                              str(cfg), "--db", str(db), "--sim", "h200", "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env(tmp_path),
                             cwd=tmp_path)
     url = f"http://127.0.0.1:{port}"
     generated = 0
@@ -102,12 +93,12 @@ def test_recorded_joules_per_token_is_the_rigs_energy_over_the_servers_tokens(tm
     assert recorded == pytest.approx(truth, rel=0.05), (recorded, truth, tokens, generated)
     # `gpudash history` says the session's J/token, the recorded one
     shown = subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main()", "history", "--db", str(db),
-                            "--json"], capture_output=True, text=True, env=_env(tmp_path), cwd=tmp_path, timeout=60)
+                            "--json"], capture_output=True, text=True, env=env(tmp_path), cwd=tmp_path, timeout=60)
     assert shown.returncode == 0, shown.stderr
     (session,) = [s for s in json.loads(shown.stdout) if s["id"] == sid]
     (tiny,) = session["energy"]
     assert tiny["server"] == "tiny" and tiny["j_per_token"] == pytest.approx(recorded)
     table = subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main()", "history", "--db", str(db)],
-                           capture_output=True, text=True, env={**_env(tmp_path), "COLUMNS": "200"}, cwd=tmp_path,
+                           capture_output=True, text=True, env={**env(tmp_path), "COLUMNS": "200"}, cwd=tmp_path,
                            timeout=60)
     assert f"tiny {recorded:.3g} J" in table.stdout, table.stdout

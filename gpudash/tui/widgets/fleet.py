@@ -84,7 +84,7 @@ class FleetView(DashView, KeepsSelection):
     on a table-wide update count), and a fleet's rows change at every read somewhere."""
 
     COLUMNS = COLUMNS
-    DROP = ("from", "host", "rig", "servers", "J/token", "VRAM", "PCIe TX / RX")  # given way in this order on a
+    DROP = ("from", "J/token", "host", "rig", "servers", "VRAM", "PCIe TX / RX")  # given way in this order on a
     # narrow screen
     RIGHT = ("GPUs", "util", "J/token")
 

@@ -36,8 +36,9 @@ class _Pending:
 class EnergyComparisons:
     """The deriver: `__call__(snap)` returns the tick's events with any finished comparisons added."""
 
-    def __init__(self, window_s: float = WINDOW_S, min_tokens: float = MIN_TOKENS) -> None:
-        self.window_s, self.min_tokens = window_s, min_tokens
+    def __init__(self, window_s: float | None = None, min_tokens: float | None = None) -> None:
+        self.window_s = WINDOW_S if window_s is None else window_s
+        self.min_tokens = MIN_TOKENS if min_tokens is None else min_tokens
         self._history: dict[str, deque[tuple[float, float, float]]] = {}
         self._pids: dict[str, int | None] = {}
         self._pending: list[_Pending] = []

@@ -8,8 +8,8 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
+from energy_helpers import keep_generating
 
 from gpudash.config import Config
 from gpudash.records import Snapshot
@@ -34,15 +34,7 @@ def test_an_engine_knob_change_is_followed_by_j_per_token_before_and_after(
         run.start_servers()
         url = run.stack.supervisor.base_url("tiny")
 
-        def load() -> None:
-            with httpx.Client(trust_env=False, timeout=30) as c:
-                while not stop.is_set():
-                    try:
-                        c.post(f"{url}/completion", json={"prompt": "go", "n_predict": 16, "ignore_eos": True})
-                    except httpx.HTTPError:  # the server ended at teardown
-                        return
-
-        threading.Thread(target=load, daemon=True).start()
+        keep_generating(url, stop)
         time.sleep(4.0)  # a window of traffic before the change
         assert run.controller is not None
         assert run.controller.apply(SetEngineKnobs({"outstanding": 3})).ok

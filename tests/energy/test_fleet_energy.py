@@ -23,6 +23,7 @@ import pytest
 from gpudash.fleet.boxes import read_fleet
 from gpudash.fleet.client import PrometheusClient
 from gpudash.fleet.energy import box_energy
+from energy_helpers import keep_generating
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fleet"))
 import dcgm_standin  # noqa: E402
@@ -100,16 +101,7 @@ def test_fleet_joules_per_token_per_box_through_prometheus(tmp_path: Path, llama
 
             wait_for(healthy, 60, "the llama-server")
 
-            def load() -> None:
-                with httpx.Client(trust_env=False, timeout=30) as c:
-                    while not load_stop.is_set():
-                        try:
-                            c.post(f"{url}/completion", json={"prompt": "go", "n_predict": 32, "ignore_eos": True})
-                        except httpx.HTTPError:  # the server ended at teardown
-                            return
-
-            worker = threading.Thread(target=load, daemon=True)
-            worker.start()
+            keep_generating(url, load_stop, n_predict=32)
             wait_for(lambda: prom.query("rate(llamacpp:tokens_predicted_total[5m]) > 0")
                      and prom.query("rate(gpudash_gpu_energy_joules_total[5m]) > 0")
                      and prom.query("rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[5m]) > 0"), 60, "rates in Prometheus")

@@ -46,6 +46,11 @@ class GpuSample:
     pcie_rx_wire_bytes: int | None = None
     pcie_replay_errors: int | None = None  # PCIe link replays (retransmitted packets) since boot
     clock_events: int | None = None  # NVML's clock-event (throttle) reasons bitmask, gpu/device.CLOCK_EVENT_REASONS
+    # Energy (issue 44): joules on a counter that only grows (only its change means anything), and how it was
+    # had: "counter" (the driver's, NVML's total energy since it loaded), "integrated" (power over time, where
+    # the GPU has no counter), "sim" (a simulated rig's, its simulated power over time)
+    energy_j: float | None = None
+    energy_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +300,43 @@ class BuildSample:
     total: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ServerEnergySample:
+    """One server's energy and tokens at one tick (telemetry/server_energy.py), counted since gpudash began
+    watching it: joules of the GPUs it runs on (its share of each, `split`), apart while a request was in
+    flight (busy) or not (idle), and the tokens it generated and computed (prompt) meanwhile. The per-token
+    figures divide all of its energy, busy and idle, by its tokens; "1m" ones cover the last minute."""
+
+    ts: float
+    server: str
+    gpus: str  # the GPU indices its energy came from, "0,1"
+    split: str  # "whole_gpu" (it alone on its GPUs) | "sm_share" (a GPU shared, split by SM utilisation)
+    busy_j: float = 0.0
+    idle_j: float = 0.0
+    generation_tokens: float = 0.0
+    prompt_tokens: float = 0.0
+    j_per_token_1m: float | None = None  # None: no token generated in the window
+    j_per_kprompt_1m: float | None = None  # joules per 1,000 prompt tokens, last minute
+    unattributed_j: float = 0.0  # of its GPUs' energy, what no split could give (shared, SM use unknown)
+
+    @property
+    def energy_j(self) -> float:
+        return self.busy_j + self.idle_j
+
+    @property
+    def j_per_token(self) -> float | None:
+        """Joules per generated token since counting began (None before the first token)."""
+        return self.energy_j / self.generation_tokens if self.generation_tokens > 0 else None
+
+    @property
+    def j_per_kprompt(self) -> float | None:
+        return 1000.0 * self.energy_j / self.prompt_tokens if self.prompt_tokens > 0 else None
+
+    @property
+    def tokens_per_kwh(self) -> float | None:
+        return self.generation_tokens / (self.energy_j / 3.6e6) if self.energy_j > 0 else None
+
+
 # Event kinds of driver-reported GPU faults (gpu/xid.py): an Xid, a double-bit ECC error, a lost GPU.
 GPU_FAULT_KINDS = ("gpu.xid", "gpu.ecc", "gpu.lost")
 
@@ -317,6 +359,7 @@ class Snapshot:
     requests: tuple[RequestSample, ...] = ()
     events: tuple[Event, ...] = ()
     builds: tuple[BuildSample, ...] = ()
+    server_energy: tuple[ServerEnergySample, ...] = ()
     errors: tuple[str, ...] = field(default=())
 
     @property
@@ -336,6 +379,7 @@ SAMPLE_TABLES: dict[str, type] = {
     "server_samples": ServerSample,
     "requests": RequestSample,
     "events": Event,
+    "server_energy_samples": ServerEnergySample,
 }
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpudash.fleet import queries
 from gpudash.fleet.client import PrometheusClient, PrometheusError
+from gpudash.fleet.energy import box_energy
 
 STALE_S = 60.0  # a box whose gpudash's newest sample is older than this (while its target answers) is stale
 UP, DOWN, PARTLY, STALE, NO_METRICS = "up", "down", "partly down", "stale", "no GPU metrics"
@@ -99,6 +100,10 @@ class FleetBox:
     gpus: tuple[FleetGpu, ...] = ()  # read with detail only (a list of boxes has the totals)
     servers: tuple[FleetServer, ...] = ()
     alerts: tuple[str, ...] = ()
+    power_w: float | None = None  # its GPUs' energy counters' rate over the window (fleet/energy.py)
+    tokens_per_s: float | None = None  # its servers' generated tokens per second, from their first source
+    joules_per_token: float | None = None
+    sources: dict[str, str] = field(default_factory=dict)  # "energy", "tokens" -> the series they came from
 
     @property
     def exports(self) -> tuple[str, ...]:
@@ -203,6 +208,7 @@ class _Assembly:
         sampled = {r["metric"].get("instance", ""): _value(r) for r in self.a.get("sampled", ())}
         gpus, servers, alerts = self._gpus(), self._servers(), self._alerts()
         totals = {k.removeprefix("total."): _by_instance(rows) for k, rows in self.a.items() if k.startswith("total.")}
+        energy = {k: _by_instance(rows) for k, rows in self.a.items() if k in queries.ENERGY_PARTS}
         out = []
         for host, targets in sorted(hosts.items()):
             targets.sort(key=lambda t: t.instance)
@@ -212,6 +218,7 @@ class _Assembly:
             times = [v for v in [*(sampled.get(i) for i in insts), *(t.last_seen for t in targets)] if v is not None]
             newest_sample = max((v for i in insts if (v := sampled.get(i)) is not None), default=None)
             box_gpus = _merge_gpus(g for i in insts for g in gpus.get(i, ()))
+            watts, tokens, per_token, energy_from = box_energy(energy, insts)
             out.append(FleetBox(
                 box=host, status=_status(targets, gd, newest_sample, self.now), targets=tuple(targets),
                 last_seen=max(times) if times else None,
@@ -221,7 +228,8 @@ class _Assembly:
                 driver=gd.get("driver") or dc.get("DCGM_FI_DRIVER_VERSION"), cuda=gd.get("cuda"),
                 version=gd.get("version"), **(_summed(totals, insts) if totals else _totals(box_gpus)), gpus=box_gpus,
                 servers=self._box_servers(targets, servers),
-                alerts=tuple(sorted(a for i in insts for a in alerts.get(i, ())))))
+                alerts=tuple(sorted(a for i in insts for a in alerts.get(i, ()))),
+                power_w=watts, tokens_per_s=tokens, joules_per_token=per_token, sources=energy_from))
         return tuple(out)
 
     def _alerts(self) -> dict[str, list[str]]:

@@ -40,6 +40,7 @@ def box_cells(b: FleetBox, now: float | None = None) -> dict[str, str]:
         "PCIe TX / RX": pcie,
         "servers": f"{len(b.servers)} ({ready} ready)" if b.servers else fmt.NA,
         "alerts": printable(", ".join(b.alerts)) or fmt.NA,
+        "J/token": fmt.num(b.joules_per_token, ".3g", " J"),  # fleet/energy.py: its GPUs' energy / its tokens
         "from": "+".join(_SHORT.get(e, printable(e)) for e in b.exports) or fmt.NA,
     }
 
@@ -58,6 +59,7 @@ def server_cells(b: FleetBox, s: FleetServer) -> dict[str, str]:
             "tok/s": fmt.num(s.tokens_per_s, ".1f"), "queue": fmt.num(s.waiting, ".0f")}
 
 
-COLUMNS = ("box", "host", "rig", "state", "GPUs", "util", "VRAM", "PCIe TX / RX", "servers", "alerts", "from")
+COLUMNS = ("box", "host", "rig", "state", "GPUs", "util", "VRAM", "PCIe TX / RX", "servers", "alerts", "J/token",
+           "from")
 SERVER_COLUMNS = ("box", "server", "kind", "state", "TTFT p90", "hit rate", "KV", "tok/s", "queue")
 RIGHT = {"GPUs", "util", "TTFT p90", "hit rate", "KV", "tok/s", "queue"}

@@ -132,6 +132,9 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
               description="Prompt tokens computed (prefill): gpudash's counter, else the server's own."),
         Panel("Generated tokens per second", _server(queries.DASHBOARD["tokens_per_s"]),
               "{{instance}} {{server}}{{model_name}}", "none", description="Output tokens (decode)."),
+        Panel("Joules per generated token (gpudash)", _server(queries.DASHBOARD["joules_per_token"]),
+              "{{instance}} {{server}}", "joule", description="The energy of the GPUs each server runs on (its SM "
+              "share of a shared one), busy and idle, over the tokens it generated meanwhile."),
         Panel("Requests running", _server(queries.SERVER_PARTS["vllm:num_requests_running"] + " or "
                                           + queries.SERVER_PARTS["llamacpp:requests_processing"] + " or "
                                           + queries.SERVER_PARTS["gpudash_server_requests_running"]),

@@ -115,8 +115,24 @@ SERVER_PARTS = {
     "llamacpp:requests_deferred": "max by (instance) (llamacpp:requests_deferred{sel})",
 }
 
-# What every read asks: the targets, what each exports, the boxes' facts, server states.
+# Energy and tokens per target, for a box's joules per token (fleet/energy.py): each GPU's energy from
+# gpudash's counter, else dcgm-exporter's (mJ) for the GPUs gpudash does not count; tokens from each counter
+# there is. Rates, so joules per second (watts) and tokens per second over the rate window.
+ENERGY_PARTS = {
+    "energy.gpudash_gpu_energy_joules_total":
+        "sum by (instance) (rate(gpudash_gpu_energy_joules_total{sel}[{w}]))",
+    "energy.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
+        ("sum by (instance) (rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{sel}[{w}]) unless on(UUID) "
+         "gpudash_gpu_energy_joules_total{sel}) * 0.001"),
+    "tokens.vllm:generation_tokens_total": "sum by (instance) (rate(vllm:generation_tokens_total{sel}[{w}]))",
+    "tokens.llamacpp:tokens_predicted_total": "sum by (instance) (rate(llamacpp:tokens_predicted_total{sel}[{w}]))",
+    "tokens.gpudash_server_generation_tokens_total":
+        "sum by (instance) (rate(gpudash_server_generation_tokens_total{sel}[{w}]))",
+}
+
+# What every read asks: the targets, what each exports, the boxes' facts, server states, energy and tokens.
 PARTS = {
+    **ENERGY_PARTS,
     "up": "up{sel}",
     **{f"member.{what}": "group by (instance, job, model_name) ("
        + " or ".join(f"last_over_time({name}{{sel}}[{LOOKBACK}])" for name in names) + ")"
@@ -184,6 +200,9 @@ DASHBOARD = {
     "probe_ttft_p90": SERVER_PARTS["gpudash_server_probe_ttft_seconds"],
     "hit_rate": (SERVER_PARTS["vllm:prefix_cache_hits"] + " or " + SERVER_PARTS["llamacpp:prompt_tokens_cached"]
                  + " or " + SERVER_PARTS["gpudash_server_prefix_cache_hits"]),
+    # joules per generated token of each server gpudash counts (the recording rule's expression)
+    "joules_per_token": ("sum by (instance, server) (rate(gpudash_server_energy_joules_total{sel}[{w}])) / "
+                         "(sum by (instance, server) (rate(gpudash_server_generation_tokens_total{sel}[{w}])) > 0)"),
     "tokens_per_s": (SERVER_PARTS["gpudash_server_generation_tokens_per_second"] + " or "
                      + SERVER_PARTS["vllm:generation_tokens"] + " or " + SERVER_PARTS["llamacpp:tokens_predicted"]),
 }

@@ -147,7 +147,14 @@ class Device:
             pcie_rx_wire_bytes=None if wire_bytes is None else wire_bytes[1],
             pcie_replay_errors=none(nvml.call(pynvml.nvmlDeviceGetPcieReplayCounter, h)),
             clock_events=none(clock_events),
+            **self._energy(),
         )
+
+    def _energy(self) -> dict[str, object]:
+        """The driver's energy counter (mJ since it loaded; Volta and newer) as GpuSample's energy fields, or
+        none where the GPU lacks it (telemetry/energy.py then integrates power)."""
+        mj = nvml.call(pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
+        return {} if mj is NA else {"energy_j": mj / 1000.0, "energy_source": "counter"}
 
     def _remapped_rows(self) -> int | None:
         rows = nvml.call(pynvml.nvmlDeviceGetRemappedRows, self.handle)  # (correctable, uncorrectable, pending, failed)
@@ -162,8 +169,11 @@ class Device:
                 used = p.usedGpuMemory
                 seen[p.pid] = None if used is None or used == _NOT_AVAILABLE else int(used)
         sm = self._process_sm()
+        # a process the GPU's samples leave out ran no kernel in the window: 0 where any was sampled (what
+        # splits a shared GPU's energy, telemetry/server_energy.py), unknown where none was
         return [GpuProcessSample(ts=ts, gpu_index=self.index, pid=pid, used_bytes=used,
-                                 name=_process_name(pid), server=servers.get(pid), sm_pct=sm.get(pid))
+                                 name=_process_name(pid), server=servers.get(pid),
+                                 sm_pct=sm.get(pid, 0.0 if sm else None))
                 for pid, used in sorted(seen.items())]
 
     def _process_sm(self) -> dict[int, float]:

@@ -8,11 +8,13 @@ import importlib.util
 from pathlib import Path
 
 from gpudash.store import SessionInfo, Store, StoreError
+from gpudash.store.energy import SessionEnergy, session_energy
 from gpudash.store.export import FORMATS, ExportError, Exported, export_session
 
 EXPORT_FORMATS = FORMATS
 
-__all__ = ["EXPORT_FORMATS", "ExportError", "StoreError", "export_recorded", "missing_for", "recorded_sessions"]
+__all__ = ["EXPORT_FORMATS", "ExportError", "StoreError", "export_recorded", "missing_for", "recorded_energy",
+           "recorded_sessions"]
 
 
 def missing_for(fmt: str) -> str | None:
@@ -27,6 +29,12 @@ def recorded_sessions(db: Path) -> list[SessionInfo]:
     """Every session in the database at `db`, oldest first."""
     with Store.open(db, writing=False) as store:
         return store.sessions()
+
+
+def recorded_energy(db: Path) -> dict[int, list[SessionEnergy]]:
+    """Each session's servers' energy and tokens (store/energy.py), by session id."""
+    with Store.open(db, writing=False) as store:
+        return session_energy(store.db)
 
 
 def export_recorded(db: Path, session: str | int, fmt: str, folder: Path, force: bool = False) -> tuple[int, list[Exported]]:

@@ -176,13 +176,16 @@ class Session:
         attach the recording to it."""
         from gpudash.telemetry.factory import build_sources
         from gpudash.telemetry.sampler import Sampler
+        from gpudash.runtime.energy_watch import EnergyComparisons
+        from gpudash.telemetry.server_energy import ServerEnergyMeter
 
         self.inbox = inbox
         pools = (lambda: list(self.all_pools().values())) if sample_pools else None
         sources = build_sources(self.rig, self.config, inbox=inbox, engine=self.engine, pids=pids, pools=pools)
         self.sampler = Sampler(sources + list(extra_sources), interval_s or self.config.sampling.interval_s,
                                self.rig.label,
-                               sinks=list(sinks), source_timeout_s=self.config.sampling.source_timeout_s)
+                               sinks=list(sinks), source_timeout_s=self.config.sampling.source_timeout_s,
+                               derive=[ServerEnergyMeter(), EnergyComparisons()])
         self.recording.attach(self.sampler)
         return self.sampler
 

@@ -191,9 +191,24 @@ def _v6_pool_samples(db: sqlite_utils.Database) -> None:
     _create_rollup_table(db, "pool_samples")
 
 
+def _v7_energy(db: sqlite_utils.Database) -> None:
+    """Energy (issue 44): each GPU's energy counter and how it was had (`gpu_samples.energy_j`, `energy_source`),
+    and `server_energy_samples`, each server's joules and tokens per tick, with its indices and 1-minute tier.
+    Sessions recorded before have NULL energy and no server energy rows."""
+    added = {"gpu_samples": {"energy_j": float, "energy_source": str},
+             rollup_table("gpu_samples"): {"energy_j": float, "energy_j_max": float, "energy_source": str}}
+    for table, cols in added.items():  # (a file begun by this version's v1 has them already)
+        for name, typ in cols.items():
+            if name not in db[table].columns_dict:
+                db[table].add_column(name, typ)
+    _create_sample_table(db, "server_energy_samples")
+    _index_sample_table(db, "server_energy_samples")
+    _create_rollup_table(db, "server_energy_samples")
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1_core_tables, _v2_ticks, _v3_indices,
                                                               _v4_session_writer, _v5_minute_tier,
-                                                              _v6_pool_samples]
+                                                              _v6_pool_samples, _v7_energy]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

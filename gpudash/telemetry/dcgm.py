@@ -48,6 +48,7 @@ TWINS: dict[str, tuple[str, ...]] = {
     "gpudash_gpu_pcie_link_width": ("DCGM_FI_DEV_PCIE_LINK_WIDTH",),
     "gpudash_gpu_pcie_link_generation_max": ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN",),
     "gpudash_gpu_pcie_link_width_max": ("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH",),
+    "gpudash_gpu_energy_joules": ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",),  # the same counter, in mJ
 }
 # The fields of those that dcgm-exporter 4.5.3-4.8.2 exports with its default counters
 # (etc/default-counters.csv, lines not commented out).
@@ -55,6 +56,7 @@ DEFAULT_FIELDS = frozenset({
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_XID_ERRORS",
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
 })
 # What `gpu = "own"` leaves out: every family whose twin fields are all default counters.
 OWN_LEFT_OUT = frozenset(f for f, fields in TWINS.items() if set(fields) <= DEFAULT_FIELDS)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from gpudash.gpu.device import Device, devices
 from gpudash.gpu.nvml import driver_available, in_flight
+from gpudash.telemetry.energy import EnergyFill
 from gpudash.telemetry.pcie_cache import cached_overhead
 from gpudash.telemetry.pcie_counters import DEFAULT_WIRE_OVERHEAD, CounterPoller, CounterTotals, TickRates
 from gpudash.gpu.xid import XidWatcher
@@ -84,6 +85,7 @@ class NvmlSource:
             f"nvml: PCIe counters of GPU {', '.join(map(str, uncalibrated))} uncalibrated; assuming "
             f"{DEFAULT_WIRE_OVERHEAD} wire bytes per payload byte (run python -m gpudash.telemetry.pcie_calibration)",)
         self.xids = XidWatcher({d.index: d.handle for d in self.devices}, guard=in_flight)
+        self._energy = EnergyFill()  # power integrated for the GPUs without an energy counter
 
     def _rates(self, totals: list[CounterTotals | None]) -> dict[int, tuple[float, float] | None]:
         out = dict(zip(self.counter_gpus, self._tick_rates.update(totals)))
@@ -103,7 +105,7 @@ class NvmlSource:
             tx_rx = r.get(d.index)
             gpus.append(d.sample(ts, *(tx_rx if tx_rx else (None, None)), wire_bytes=wire.get(d.index)))
             procs.extend(d.processes(ts, servers))
-        out: dict[str, tuple] = {"gpus": tuple(gpus), "gpu_processes": tuple(procs)}
+        out: dict[str, tuple] = {"gpus": self._energy.fill(gpus), "gpu_processes": tuple(procs)}
         faults = self.xids.poll(ts)
         if faults:
             out["events"] = faults

@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from gpudash.launcher.kinds import KINDS
 from gpudash.launcher.probe.cache_kinds import GRACE_S, RESTORE_EVENT, classify
-from gpudash.records import RequestSample, ServerSample, ServerState, Snapshot
+from gpudash.records import RequestSample, ServerEnergySample, ServerSample, ServerState, Snapshot
 from gpudash.redact import MASK, mask_text
 from gpudash.telemetry.prom_build import Families
 
@@ -238,6 +238,26 @@ class ServerFamilies:
                            ["server", "kind", "cache"], sourced=False)
             for (server, cache), h in sorted(self.ttft.items()):
                 h.add_to(fam, [server, kind_of.get(server, "unknown"), cache])
+
+
+def energy_families(f: Families, energy: Sequence[ServerEnergySample], servers: Sequence[ServerSample]) -> None:
+    """Each server's energy (busy and idle, under the split that gave it) and its tokens, as counters gpudash
+    keeps over the same ticks, so `rate(energy) / rate(tokens)` is joules per token in PromQL. The servers'
+    own token counters (vllm:generation_tokens_total, llamacpp:tokens_predicted_total) count since the server
+    started and carry the server's scrape labels, not `server`, so they cannot be divided by these."""
+    kinds = {s.server: s.kind for s in servers}
+    for e in energy:
+        labels = {"server": e.server, "kind": kinds.get(e.server, "unknown")}
+        for state, joules in (("busy", e.busy_j), ("idle", e.idle_j)):
+            f.value(CounterMetricFamily, "gpudash_server_energy_joules", "Energy of the GPUs the server runs on, "
+                    "its share of each (split: whole_gpu, or sm_share of a shared GPU), while a request was in "
+                    "flight (busy) or not (idle).", {**labels, "state": state, "split": e.split}, joules,
+                    sourced=False)
+        f.value(CounterMetricFamily, "gpudash_server_generation_tokens", "Tokens the server generated, counted "
+                "over the same ticks as its energy.", labels, e.generation_tokens, sourced=False)
+        f.value(CounterMetricFamily, "gpudash_server_prompt_tokens", "Prompt tokens the server computed (prefix-"
+                "cache hits left out), counted over the same ticks as its energy.", labels, e.prompt_tokens,
+                sourced=False)
 
 
 def _ended(r: RequestSample) -> float:

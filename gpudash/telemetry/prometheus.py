@@ -42,7 +42,7 @@ from gpudash.telemetry.dcgm import OWN_LEFT_OUT, DcgmWatch
 from gpudash.telemetry.links import link_capacity_bps
 from gpudash.telemetry.prom_build import Families
 from gpudash.telemetry.prom_http import DROP_REASONS, ServeLimits, serve
-from gpudash.telemetry.prom_servers import ServerFamilies
+from gpudash.telemetry.prom_servers import ServerFamilies, energy_families
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -276,6 +276,7 @@ class PrometheusSink:
         self._gpu_families(f, snap.gpus, facts["Hostname"])
         self._box_families(f, snap)
         self._servers.families(f, snap.servers)
+        energy_families(f, snap.server_energy, snap.servers)
         if self._store is not None:
             size = self._store.data_bytes()
             if size is not None:
@@ -324,6 +325,10 @@ class PrometheusSink:
                     f.value(GaugeMetricFamily, "gpudash_gpu_clock_event_active", "1 while this clock-event "
                             "(throttle) reason holds the GPU's clocks, else 0 (NVML's clock event reasons).",
                             {**labels, "reason": reason}, bool(g.clock_events & bit))
+            if g.energy_j is not None and self.keep("gpudash_gpu_energy_joules", g.uuid):
+                f.value(CounterMetricFamily, "gpudash_gpu_energy_joules", "GPU energy; method: counter (the driver's, "
+                        "since it loaded), integrated (board power over ticks, since gpudash started), sim.",
+                        {**labels, "method": g.energy_source or "counter"}, g.energy_j)
             if g.index in last_xid and self.keep("gpudash_gpu_last_xid", g.uuid):
                 f.value(GaugeMetricFamily, "gpudash_gpu_last_xid", "The last Xid code the GPU reported.", labels,
                         last_xid[g.index])

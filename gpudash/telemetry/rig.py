@@ -117,7 +117,8 @@ class SimulatedRig(Rig):
         owns = engine is None
         rig_engine = self.make_engine(config) if engine is None else engine
         try:
-            return SimRigSource(self.profile, rig_engine, load=config.sim.load, owns_engine=owns)
+            return SimRigSource(self.profile, rig_engine, load=config.sim.load, owns_engine=owns, pids=pids,
+                                placement=sim_placement(config, self.profile))
         except Exception:
             if owns:
                 rig_engine.close()
@@ -131,6 +132,15 @@ class SimulatedRig(Rig):
     def gpu_memory_totals(self) -> dict[int, int]:
         """Empty: a sim rig's servers run on the CPU, so no llama.cpp memory budget applies to them."""
         return {}
+
+
+def sim_placement(config: Config, profile: str) -> dict[str, tuple[int, ...]]:
+    """Server -> the sim GPUs it is configured on (its `gpus`, else every GPU of the profile)."""
+    from gpudash.engine.profiles import get_profile
+    from gpudash.launcher.shares import server_gpus
+
+    every = range(len(get_profile(profile).gpus))
+    return {s.name: tuple(server_gpus(s, every)) for s in config.servers}
 
 
 def rig_of(label: str | Rig) -> Rig:

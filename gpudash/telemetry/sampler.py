@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, wait
-from dataclasses import fields as dataclass_fields
+from dataclasses import fields as dataclass_fields, replace
 from typing import Any, Protocol
 
 from gpudash.records import HostSample, Snapshot
@@ -24,6 +24,8 @@ from gpudash.records import HostSample, Snapshot
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Snapshot], None]
+# Computes more Snapshot fields from the tick's merged one, before any sink sees it (server_energy.py).
+Deriver = Callable[[Snapshot], dict[str, Any]]
 # The Snapshot fields sources fill with records, concatenated over sources (not the tick's own fields).
 TUPLE_FIELDS = frozenset(f.name for f in dataclass_fields(Snapshot)) - {"ts", "tick", "source", "host", "errors"}
 
@@ -100,13 +102,14 @@ class Sampler:
     """Drives the sources; see the module docstring for the scheduling rules."""
 
     def __init__(self, sources: list[Source], interval_s: float, source_label: str,
-                 sinks: Iterable[Sink] = (), source_timeout_s: float = 0.5) -> None:
+                 sinks: Iterable[Sink] = (), source_timeout_s: float = 0.5, derive: Iterable[Deriver] = ()) -> None:
         if interval_s <= 0 or source_timeout_s <= 0:
             raise ValueError("interval_s and source_timeout_s must be positive")
         self.source_label = source_label
         self.source_timeout_s = source_timeout_s
         self._interval = interval_s
         self._workers = [_Worker(s) for s in sources]
+        self._derive = list(derive)
         self._sinks: list[Sink] = list(sinks)
         self._sinks_lock = threading.Lock()
         self._tick_lock = threading.Lock()
@@ -161,6 +164,8 @@ class Sampler:
                 else:
                     _merge(fields, errors, w.name, f.result())
             snap = Snapshot(ts=ts, tick=self.tick, source=self.source_label, errors=tuple(errors), **fields)
+            for derive in self._derive:
+                snap = replace(snap, **derive(snap))
             self.tick += 1
         self._deliver(snap)
         return snap

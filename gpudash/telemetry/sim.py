@@ -15,12 +15,15 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 from gpudash.engine.profiles import SimRig, get_profile
 from gpudash.gpu.device import CLOCK_EVENT_BIT
-from gpudash.records import GpuSample
+from gpudash.records import GpuProcessSample, GpuSample
 from gpudash.labels import sim_label, sim_uuid
 
 MiB = 2**20
@@ -42,6 +45,9 @@ LOAD_LEVELS: dict[str, LoadLevel] = {
 }
 _BASE_MEM = 480 * MiB  # what an idle driver context would hold
 _IDLE_CLOCK_MHZ, _BUSY_CLOCK_MHZ = 345, 1755
+# The sim's energy counters start as if the driver had loaded an hour before at idle power, so a reader
+# that takes the counter's value for energy spent (not its change) is caught.
+_ENERGY_START_S = 3600.0
 
 
 class SimLoad:
@@ -92,6 +98,41 @@ class SimLoad:
             buf.free()
 
 
+class SimProcesses:
+    """The servers gpudash runs, as processes of the sim GPUs they are configured on: a sim rig's servers
+    run on the CPU, so a server's simulated SM utilisation is its process's CPU use since the previous poll
+    (% of one core, at most 100), which is what splits a shared sim GPU's energy (server_energy.py)."""
+
+    def __init__(self, pids: Callable[[], dict[int, str]] | None, placement: Mapping[str, tuple[int, ...]]) -> None:
+        self._pids = pids
+        self._placement = placement
+        self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (monotonic time, CPU seconds) of the last poll
+
+    def poll(self, ts: float, n_gpus: int) -> tuple[GpuProcessSample, ...]:
+        if self._pids is None or not self._placement:
+            return ()
+        out = []
+        for pid, server in sorted(self._pids().items()):
+            gpus = [g for g in self._placement.get(server, ()) if g < n_gpus]
+            if gpus:
+                sm = self._sm_pct(pid)
+                out.extend(GpuProcessSample(ts=ts, gpu_index=g, pid=pid, used_bytes=None, name=server, server=server,
+                                            sm_pct=sm) for g in gpus)
+        return tuple(out)
+
+    def _sm_pct(self, pid: int) -> float | None:
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            self._cpu.pop(pid, None)
+            return None
+        now, used = time.monotonic(), t.user + t.system
+        last, self._cpu[pid] = self._cpu.get(pid), (now, used)
+        if last is None or now <= last[0]:
+            return None
+        return min(100.0, max(0.0, 100.0 * (used - last[1]) / (now - last[0])))
+
+
 class SimRigSource:
     """Telemetry source yielding `gpus` for a simulated rig; traffic and link state come from `engine`
     (sim backend). Rates are bytes per *simulated* second (the engine's clock), so a saturated link
@@ -99,8 +140,13 @@ class SimRigSource:
 
     name = "sim"
 
-    def __init__(self, profile_name: str, engine: Any, *, load: str = "off", owns_engine: bool = False) -> None:
+    def __init__(self, profile_name: str, engine: Any, *, load: str = "off", owns_engine: bool = False,
+                 pids: Callable[[], dict[int, str]] | None = None,
+                 placement: Mapping[str, tuple[int, ...]] | None = None) -> None:
+        """`pids` (pid -> server) and `placement` (server -> the sim GPUs it is configured on) put the servers
+        gpudash runs on the sim GPUs as GPU processes, their simulated SM use their real CPU use."""
         self.rig = get_profile(profile_name)
+        self._servers = SimProcesses(pids, placement or {})
         self.label = sim_label(profile_name)
         if getattr(engine, "backend", None) != "sim" or getattr(engine, "profile", None) != profile_name:
             raise ValueError(f"{self.label} needs a sim-backend engine built for profile {profile_name!r}, "
@@ -109,6 +155,7 @@ class SimRigSource:
         self._owns_engine = owns_engine
         self._prev: dict[int, tuple[float, int, int]] = {}
         self._tick = 0
+        self._energy: dict[int, tuple[float, float]] = {}  # GPU -> (ts, joules) of its simulated energy counter
         self.load: SimLoad | None = None
         if load != "off":
             self.load = SimLoad(engine, self.rig, load)
@@ -156,10 +203,11 @@ class SimRigSource:
                 self._prev[i] = (stats.time_s, ls.h2d_bytes, ls.d2h_bytes)
             busy = min(1.0, max(tx or 0.0, rx or 0.0) / (info.link_gbps * 1e9))
             util = min(100.0, 2.0 + 60.0 * busy + 1.5 * (1 + math.sin(self._tick / 5.0 + i)))
+            power = round(g.power_limit_w * (0.12 + 0.6 * util / 100.0), 1)
             gpus.append(GpuSample(
                 ts=ts, index=i, uuid=sim_uuid(self.rig.name, i), name=g.name,
                 util_pct=round(util, 1), mem_used=self.memory_used(i), mem_total=g.memory_bytes,
-                power_w=round(g.power_limit_w * (0.12 + 0.6 * util / 100.0), 1),
+                power_w=power, energy_j=self._energy_j(i, ts, power, g.power_limit_w), energy_source="sim",
                 temp_c=round(31.0 + 0.35 * util + i, 1),
                 sm_clock_mhz=_BUSY_CLOCK_MHZ if busy > 0.01 else _IDLE_CLOCK_MHZ,
                 pcie_tx_bps=tx, pcie_rx_bps=rx, link_gen=info.link_gen, link_width=info.link_width,
@@ -170,9 +218,20 @@ class SimRigSource:
                 pcie_replay_errors=0, clock_events=0 if busy > 0.01 else CLOCK_EVENT_BIT["gpu_idle"],
             ))
         out: dict[str, tuple] = {"gpus": tuple(gpus)}
+        procs = self._servers.poll(ts, len(gpus))
+        if procs:
+            out["gpu_processes"] = procs
         if self.load is not None and self.load.error:
             out["errors"] = (f"{self.label}: {self.load.error}",)
         return out
+
+    def _energy_j(self, gpu: int, ts: float, power_w: float, limit_w: float) -> float:
+        """GPU `gpu`'s simulated energy counter: the power read now held since the previous read, as that
+        power comes from the traffic of the interval just ended (its mean power)."""
+        last = self._energy.get(gpu)
+        joules = limit_w * 0.12 * _ENERGY_START_S if last is None else last[1] + power_w * max(0.0, ts - last[0])
+        self._energy[gpu] = (ts, joules)
+        return joules
 
     def close(self) -> None:
         if self.load is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from gpudash.records import (Event, EnginePathSample, GpuProcessSample, GpuSample, HostSample, PoolSample,
-                             PoolShardSample, ProcessSample, RequestSample, ServerSample, Snapshot)
+                             PoolShardSample, ProcessSample, RequestSample, ServerEnergySample, ServerSample, Snapshot)
 
 SOURCE = "sim:8xh20"
 
@@ -31,4 +31,6 @@ def full_snapshot(tick: int, n_gpus: int = 8, ts0: float = 1_700_000_000.0) -> S
         events=(Event(ts, "keyboard", "engine.knob", "outstanding", 2, 4),
                 Event(ts, "cli", "server.split", "chat", [1, 1], {"ratios": [2, 3]}, False, "GPU 1 too small")),
         errors=("host: timed out after 0.5 s",) if tick % 3 == 1 else (),
+        server_energy=(ServerEnergySample(ts, "chat", "0", "whole_gpu", 120.5 * tick, 30.0, 40.0 * tick, 900.0,
+                                          3.0 if tick else None, None, 0.0),),
     )

@@ -48,7 +48,7 @@ def test_a_v5_file_keeps_every_row_and_gains_the_pool_tables(tmp_path: Path) -> 
     after = row_counts(path)
     assert {t: n for t, n in after.items() if t in before and t != "schema_version"} == \
         {t: n for t, n in before.items() if t != "schema_version"}
-    assert after["schema_version"] == SCHEMA_VERSION == 6
+    assert after["schema_version"] == SCHEMA_VERSION == 7
     assert after["pool_samples"] == after["pool_samples_1m"] == 0  # v5 never read slabs
     Store.open(tmp_path / "new.db").close()
     assert layout(path) == layout(tmp_path / "new.db")
@@ -82,7 +82,8 @@ def test_a_file_stopped_at_any_earlier_version_reaches_the_current_schema(tmp_pa
         path = tmp_path / f"v{version}.db"
         db = sqlite_utils.Database(path)
         migrate(db, target=version)
-        assert "pool_samples" not in db.table_names()
+        assert ("pool_samples" in db.table_names()) == (version >= 6)
+        assert "server_energy_samples" not in db.table_names()
         assert migrate(db) == SCHEMA_VERSION
         db.close()
         assert layout(path) == layout(tmp_path / "new.db"), f"from v{version}"

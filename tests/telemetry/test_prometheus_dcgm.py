@@ -31,7 +31,7 @@ def gpu_sample(index: int) -> GpuSample:
                      power_w=300.0, temp_c=50.0, sm_clock_mhz=1980, pcie_tx_bps=1e9, pcie_rx_bps=2e9, link_gen=5,
                      link_width=16, link_gen_max=5, link_width_max=16, bar1_total=4, bar1_used=1, ecc_uncorrected=0,
                      remapped_rows=0, pcie_tx_wire_bytes=10, pcie_rx_wire_bytes=20, pcie_replay_errors=0,
-                     clock_events=0)
+                     clock_events=0, energy_j=1e6 + index, energy_source="counter")
 
 
 def scrape(settings: PrometheusConfig, gpus: int = 2) -> dict[str, dict[str, set[str]]]:
@@ -72,7 +72,8 @@ def test_every_gpu_series_carries_dcgm_exporters_labels(monkeypatch: pytest.Monk
     for name in gpu_families:
         for uuid, labels in fams[name].items():
             assert set(LABELS) <= labels, name
-            assert labels - set(LABELS) <= {"source", "kind", "reason"}, name  # the faults' kind, clock events' reason
+            assert labels - set(LABELS) <= {"source", "kind", "reason", "method"}, name  # the faults' kind,
+            # clock events' reason, the energy counter's method
     sink = PrometheusSink("127.0.0.1", 0, settings=PrometheusConfig(gpu="all"))
     try:
         sink(Snapshot(1.0, 0, "sim:h200", gpus=(gpu_sample(1),)))

@@ -84,8 +84,9 @@ class FleetView(DashView, KeepsSelection):
     on a table-wide update count), and a fleet's rows change at every read somewhere."""
 
     COLUMNS = COLUMNS
-    DROP = ("from", "host", "rig", "servers", "VRAM", "PCIe TX / RX")  # given way in this order on a narrow screen
-    RIGHT = ("GPUs", "util")
+    DROP = ("from", "J/token", "host", "rig", "servers", "VRAM", "PCIe TX / RX")  # given way in this order on a
+    # narrow screen
+    RIGHT = ("GPUs", "util", "J/token")
 
     sort = 1  # by state: down and stale boxes first
     _shown: list[FleetBox] = []

@@ -14,6 +14,7 @@ from gpudash.outside import printable
 from gpudash.records import Event, GpuSample, HostSample, Snapshot
 from gpudash.telemetry.links import link_status
 from gpudash.tui.state import ViewState
+from gpudash.tui.widgets.energy import overview_line
 from gpudash.tui.widgets.lines import TextLines
 from gpudash.tui.widgets.fitted import FittedTable
 from gpudash.tui.widgets.processes import ProcessesView, ShowsProcesses, cells, process_rows, shown_rows
@@ -193,6 +194,8 @@ class OverviewView(ShowsProcesses):
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
         self._host = Static("waiting for the first sample…", id="host-line")
+        self._energy = Static("", id="energy-line")  # each counted server's J/token (tui/widgets/energy.py)
+        self._energy.display = False
         self._grid = Container(id="gpu-grid")
         self._cards: dict[int, GpuCard] = {}  # held, not queried each tick (a query walks the DOM)
         self._procs_title = Static("", id="overview-procs-title", classes="view-title")
@@ -201,6 +204,7 @@ class OverviewView(ShowsProcesses):
 
     def compose(self) -> ComposeResult:
         yield self._host
+        yield self._energy
         yield self._grid
         yield self._procs_title
         yield self._procs
@@ -230,6 +234,10 @@ class OverviewView(ShowsProcesses):
         line = host_line(snap.host, self._host.size.width or 120, own_vram(snap))
         if snap.errors:
             line.append(f"   {len(snap.errors)} source error(s): {printable(snap.errors[0])}", style="bold red")
+        energy = overview_line(snap.server_energy, self._host.size.width or 120)
+        self._energy.display = bool(energy)
+        if energy != self._energy.content:
+            self._energy.update(energy, layout=False)
         self._draw_processes(state)
         if line != self._host.content:
             self._host.update(line, layout=False)  # one fixed line
@@ -243,7 +251,8 @@ class OverviewView(ShowsProcesses):
         80x24 with 1-4 GPUs, one with 8; 0 (no table) where the cards need all of it."""
         columns = self._grid.styles.grid_size_columns or 1
         card_rows = -(-max(1, len(self._cards)) // columns)
-        spare = self.size.height - 1 - card_rows * MIN_CARD_HEIGHT - 2  # the host line; the title and the header
+        lines = 1 + bool(self._energy.display)  # the host line, and the energy line where there is one
+        spare = self.size.height - lines - card_rows * MIN_CARD_HEIGHT - 2  # the title and the header
         return max(0, min(PROCS_SHOWN, spare))
 
     def _draw_processes(self, state: ViewState) -> None:

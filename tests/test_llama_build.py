@@ -148,7 +148,7 @@ def test_the_demo_waits_for_the_background_build_then_starts_by_itself(tmp_path:
     stack = LaunchStack(cfg, inbox, tmp_path / "logs")
     try:
         assert stack.demo and stack.waiting == {"demo"}
-        assert any("being built in the background" in n for n in stack.notes())
+        assert any("no llama-server here: one is being built for demo" in n for n in stack.notes())
         stack.start()  # returns at once: the demo waits for the build
         (progress,) = stack.build.poll()["builds"]
         assert progress.what == "cpu" and progress.servers == "demo"

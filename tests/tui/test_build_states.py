@@ -8,12 +8,16 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from textual.app import App, ComposeResult
 
 from gpudash.config import Config
 from gpudash.launcher.llama import cuda as llama_cuda
 from gpudash.launcher.llama import locate
+from gpudash.records import BuildSample
 from gpudash.runtime.feed import LiveFeed
 from gpudash.tui.app import GpudashApp
+from gpudash.tui.widgets.build_bar import BuildBar
+from gpudash.tui.widgets.notices import NoticeLine
 from tui_helpers import screen_lines, wait_for
 
 
@@ -50,3 +54,58 @@ async def test_a_failed_build_is_a_notice_and_a_header_state(tmp_path: Path, no_
             await pilot.press("q")
     finally:
         feed.close()
+
+
+def slow_source(tmp_path: Path) -> Path:
+    """A llama.cpp-shaped folder whose configure step takes a minute: the demo waits meanwhile."""
+    src = tmp_path / "slow" / "llama.cpp"
+    (src / "tools").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.18)\nproject(slow NONE)\n"
+                                        "execute_process(COMMAND sleep 60)\n")
+    return src.parent
+
+
+@pytest.mark.anyio
+async def test_the_start_up_notice_is_whole_at_80x24(tmp_path: Path, no_llama_server: None) -> None:
+    """issue 45, 9: the notice that the demo waits for a build was cut after two lines at 80x24."""
+    cfg = Config.model_validate({"sampling": {"interval_s": 0.25}, "probe": {"enabled": False},
+                                 "sim": {"load": "off"}, "llama": {"source": str(slow_source(tmp_path))}})
+    feed = LiveFeed(cfg, "sim:h200", tmp_path / "g.db", record=False, log_dir=tmp_path / "logs")
+    app = GpudashApp(feed)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.info is not None, 60, "the feed")
+            await pilot.pause(0.3)
+            screen = " ".join(line.strip() for line in screen_lines(app))
+            assert "which start(s) when it is ready (progress under the header, steps in Events)" in screen
+            await pilot.press("q")
+    finally:
+        feed.close()
+
+
+class _Bars(App[None]):
+    """The build bar and the notice line under the dashboard's own stylesheet."""
+
+    CSS_PATH = GpudashApp.CSS_PATH
+
+    def compose(self) -> ComposeResult:
+        yield BuildBar(id="build-bar")
+        yield NoticeLine(id="notices")
+
+
+@pytest.mark.anyio
+async def test_the_build_bar_counts_steps_and_notices_carry_no_counter() -> None:
+    """issue 45, 9 and 11: the bar says `compiled 45/208` as the CLI does, with its percentage; a second
+    notice does not grow a `(+1 more)` counter on the first."""
+    app = _Bars()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.query_one(BuildBar).show_builds((BuildSample(ts=0, what="cpu", servers="demo", step="compiling",
+                                                         started=0, done=45, total=208),))
+        notices = app.query_one(NoticeLine)
+        notices.add("saved [engine] h2d_chunk_bytes to the config")
+        notices.add("applied: set engine h2d_chunk_bytes=4MiB")
+        await pilot.pause(0.1)
+        screen = screen_lines(app)
+        assert "compiling 45/208" in screen[0] and "22%" in screen[0]
+        assert any("applied: set engine h2d_chunk_bytes=4MiB" in line for line in screen)
+        assert not any("more)" in line for line in screen)

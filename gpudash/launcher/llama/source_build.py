@@ -246,8 +246,9 @@ def _compile_locked(source: Path, version: str, tag: str, flags: list[str], log_
                                     [cmake, "--build", str(bdir), "--target", TARGET, "-j", str(jobs)])):
             if step == 1 and compiling is not None:
                 compiling(jobs)
-            if _run_logged(cmd, log, progress, started) != 0:
-                raise LlamaBuildError(f"`{' '.join(cmd[:4])} ...` failed; the full log is {log_path}")
+            if (code := _run_logged(cmd, log, progress, started)) != 0:  # the log names the command in full
+                doing = ("configuring", "compiling")[step]
+                raise LlamaBuildError(f"{doing} {TARGET} failed (cmake exited {code}); the full log is {log_path}")
     built = next((p for p in (bdir / "bin" / TARGET, bdir / TARGET) if p.is_file()), None)
     if built is None:
         raise LlamaBuildError(f"the build finished without producing {TARGET}; see {log_path}")

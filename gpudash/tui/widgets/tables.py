@@ -83,7 +83,8 @@ class EngineView(NamesHiddenColumns, DashView):
             empty.update(f"{len(paths)} engine paths, none has moved bytes yet" if paths
                          else "no engine paths reported yet")
         total = sum(r for r in rate.values() if r is not None)
-        knobs = "  ".join(f"{k}={fmt.knob_text(v)}" for k, v in state.knobs.items()) or "—"
+        # spelled as the knob form and the config file take them (2.81MB, 16MiB): one unit on every screen
+        knobs = "  ".join(f"{k}={fmt.knob(v)}" for k, v in state.knobs.items()) or "—"
         text = Text(f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all over "
                     f"the last {RATE_WINDOW_S:g} s\n"
                     f"knobs: {knobs}")

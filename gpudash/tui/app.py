@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterable
 
+import platformdirs
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
@@ -27,6 +28,7 @@ from textual.screen import Screen
 from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
+from gpudash.config import APP_NAME
 from gpudash.runtime.control import ServerAction, SetRecording, describe
 from gpudash.launcher.llama.autobuild import KIND as BUILD_KIND
 from gpudash.records import GPU_FAULT_KINDS, Event, Snapshot
@@ -46,6 +48,12 @@ TABS_WIDTH = sum(len(v.title) + 2 for v in VIEWS)  # the tab bar with Textual's 
 MAX_PENDING = 256  # snapshots waiting for the UI; older ones are folded into newer ones beyond this
 SEEK_TICKS = 10  # how far one replay seek key moves
 ENGINE_VIEWS = ("engine", "pools")  # views of the transfer engine: showing one starts it where it waits
+
+
+def default_export_dir() -> Path:
+    """Where History's export proposes its folder: the user's data folder, never the current directory
+    (often a git checkout, where an export is one `git add .` away from being committed)."""
+    return Path(platformdirs.user_data_dir(APP_NAME)) / "exports"
 
 
 class GpudashApp(App[None]):
@@ -70,7 +78,7 @@ class GpudashApp(App[None]):
         self._view_widgets: dict[str, DashView] = {}  # by tab id, held (a DOM query walks the whole tree)
         self._shown: DashView | None = None  # the view on screen when the tab last changed
         self.keys = dict(keys or {})
-        self.state = ViewState(config_path=config_path, export_dir=export_dir)
+        self.state = ViewState(config_path=config_path, export_dir=export_dir or default_export_dir())
         self.info: FeedInfo | None = None
         self.player: Player | None = None
         self._speed = speed

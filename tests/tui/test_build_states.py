@@ -109,3 +109,26 @@ async def test_the_build_bar_counts_steps_and_notices_carry_no_counter() -> None
         assert "compiling 45/208" in screen[0] and "22%" in screen[0]
         assert any("applied: set engine h2d_chunk_bytes=4MiB" in line for line in screen)
         assert not any("more)" in line for line in screen)
+
+
+@pytest.mark.anyio
+async def test_while_the_build_runs_the_header_and_s_say_so(tmp_path: Path, no_llama_server: None) -> None:
+    """issue 45, 2: while the demo's llama-server is being built the header says the demo waits for it
+    (not `DEMO stopped`), and `S` on Servers says a build is running rather than suggesting a second one."""
+    cfg = Config.model_validate({"sampling": {"interval_s": 0.25}, "probe": {"enabled": False},
+                                 "sim": {"load": "off"}, "llama": {"source": str(slow_source(tmp_path))}})
+    feed = LiveFeed(cfg, "sim:h200", tmp_path / "g.db", record=False, log_dir=tmp_path / "logs")
+    app = GpudashApp(feed)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: locate.build_in_progress() is not None, 60, "the build's lock")
+            await wait_for(pilot, lambda: "DEMO waits for build" in str(app.header.render()), 10, "the header")
+            await pilot.press("3")
+            await pilot.press("S")
+            await wait_for(pilot, lambda: any(not e.ok and e.kind == "server.start" for e in app.state.events), 30,
+                           "the refused start")
+            refused = next(e for e in app.state.events if not e.ok and e.kind == "server.start")
+            assert "llama-server is being built (pid" in refused.reason and "llama build`" not in refused.reason
+            await pilot.press("q")
+    finally:
+        feed.close()

@@ -291,6 +291,8 @@ class BuildSample:
 
 # Event kinds of driver-reported GPU faults (gpu/xid.py): an Xid, a double-bit ECC error, a lost GPU.
 GPU_FAULT_KINDS = ("gpu.xid", "gpu.ecc", "gpu.lost")
+# Event kind of each step of a llama-server build gpudash runs (launcher/llama/autobuild.py).
+LLAMA_BUILD_KIND = "llama.build"
 
 
 @dataclass(frozen=True, slots=True)

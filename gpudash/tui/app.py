@@ -30,8 +30,7 @@ from textual.worker import Worker, WorkerState
 
 from gpudash.config import APP_NAME
 from gpudash.runtime.control import ServerAction, SetRecording, describe
-from gpudash.launcher.llama.autobuild import KIND as BUILD_KIND
-from gpudash.records import GPU_FAULT_KINDS, Event, Snapshot
+from gpudash.records import GPU_FAULT_KINDS, LLAMA_BUILD_KIND, Event, Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.actions import ACTIONS, BY_CALL, BY_ID, PINNED, VIEWS, Action, bindings
 from gpudash.tui.changes import ChangeFlow
@@ -223,7 +222,7 @@ class GpudashApp(App[None]):
             self._read_builds()  # a server started: on a CUDA build gpudash compiled, maybe
         for fault in (e for s in snaps for e in s.events if e.kind in GPU_FAULT_KINDS):
             self.notify(f"{fault.target}: {fault.reason}", title="GPU fault", severity="error", timeout=30)
-        self._follow_builds([e for s in snaps for e in s.events if e.kind == BUILD_KIND])
+        self._follow_builds([e for s in snaps for e in s.events if e.kind == LLAMA_BUILD_KIND])
         self.refresh_views()
 
     def _follow_builds(self, steps: list[Event]) -> None:

@@ -32,9 +32,9 @@ from gpudash.launcher.llama.build_lock import Holder
 from gpudash.launcher.llama.locate import find_llama_server
 from gpudash.launcher.llama.source_build import LlamaBuildError, ServerBuild, build_cpu, build_jobs, obtained_source
 from gpudash.launcher.supervisor import Pushable
-from gpudash.records import BuildSample, Event
+from gpudash.records import LLAMA_BUILD_KIND, BuildSample, Event
 
-KIND = "llama.build"
+KIND = LLAMA_BUILD_KIND
 WATCH_S = 5.0  # after a failed build: how often the waiting servers look for a llama-server that appeared
 TARGET = "llama-server"
 

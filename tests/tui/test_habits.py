@@ -8,12 +8,10 @@ from pathlib import Path
 
 import platformdirs
 import pytest
-from fixtures import FixedFeed, sim_snapshot
+from fixtures import FixedFeed, OneSessionFeed, sim_snapshot
 from textual.widgets import DataTable, Input
 from tui_helpers import wait_for
 
-from gpudash.config import Config
-from gpudash.store import Store
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.screens.dialogs import HelpScreen
 from gpudash.tui.screens.export import ExportForm
@@ -36,20 +34,10 @@ async def test_f1_and_h_toggle_help_and_f10_quits() -> None:
 
 
 async def test_history_export_proposes_the_users_data_folder(tmp_path: Path, monkeypatch) -> None:
-    db = tmp_path / "h.db"
-    with Store.open(db) as store:
-        store.end_session(store.begin_session("sim:h200", Config(), note="gpudash record"))
-
-    class DbFeed(FixedFeed):
-        def start(self, deliver):
-            info = super().start(deliver)
-            info.db_path = str(db)
-            return info
-
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     monkeypatch.chdir(checkout)  # started from a clone, as the README's test command is
-    app = GpudashApp(DbFeed([sim_snapshot(tick=0)]))
+    app = GpudashApp(OneSessionFeed([sim_snapshot(tick=0)], tmp_path / "h.db"))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
         await pilot.press("7")

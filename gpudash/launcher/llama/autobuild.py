@@ -153,7 +153,7 @@ class BackgroundBuild:
         while not self._stop.wait(WATCH_S):
             found = find_llama_server()
             if found is not None:
-                self.failed = None
+                self.failed, self._progress = None, None  # no bar: nothing is built here now
                 _event(self._inbox, f"llama-server appeared: {found}", old="none")
                 self._start_all()
                 return

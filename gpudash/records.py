@@ -294,7 +294,7 @@ class BuildSample:
     ts: float
     what: str  # "cpu" | "cuda sm 90"
     servers: str  # the servers that wait for it (or will be moved onto it), comma-separated
-    step: str  # "starting" | "downloading" | "configuring" | "compiling"
+    step: str  # "starting" | "downloading" | "configuring" | "waiting" (for another build) | "compiling"
     started: float  # when the build began (Unix seconds)
     done: int | None = None  # compile steps finished, of `total` (ninja's [n/N], make's percent)
     total: int | None = None
@@ -339,6 +339,8 @@ class ServerEnergySample:
 
 # Event kinds of driver-reported GPU faults (gpu/xid.py): an Xid, a double-bit ECC error, a lost GPU.
 GPU_FAULT_KINDS = ("gpu.xid", "gpu.ecc", "gpu.lost")
+# Event kind of each step of a llama-server build gpudash runs (launcher/llama/autobuild.py).
+LLAMA_BUILD_KIND = "llama.build"
 
 
 @dataclass(frozen=True, slots=True)

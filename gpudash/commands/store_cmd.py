@@ -9,6 +9,7 @@ import click
 from gpudash import fmt
 from gpudash.commands.groups import Group
 from gpudash.commands.common import db_option, db_path, pass_config, usage_error
+from gpudash.commands.output import echo_fitted
 from gpudash.config import Config
 
 
@@ -50,9 +51,9 @@ def prune(cfg: Config, db: str | None, raw_days: float | None, retain_days: floa
         usage_error(f"pruning {store.path} failed ({err}); nothing past the last completed step was changed")
     finally:
         store.close()
-    click.echo(f"pruned {store.path}: {report.rolled_rows} rows folded into 1-minute rows, "
-               f"{report.deleted_rows} rows and {report.deleted_sessions} sessions deleted; data "
-               f"{fmt.size(report.bytes_before)} -> {fmt.size(report.bytes_after)}")
+    echo_fitted([f"pruned {store.path}: {report.rolled_rows} rows folded into 1-minute rows, "
+                 f"{report.deleted_rows} rows and {report.deleted_sessions} sessions deleted; data "
+                 f"{fmt.size(report.bytes_before)} -> {fmt.size(report.bytes_after)}"], "    ")
 
 
 @store.command()
@@ -70,7 +71,7 @@ def vacuum(cfg: Config, db: str | None) -> None:
         usage_error(f"vacuum of {store.path} failed ({err}); the file is unchanged")
     finally:
         store.close()
-    click.echo(f"vacuumed {store.path}: {fmt.size(before)} -> {fmt.size(store.path.stat().st_size)}")
+    echo_fitted([f"vacuumed {store.path}: {fmt.size(before)} -> {fmt.size(store.path.stat().st_size)}"], "    ")
 
 
 def _open(cfg: Config, db: str | None):

@@ -73,9 +73,8 @@ class LaunchStack:
             out.append(f"no [[servers]] configured: attached to {len(self.found)} server(s) found on the GPUs "
                        f"({', '.join(f'{f.name} at {f.url}' for f in self.found)}) instead of starting the demo")
         if self.waiting:
-            out.append(f"no llama-server on this machine: one is being built in the background for "
-                       f"{', '.join(sorted(self.waiting))}, which start(s) when it is ready (progress under the "
-                       f"header, steps in Events)")
+            out.append(f"no llama-server here: one is being built for {', '.join(sorted(self.waiting))}, "
+                       f"which start(s) when it is ready (progress under the header, steps in Events)")
         remote = [s.name for s in self.specs if s.attached and not local_address(str(s.url))]
         if remote:
             out.append(f"{', '.join(remote)} run(s) on another host: the GPU views show this box's GPUs only")

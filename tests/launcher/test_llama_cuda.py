@@ -91,7 +91,9 @@ def test_a_failing_build_names_its_log(tmp_path, cache) -> None:
     (src / "tools").mkdir(parents=True)
     (src / "CMakeLists.txt").write_text(CMAKELISTS)
     (src / "tools" / "server.c").write_text("int main(void) { return syntax error; }\n")
-    with pytest.raises(llama_cuda.LlamaBuildError, match=r"failed; the full log is .*build\.log"):
+    own_log = (r"compiling llama-server failed \(cmake exited \d+\); the full log is "
+               r"\S+/\.build/logs/local-cuda-sm90-\S+\.log$")  # each build's own
+    with pytest.raises(llama_cuda.LlamaBuildError, match=own_log):
         llama_cuda.build(tmp_path / "broken", {90}, jobs=2)
     assert llama_cuda.installed_builds() == []
 

@@ -3,6 +3,7 @@ hands them over (the app takes its data source by injection)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from gpudash.engine.profiles import get_profile
@@ -87,3 +88,21 @@ class FixedFeed:
 
     def close(self) -> None:
         self.closed = True
+
+
+class OneSessionFeed(FixedFeed):
+    """A FixedFeed whose run records into a real SQLite file holding one ended session (History lists it)."""
+
+    def __init__(self, snaps: list[Snapshot], db: Path) -> None:
+        super().__init__(snaps)
+        from gpudash.config import Config
+        from gpudash.store import Store
+
+        with Store.open(db) as store:
+            store.end_session(store.begin_session("sim:h200", Config(), note="gpudash record"))
+        self.db = db
+
+    def start(self, deliver: Callable[[Snapshot], None]) -> FeedInfo:
+        info = super().start(deliver)
+        info.db_path = str(self.db)
+        return info

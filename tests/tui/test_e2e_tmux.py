@@ -70,7 +70,7 @@ def test_launch_in_tmux_records_and_quits_cleanly(tmp_path: Path) -> None:
             tmux("send-keys", "-t", session, *keys)
             time.sleep(0.3)
         tmux("send-keys", "-t", session, "5")
-        wait_screen(session, "Engine paths", "h2d_chunk_bytes=8 MiB")
+        wait_screen(session, "Engine paths", "h2d_chunk_bytes=8MiB")
         tmux("send-keys", "-t", session, "6")
         wait_screen(session, "sim-host", "sim-gpu7", "staging")  # the configured pools, sampled live
         tmux("send-keys", "-t", session, "8")

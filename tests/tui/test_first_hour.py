@@ -189,22 +189,10 @@ async def test_engine_rates_come_from_the_byte_counters() -> None:
 
 async def test_the_export_form_says_parquet_needs_pyarrow(monkeypatch, tmp_path: Path) -> None:
     """The form offered parquet, and a toast said pyarrow was needed only after the export began."""
-    from fixtures import FixedFeed as Base
-
-    from gpudash.store import Store
-
-    db = tmp_path / "h.db"
-    with Store.open(db) as store:
-        store.end_session(store.begin_session("sim:h200", Config(), note="gpudash record"))
-
-    class DbFeed(Base):
-        def start(self, deliver):
-            info = super().start(deliver)
-            info.db_path = str(db)
-            return info
+    from fixtures import OneSessionFeed
 
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as on an install without the [parquet] extra
-    app = GpudashApp(DbFeed([sim_snapshot(tick=0)]), export_dir=tmp_path)
+    app = GpudashApp(OneSessionFeed([sim_snapshot(tick=0)], tmp_path / "h.db"), export_dir=tmp_path)
     async with app.run_test(size=SMALL) as pilot:
         await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
         await pilot.press("7")

@@ -44,5 +44,5 @@ async def test_staging_threshold_edit_reaches_the_engine(live_feed) -> None:
         assert live_feed.engine.knobs()["d2h_staging_bytes"] == 8 * 2**20
         ev = next(e for e in app.state.events if e.kind == "engine.knobs")
         assert ev.old == {"d2h_staging_bytes": 2 * 2**20} and ev.new == {"d2h_staging_bytes": 8 * 2**20}
-        await wait_for(pilot, lambda: "d2h_staging_bytes=8 MiB" in str(app.query_one("#knobs", Static).content),
+        await wait_for(pilot, lambda: "d2h_staging_bytes=8MiB" in str(app.query_one("#knobs", Static).content),
                        what="the Engine view's new knob")

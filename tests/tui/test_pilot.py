@@ -122,7 +122,7 @@ async def test_engine_knob_edit_reaches_the_engine_and_w_saves_it(live_feed, tmp
         engine = live_feed.engine
         assert engine.knobs()["h2d_chunk_bytes"] == 4 * 2**20
         assert engine.stats().knobs["h2d_chunk_bytes"] == 4 * 2**20
-        await wait_for(pilot, lambda: "h2d_chunk_bytes=4 MiB" in knobs_text(app), what="the Engine view's new knob")
+        await wait_for(pilot, lambda: "h2d_chunk_bytes=4MiB" in knobs_text(app), what="the Engine view's new knob")
         ev = next(e for e in app.state.events if e.kind == "engine.knobs")
         assert ev.old == {"h2d_chunk_bytes": 2_810_000} and ev.new == {"h2d_chunk_bytes": 4 * 2**20}
         assert "NOT SAVED: h2d_chunk_bytes" in knobs_text(app)  # a run-only change says so until saved

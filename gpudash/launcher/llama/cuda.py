@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from gpudash.launcher.llama.build_lock import Waiting
 from gpudash.launcher.llama.source_build import (LlamaBuildError, Progress, ServerBuild, Started, compile_server,
                                                  installed_builds, obtained_source)
 
@@ -62,7 +63,7 @@ def build_llama(source: Path | None, archs: set[int], jobs: int | None = None, p
 
 def build(source: Path, archs: set[int], jobs: int | None = None, cache_dir: Path | None = None,
           progress: Progress | None = None, nvcc: str | None = None, started: Started | None = None,
-          compiling: Callable[[int], None] | None = None) -> ServerBuild:
+          compiling: Callable[[int], None] | None = None, waiting: Waiting | None = None) -> ServerBuild:
     """Configure and build llama-server for `archs` and install it into the cache; LlamaBuildError says why not."""
     if not archs:
         raise LlamaBuildError("no CUDA architecture to build for: no NVIDIA GPU was found; pass --archs (e.g. 90) "
@@ -75,4 +76,5 @@ def build(source: Path, archs: set[int], jobs: int | None = None, cache_dir: Pat
     flags = ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(map(str, sorted(archs)))}",
              f"-DCMAKE_CUDA_COMPILER={nvcc}"]
     return compile_server(source, tag, flags, backend="cuda", archs=tuple(sorted(archs)), jobs=jobs,
-                          cache_dir=cache_dir, progress=progress, started=started, compiling=compiling)
+                          cache_dir=cache_dir, progress=progress, started=started, compiling=compiling,
+                          waiting=waiting)

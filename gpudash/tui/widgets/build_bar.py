@@ -22,7 +22,9 @@ class BuildBar(Horizontal):
         if not builds:
             return
         b = builds[0]
-        self.query_one("#build-text", Static).update(f"building llama-server ({b.what}) for {b.servers}: {b.step} ")
+        steps = f" {b.done or 0}/{b.total}" if b.total and b.total != 100 else ""  # make's totals are percents
+        self.query_one("#build-text", Static).update(f"building llama-server ({b.what}) for {b.servers}: "
+                                                     f"{b.step}{steps} ")
         bar = self.query_one("#build-progress", ProgressBar)
         if b.total:
             bar.update(total=b.total, progress=b.done or 0)

@@ -47,9 +47,5 @@ class NoticeLine(Static):
     def _show(self) -> None:
         notice = self.shown
         self.display = notice is not None
-        if notice is not None:
-            more = len(self.notices) - 1
-            line = Text(f" {MARK.get(notice.severity, '')}{notice.text} ", style=STYLE.get(notice.severity, ""))
-            if more:
-                line.append(f" (+{more} more)", style="dim")
-            self.update(line)
+        if notice is not None:  # one at a time, no counter: the earlier ones are in Events
+            self.update(Text(f" {MARK.get(notice.severity, '')}{notice.text} ", style=STYLE.get(notice.severity, "")))

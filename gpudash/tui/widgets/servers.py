@@ -132,6 +132,22 @@ class SplitView(ServerPicker, TableView):
     EMPTY = "no model is split across GPUs (set gpus / tensor_split in a [[servers]] entry)"
     COLUMNS = ("server", "GPU", "target", "held", "actual", "imbalance", "planned")
 
+    def offers(self, method: str) -> bool:
+        """`t` here edits a split that exists; the Servers tab's `t` splits a model that is on one GPU."""
+        return (method != "edit_split" or self._split(self.selected_server)) and super().offers(method)
+
+    def _split(self, server: str | None) -> bool:
+        snap = self.state.latest
+        return snap is not None and any(s.name == server for s in split_servers(self.state.specs.values(),
+                                                                                 len(snap.gpus)))
+
+    def action_edit_split(self) -> None:
+        if not self._split(self.selected_server):
+            self.notify(f"{self.selected_server or 'no server'} is not split across GPUs: nothing to edit here "
+                        f"(t on Servers splits a model)", severity="warning")
+            return
+        super().action_edit_split()
+
     def compose(self) -> ComposeResult:
         yield from super().compose()
         yield Static("", id="split-advice")

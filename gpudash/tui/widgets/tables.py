@@ -21,6 +21,8 @@ from gpudash.tui.widgets.view import DashView
 from gpudash import fmt
 from gpudash.outside import printable
 
+ASKED_BY = ("keyboard", "cli")  # the actors of changes someone asked for (runtime/control.py's `actor`)
+
 
 class TableView(NamesHiddenColumns, DashView):
     """A title line, an empty-state line and one FittedTable that is refilled from the view state; the
@@ -81,7 +83,8 @@ class EngineView(NamesHiddenColumns, DashView):
             empty.update(f"{len(paths)} engine paths, none has moved bytes yet" if paths
                          else "no engine paths reported yet")
         total = sum(r for r in rate.values() if r is not None)
-        knobs = "  ".join(f"{k}={fmt.knob_text(v)}" for k, v in state.knobs.items()) or "—"
+        # spelled as the knob form and the config file take them (2.81MB, 16MiB): one unit on every screen
+        knobs = "  ".join(f"{k}={fmt.knob(v)}" for k, v in state.knobs.items()) or "—"
         text = Text(f"{len(busy)} of {len(paths)} paths active (busiest first), {total:.2f} GB/s in all over "
                     f"the last {RATE_WINDOW_S:g} s\n"
                     f"knobs: {knobs}")
@@ -197,9 +200,15 @@ def slab_lines(pools: Sequence[PoolSample], shards: Sequence[PoolShardSample],
 def event_row(e: Event) -> tuple[Any, ...]:
     """An event's cells; its target, values and reason may quote outside text (a server's error body), shown
     as text (outside.printable)."""
-    status = Text("ok", style="green") if e.ok else Text("refused", style="bold red")
-    return (time.strftime("%H:%M:%S", time.localtime(e.ts)), e.actor, e.kind, printable(e.target),
-            _short(e.old), _short(e.new), status, printable(e.reason or ""))
+    status = Text(event_status(e), style="green" if e.ok else "bold red")
+    return (time.strftime("%H:%M:%S", time.localtime(e.ts)), e.actor, e.kind, printable(e.target), status,
+            _short(e.old), _short(e.new), printable(e.reason or ""))
+
+
+def event_status(e: Event) -> str:
+    """ok; `refused` for a change someone asked for (keys, the CLI) that was not made; `failed` for what
+    gpudash, a server or a build did not manage."""
+    return "ok" if e.ok else "refused" if e.actor in ASKED_BY else "failed"
 
 
 def event_value(v: Any) -> str:
@@ -222,7 +231,7 @@ def event_text(e: Event) -> Text:
     t = Text(f"{time.strftime('%H:%M:%S', time.localtime(e.ts))} {e.actor} {e.kind} {printable(e.target)}: ",
              style="bold")
     t.append(f"{event_value(e.old)} -> {event_value(e.new)}")
-    t.append("  ok" if e.ok else "  refused", style="green" if e.ok else "bold red")
+    t.append(f"  {event_status(e)}", style="green" if e.ok else "bold red")
     if e.reason:
         t.append(f": {printable(e.reason)}")
     return t
@@ -231,7 +240,7 @@ def event_text(e: Event) -> Text:
 class EventsView(TableView):
     TITLE = "Events: every change and launcher happening, newest first (up/down: select)"
     EMPTY = "no events yet"
-    COLUMNS = ("time", "actor", "kind", "target", "old", "new", "status", "reason")
+    COLUMNS = ("time", "actor", "kind", "target", "status", "old", "new", "reason")  # status never off the edge
     DROP = ("actor",)  # old and new are what an event says: they stay (narrowed), the reason is cut at the edge
     SQUEEZE = {"old": 12, "new": 16}
     SHOWN = 200

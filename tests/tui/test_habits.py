@@ -1,0 +1,50 @@
+"""What nvitop's and htop's users expect (issue 45, 18): F1 and h open the keys' help, F10 quits; History's export proposes a folder in the user's data folder, not the current directory (often
+the git checkout gpudash was started from)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+import pytest
+from fixtures import FixedFeed, OneSessionFeed, sim_snapshot
+from textual.widgets import DataTable, Input
+from tui_helpers import wait_for
+
+from gpudash.tui.app import GpudashApp
+from gpudash.tui.screens.dialogs import HelpScreen
+from gpudash.tui.screens.export import ExportForm
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_f1_and_h_toggle_help_and_f10_quits() -> None:
+    feed = FixedFeed([sim_snapshot(tick=0)])
+    app = GpudashApp(feed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
+        for key in ("f1", "h"):
+            await pilot.press(key)
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("f10")
+        await wait_for(pilot, lambda: feed.closed, what="F10 to quit")
+
+
+async def test_history_export_proposes_the_users_data_folder(tmp_path: Path, monkeypatch) -> None:
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.chdir(checkout)  # started from a clone, as the README's test command is
+    app = GpudashApp(OneSessionFeed([sim_snapshot(tick=0)], tmp_path / "h.db"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
+        await pilot.press("7")
+        table = app.query_one("#history-view").query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1, what="the sessions list")
+        await pilot.press("e")
+        assert isinstance(app.screen, ExportForm)
+        folder = Path(app.screen.query_one("#export-folder", Input).value)
+        assert folder.is_relative_to(platformdirs.user_data_dir("gpudash"))
+        assert not folder.is_relative_to(os.getcwd())

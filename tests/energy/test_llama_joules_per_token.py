@@ -95,7 +95,7 @@ def test_recorded_joules_per_token_is_the_rigs_energy_over_the_servers_tokens(tm
     shown = subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main()", "history", "--db", str(db),
                             "--json"], capture_output=True, text=True, env=env(tmp_path), cwd=tmp_path, timeout=60)
     assert shown.returncode == 0, shown.stderr
-    (session,) = [s for s in json.loads(shown.stdout) if s["id"] == sid]
+    (session,) = [s for s in json.loads(shown.stdout)["sessions"] if s["id"] == sid]
     (tiny,) = session["energy"]
     assert tiny["server"] == "tiny" and tiny["j_per_token"] == pytest.approx(recorded)
     table = subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main()", "history", "--db", str(db)],

@@ -15,7 +15,6 @@ program is started in about what `gpudash --version` takes (benchmarks/bench_run
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -35,7 +34,6 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 TERMINAL_KEYS = (signal.SIGINT, signal.SIGQUIT)  # the tty sends these to the whole foreground group
 # Python ignores these; a program started by subprocess gets them back at their default (restore_signals)
 RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
-log = logging.getLogger(__name__)
 SI_KERNEL = 0x80  # si_code of a signal the kernel sent (the tty's), as opposed to kill() (SI_USER)
 
 
@@ -103,6 +101,8 @@ class _Blocks:
         self.views: dict[int, Any] = {}
 
     def watch(self) -> None:
+        import logging
+
         from gpudash.preload.shm import BlockUnavailable, OddEntry, StatsView
         from gpudash.proctree import descendants
 
@@ -111,7 +111,7 @@ class _Blocks:
                 try:
                     self.views[pid] = StatsView(pid)
                 except OddEntry as err:  # a FIFO or another user's file by that name: never waited on
-                    log.debug("%s", err)
+                    logging.getLogger(__name__).debug("%s", err)
                 except BlockUnavailable:
                     pass
 

@@ -52,6 +52,8 @@ def knob_value(name: str, raw: Any) -> int | bool:
     rule; ValueError saying what is wrong with it (the knob is named by the caller)."""
     knob = KNOB[name]
     value = parse_size(raw) if knob.is_size else raw
+    if not knob.is_bool and isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)  # what pydantic makes of plain digits, without importing it (`run --knob outstanding=3`)
     if not (isinstance(value, bool) if knob.is_bool else isinstance(value, int) and not isinstance(value, bool)):
         from pydantic_core import ValidationError
 

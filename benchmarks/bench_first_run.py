@@ -9,9 +9,12 @@ by default the tree before issue 33), on this machine.
    command, run word for word with an empty pip cache and empty user folders, its `gpudash launch` in a
    tmux terminal until the header is drawn. The baseline's README compiles llama.cpp in the foreground
    (13-25 minutes on 2 cores): --with-baseline-clone runs it too.
+4. `gpudash status --json --sim h200` against `gpudash --version` (issue 46: at most 2x), interleaved, this
+   tree beside --status-baseline (default: main); also with `--window 0.05`, its shortest, because the
+   default window is a 0.5 s wait between the two reads that PCIe rates are measured over, not start-up.
 
 Run: .venv/bin/python benchmarks/bench_first_run.py [--runs 7] [--baseline-ref REF] [--wheel PATH]
-     [--with-baseline-clone] [--skip help,wheel,clone]
+     [--with-baseline-clone] [--status-baseline REF] [--skip help,wheel,clone,status]
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE_REF = "fbe9fa0"  # main before issue 33 (the README's Run it built llama.cpp in the foreground)
-GOALS = {"help": "help <= 2x version", "wheel": "<= 30 s, no compiler", "clone": "<= 120 s"}
+GOALS = {"status": "status <= 2x version", "help": "help <= 2x version", "wheel": "<= 30 s, no compiler", "clone": "<= 120 s"}
 
 
 def timed(argv: list[str], **kw) -> float:
@@ -75,6 +78,23 @@ def help_vs_version(python: Path, tree: Path, runs: int) -> tuple[float, float]:
     version = statistics.median(timed([*cmd, "--version"], env=env, cwd=tree) for _ in range(runs))
     helped = statistics.median(timed([*cmd, "--help"], env=env, cwd=tree) for _ in range(runs))
     return version, helped
+
+
+def status_vs_version(python: Path, tree: Path, runs: int) -> dict[str, float]:
+    """Median seconds of `gpudash --version` and `status --json --sim h200` (default window and --window 0.05),
+    interleaved, from `tree`'s sources; the sim rig's engine is the library this checkout built."""
+    from gpudash.engine import _native
+
+    lib = next(p for p in _native._candidates() if p.is_file())
+    env = {**os.environ, "PYTHONPATH": str(tree), "GPUDASH_ENGINE_LIB": str(lib)}
+    cmd = [str(python), "-m", "gpudash"]
+    ways = {"version": ["--version"], "status": ["status", "--json", "--sim", "h200"],
+            "status, --window 0.05": ["status", "--json", "--sim", "h200", "--window", "0.05"]}
+    times: dict[str, list[float]] = {w: [] for w in ways}
+    for _ in range(runs):
+        for way, args in ways.items():
+            times[way].append(timed([*cmd, *args], env=env, cwd=tree))
+    return {w: statistics.median(xs) for w, xs in times.items()}
 
 
 def fresh_env(tmp: Path, path: str | None = None, cache: Path | None = None) -> dict[str, str]:
@@ -155,7 +175,8 @@ def main() -> None:
     ap.add_argument("--baseline-ref", default=BASELINE_REF)
     ap.add_argument("--wheel", type=Path, help="a wheel built by packaging/build_wheel.py (default: build one)")
     ap.add_argument("--with-baseline-clone", action="store_true", help="also follow the baseline's README")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: help, wheel, clone")
+    ap.add_argument("--status-baseline", default="main", help="the tree `status` is compared with")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: help, wheel, clone, status")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; baseline {args.baseline_ref}")
@@ -164,8 +185,17 @@ def main() -> None:
         tmp = Path(d)
         base_tree = tree_of(args.baseline_ref, tmp / "baseline")
         this_tree = tree_of("HEAD", tmp / "this")
-        if "help" not in skip:
-            python = deps_only_python(tmp)
+        python = deps_only_python(tmp) if {"help", "status"} - skip else None
+        if "status" not in skip and python is not None:
+            this = status_vs_version(python, this_tree, args.runs)
+            base = status_vs_version(python, tree_of(args.status_baseline, tmp / "status-baseline"), args.runs)
+            for way in this:
+                print(row(f"gpudash {way} (s, median)", this[way], base[way]))
+            print(row("status / --version", this["status"] / this["version"], base["status"] / base["version"],
+                      goal=GOALS["status"]))
+            print(row("status --window 0.05 / --version", this["status, --window 0.05"] / this["version"],
+                      base["status, --window 0.05"] / base["version"]))
+        if "help" not in skip and python is not None:
             v, h = help_vs_version(python, this_tree, args.runs)
             bv, bh = help_vs_version(python, base_tree, args.runs)
             print(row("gpudash --version (s, median)", v, bv))

@@ -14,7 +14,7 @@ from gpudash.outside import printable
 from gpudash.records import Event, GpuSample, HostSample, Snapshot
 from gpudash.telemetry.links import link_status
 from gpudash.tui.state import ViewState
-from gpudash.tui.widgets.lines import TextLines
+from gpudash.tui.widgets.lines import Line, TextLines
 from gpudash.tui.widgets.fitted import FittedTable
 from gpudash.tui.widgets.processes import ProcessesView, ShowsProcesses, cells, process_rows, shown_rows
 from gpudash import fmt
@@ -195,7 +195,7 @@ class OverviewView(ShowsProcesses):
         self._host = Static("waiting for the first sample…", id="host-line")
         self._grid = Container(id="gpu-grid")
         self._cards: dict[int, GpuCard] = {}  # held, not queried each tick (a query walks the DOM)
-        self._procs_title = Static("", id="overview-procs-title", classes="view-title")
+        self._procs_title = Line("", id="overview-procs-title", classes="view-title")  # updated every tick
         self._procs = FittedTable(ProcessesView.COLUMNS, ProcessesView.DROP, id="overview-procs")
         self._procs_title.display = self._procs.display = False  # until the first tick says how many fit
 

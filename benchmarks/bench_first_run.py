@@ -12,14 +12,18 @@ by default the tree before issue 33), on this machine.
 4. `gpudash status --json --sim h200` against `gpudash --version` (issue 46: at most 2x), interleaved, this
    tree beside --status-baseline (default: main); also with `--window 0.05`, its shortest, because the
    default window is a 0.5 s wait between the two reads that PCIe rates are measured over, not start-up.
+5. What `pip install` of the wheel brings into a fresh venv besides gpudash itself (issue 46): its
+   dependencies (pyproject's list, what the wheel requires) installed into a fresh venv, each distribution's
+   installed size (the files its RECORD lists) and which of gpudash's dependencies pulls it in.
 
 Run: .venv/bin/python benchmarks/bench_first_run.py [--runs 7] [--baseline-ref REF] [--wheel PATH]
-     [--with-baseline-clone] [--status-baseline REF] [--skip help,wheel,clone,status]
+     [--with-baseline-clone] [--status-baseline REF] [--skip help,wheel,clone,status,size]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -53,14 +57,24 @@ def tree_of(ref: str, dest: Path) -> Path:
     return dest
 
 
+def tomllib_deps() -> list[str]:
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
+def re_name(requirement: str) -> str:
+    import re
+
+    return re.split(r"[ ;<>=!~\[(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
 def deps_only_python(tmp: Path) -> Path:
     """A venv with gpudash's dependencies but not gpudash (an editable install's import hook would import
     this checkout's gpudash whatever PYTHONPATH says), and gpudash's metadata alone, which --version reads."""
-    import tomllib
-
     target = tmp / "deps-venv"
     venv.create(target, with_pip=True)
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = tomllib_deps()
     subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", *deps], check=True,
                    capture_output=True)
     site = subprocess.run([str(target / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -95,6 +109,41 @@ def status_vs_version(python: Path, tree: Path, runs: int) -> dict[str, float]:
         for way, args in ways.items():
             times[way].append(timed([*cmd, *args], env=env, cwd=tree))
     return {w: statistics.median(xs) for w, xs in times.items()}
+
+
+FOOTPRINT = r"""
+import json, re
+from importlib import metadata
+from pathlib import Path
+
+def name(s):
+    return re.split(r"[ ;<>=!~\[(]", s.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+dists = {name(d.metadata["Name"]): d for d in metadata.distributions()}
+size = {n: sum((Path(d.locate_file(f)).stat().st_size for f in (d.files or []) if Path(d.locate_file(f)).is_file()))
+        for n, d in dists.items()}
+needs = {n: [name(r) for r in (d.requires or []) if "extra ==" not in r] for n, d in dists.items()}
+print(json.dumps({"size": size, "needs": needs}))
+"""
+
+
+def footprint(python: Path, roots: list[str]) -> list[tuple[str, float, str]]:
+    """(distribution, installed MB, the roots that pull it in) for every distribution in `python`'s venv."""
+    got = json.loads(subprocess.run([str(python), "-c", FOOTPRINT], check=True, capture_output=True, text=True).stdout)
+    size, needs = got["size"], got["needs"]
+    by: dict[str, set[str]] = {n: set() for n in size}
+    for root in roots:
+        seen, todo = set(), [root]
+        while todo:
+            n = todo.pop()
+            if n in seen or n not in size:
+                continue
+            seen.add(n)
+            by[n].add(root)
+            todo += needs.get(n, [])
+    roots_of = {n: ", ".join(sorted(r)) if r else "(the venv's own, or a dependency's extra)" for n, r in by.items()}
+    rows = [(n, size[n] / 1e6, roots_of[n]) for n in size if n != "gpudash"]
+    return sorted(rows, key=lambda r: -r[1])
 
 
 def fresh_env(tmp: Path, path: str | None = None, cache: Path | None = None) -> dict[str, str]:
@@ -185,7 +234,7 @@ def main() -> None:
         tmp = Path(d)
         base_tree = tree_of(args.baseline_ref, tmp / "baseline")
         this_tree = tree_of("HEAD", tmp / "this")
-        python = deps_only_python(tmp) if {"help", "status"} - skip else None
+        python = deps_only_python(tmp) if {"help", "status", "size"} - skip else None
         if "status" not in skip and python is not None:
             this = status_vs_version(python, this_tree, args.runs)
             base = status_vs_version(python, tree_of(args.status_baseline, tmp / "status-baseline"), args.runs)
@@ -195,6 +244,14 @@ def main() -> None:
                       goal=GOALS["status"]))
             print(row("status --window 0.05 / --version", this["status, --window 0.05"] / this["version"],
                       base["status, --window 0.05"] / base["version"]))
+        if "size" not in skip:
+            size_python = python if python is not None else deps_only_python(tmp)
+            deps = tomllib_deps()
+            rows = footprint(size_python, [re_name(d) for d in deps])
+            print(f"\n{len(rows)} distributions, {sum(r[1] for r in rows):.1f} MB installed (gpudash's dependencies "
+                  "into a fresh venv; gpudash itself not counted):")
+            for n, mb, by in rows:
+                print(f"  {n:<28}{mb:>8.1f} MB   {by}")
         if "help" not in skip and python is not None:
             v, h = help_vs_version(python, this_tree, args.runs)
             bv, bh = help_vs_version(python, base_tree, args.runs)

@@ -1,6 +1,6 @@
 """One typed settings model, loaded from TOML, with embedded defaults so no file is needed.
 
-Every field carries a docstring (pydantic reads them as descriptions); `gpudash config show` prints
+Every field carries a docstring (config/docs.py makes them its description); `gpudash config show` prints
 the effective settings as TOML. A bad file raises `ConfigError` with one line per problem, naming the
 file, the field and what was expected; the CLI prints those lines and exits 2.
 """
@@ -19,13 +19,14 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny,
 
 from gpudash import APP_NAME
 from gpudash.engine.config import KNOB_TABLE
+from gpudash.config.docs import describe
 from gpudash.config.files import ConfigError, default_config_path, read_config_file
 from gpudash.config.servers import ServerSpec
 from gpudash.config.values import knob_value, parse_knobs, parse_size
 from gpudash.redact import mask_url_credentials, redact_config_data
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)  # field docs: describe() below
 
 
 class SamplingConfig(_Section):
@@ -266,7 +267,7 @@ class LlamaConfig(_Section):
 class Config(BaseModel):
     """The whole of gpudash's settings."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     """Telemetry sweep cadence."""
@@ -314,6 +315,10 @@ class Config(BaseModel):
         if dup:
             raise ValueError(f"server names must be unique; repeated: {', '.join(dup)}; rename one of each")
         return servers
+
+
+describe(*[v for v in list(globals().values()) if isinstance(v, type) and issubclass(v, BaseModel)
+            and v.__module__ == __name__])
 
 
 def _problem_lines(where: str, err: ValidationError) -> list[str]:

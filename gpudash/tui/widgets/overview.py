@@ -14,9 +14,10 @@ from gpudash.outside import printable
 from gpudash.records import Event, GpuSample, HostSample, Snapshot
 from gpudash.telemetry.links import link_status
 from gpudash.tui.state import ViewState
-from gpudash.tui.widgets.lines import Line, TextLines
+from gpudash.tui.widgets.lines import TextLines
 from gpudash.tui.widgets.fitted import FittedTable
 from gpudash.tui.widgets.processes import ProcessesView, ShowsProcesses, cells, process_rows, shown_rows
+from gpudash.tui.widgets.lines import Line  # a Static that an unchanged update leaves alone
 from gpudash import fmt
 
 

@@ -9,14 +9,21 @@ by default the tree before issue 33), on this machine.
    command, run word for word with an empty pip cache and empty user folders, its `gpudash launch` in a
    tmux terminal until the header is drawn. The baseline's README compiles llama.cpp in the foreground
    (13-25 minutes on 2 cores): --with-baseline-clone runs it too.
+4. `gpudash status --json --sim h200` against `gpudash --version` (issue 46: at most 2x), interleaved, this
+   tree beside --status-baseline (default: main); also with `--window 0.05`, its shortest, because the
+   default window is a 0.5 s wait between the two reads that PCIe rates are measured over, not start-up.
+5. What `pip install` of the wheel brings into a fresh venv besides gpudash itself (issue 46): its
+   dependencies (pyproject's list, what the wheel requires) installed into a fresh venv, each distribution's
+   installed size (the files its RECORD lists) and which of gpudash's dependencies pulls it in.
 
 Run: .venv/bin/python benchmarks/bench_first_run.py [--runs 7] [--baseline-ref REF] [--wheel PATH]
-     [--with-baseline-clone] [--skip help,wheel,clone]
+     [--with-baseline-clone] [--status-baseline REF] [--skip help,wheel,clone,status,size]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -32,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE_REF = "fbe9fa0"  # main before issue 33 (the README's Run it built llama.cpp in the foreground)
-GOALS = {"help": "help <= 2x version", "wheel": "<= 30 s, no compiler", "clone": "<= 120 s"}
+GOALS = {"status": "status <= 2x version", "help": "help <= 2x version", "wheel": "<= 30 s, no compiler", "clone": "<= 120 s"}
 
 
 def timed(argv: list[str], **kw) -> float:
@@ -50,14 +57,24 @@ def tree_of(ref: str, dest: Path) -> Path:
     return dest
 
 
+def tomllib_deps() -> list[str]:
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
+def re_name(requirement: str) -> str:
+    import re
+
+    return re.split(r"[ ;<>=!~\[(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
 def deps_only_python(tmp: Path) -> Path:
     """A venv with gpudash's dependencies but not gpudash (an editable install's import hook would import
     this checkout's gpudash whatever PYTHONPATH says), and gpudash's metadata alone, which --version reads."""
-    import tomllib
-
     target = tmp / "deps-venv"
     venv.create(target, with_pip=True)
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = tomllib_deps()
     subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", *deps], check=True,
                    capture_output=True)
     site = subprocess.run([str(target / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -75,6 +92,58 @@ def help_vs_version(python: Path, tree: Path, runs: int) -> tuple[float, float]:
     version = statistics.median(timed([*cmd, "--version"], env=env, cwd=tree) for _ in range(runs))
     helped = statistics.median(timed([*cmd, "--help"], env=env, cwd=tree) for _ in range(runs))
     return version, helped
+
+
+def status_vs_version(python: Path, tree: Path, runs: int) -> dict[str, float]:
+    """Median seconds of `gpudash --version` and `status --json --sim h200` (default window and --window 0.05),
+    interleaved, from `tree`'s sources; the sim rig's engine is the library this checkout built."""
+    from gpudash.engine import _native
+
+    lib = next(p for p in _native._candidates() if p.is_file())
+    env = {**os.environ, "PYTHONPATH": str(tree), "GPUDASH_ENGINE_LIB": str(lib)}
+    cmd = [str(python), "-m", "gpudash"]
+    ways = {"version": ["--version"], "status": ["status", "--json", "--sim", "h200"],
+            "status, --window 0.05": ["status", "--json", "--sim", "h200", "--window", "0.05"]}
+    times: dict[str, list[float]] = {w: [] for w in ways}
+    for _ in range(runs):
+        for way, args in ways.items():
+            times[way].append(timed([*cmd, *args], env=env, cwd=tree))
+    return {w: statistics.median(xs) for w, xs in times.items()}
+
+
+FOOTPRINT = r"""
+import json, re
+from importlib import metadata
+from pathlib import Path
+
+def name(s):
+    return re.split(r"[ ;<>=!~\[(]", s.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+dists = {name(d.metadata["Name"]): d for d in metadata.distributions()}
+size = {n: sum((Path(d.locate_file(f)).stat().st_size for f in (d.files or []) if Path(d.locate_file(f)).is_file()))
+        for n, d in dists.items()}
+needs = {n: [name(r) for r in (d.requires or []) if "extra ==" not in r] for n, d in dists.items()}
+print(json.dumps({"size": size, "needs": needs}))
+"""
+
+
+def footprint(python: Path, roots: list[str]) -> list[tuple[str, float, str]]:
+    """(distribution, installed MB, the roots that pull it in) for every distribution in `python`'s venv."""
+    got = json.loads(subprocess.run([str(python), "-c", FOOTPRINT], check=True, capture_output=True, text=True).stdout)
+    size, needs = got["size"], got["needs"]
+    by: dict[str, set[str]] = {n: set() for n in size}
+    for root in roots:
+        seen, todo = set(), [root]
+        while todo:
+            n = todo.pop()
+            if n in seen or n not in size:
+                continue
+            seen.add(n)
+            by[n].add(root)
+            todo += needs.get(n, [])
+    roots_of = {n: ", ".join(sorted(r)) if r else "(the venv's own, or a dependency's extra)" for n, r in by.items()}
+    rows = [(n, size[n] / 1e6, roots_of[n]) for n in size if n != "gpudash"]
+    return sorted(rows, key=lambda r: -r[1])
 
 
 def fresh_env(tmp: Path, path: str | None = None, cache: Path | None = None) -> dict[str, str]:
@@ -155,7 +224,8 @@ def main() -> None:
     ap.add_argument("--baseline-ref", default=BASELINE_REF)
     ap.add_argument("--wheel", type=Path, help="a wheel built by packaging/build_wheel.py (default: build one)")
     ap.add_argument("--with-baseline-clone", action="store_true", help="also follow the baseline's README")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: help, wheel, clone")
+    ap.add_argument("--status-baseline", default="main", help="the tree `status` is compared with")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: help, wheel, clone, status")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; baseline {args.baseline_ref}")
@@ -164,8 +234,25 @@ def main() -> None:
         tmp = Path(d)
         base_tree = tree_of(args.baseline_ref, tmp / "baseline")
         this_tree = tree_of("HEAD", tmp / "this")
-        if "help" not in skip:
-            python = deps_only_python(tmp)
+        python = deps_only_python(tmp) if {"help", "status", "size"} - skip else None
+        if "status" not in skip and python is not None:
+            this = status_vs_version(python, this_tree, args.runs)
+            base = status_vs_version(python, tree_of(args.status_baseline, tmp / "status-baseline"), args.runs)
+            for way in this:
+                print(row(f"gpudash {way} (s, median)", this[way], base[way]))
+            print(row("status / --version", this["status"] / this["version"], base["status"] / base["version"],
+                      goal=GOALS["status"]))
+            print(row("status --window 0.05 / --version", this["status, --window 0.05"] / this["version"],
+                      base["status, --window 0.05"] / base["version"]))
+        if "size" not in skip:
+            size_python = python if python is not None else deps_only_python(tmp)
+            deps = tomllib_deps()
+            rows = footprint(size_python, [re_name(d) for d in deps])
+            print(f"\n{len(rows)} distributions, {sum(r[1] for r in rows):.1f} MB installed (gpudash's dependencies "
+                  "into a fresh venv; gpudash itself not counted):")
+            for n, mb, by in rows:
+                print(f"  {n:<28}{mb:>8.1f} MB   {by}")
+        if "help" not in skip and python is not None:
             v, h = help_vs_version(python, this_tree, args.runs)
             bv, bh = help_vs_version(python, base_tree, args.runs)
             print(row("gpudash --version (s, median)", v, bv))

@@ -10,7 +10,10 @@ Measures, and prints beside the targets from the issue (ratio = measured / targe
     beside the headless `gpudash record` at the same rate as the no-UI baseline.
 Polling capture-pane every 10 ms bounds the resolution of the two latency figures (each poll ~3 ms).
 
-Run: .venv/bin/python benchmarks/bench_tui.py [--cpu-seconds 30]
+--watch-runs N measures only pure watching (load off, probe off): gpudash's own CPU, median of N starts, and
+the first frame, median of 3 (issue 46: a render change is measured before/after this way).
+
+Run: .venv/bin/python benchmarks/bench_tui.py [--cpu-seconds 30] [--watch-runs 3]
 """
 
 from __future__ import annotations
@@ -128,10 +131,28 @@ def cpu_share(cfg: Path, seconds: float) -> float:
     return ((c1.user - c0.user) + (c1.system - c0.system)) / (t1 - t0)
 
 
+def watch_only(runs: int, seconds: float) -> None:
+    """Pure watching (no sim load, no probe): the process's CPU, median of `runs` starts; the first frame."""
+    with tempfile.TemporaryDirectory() as d:
+        cfg = config_file(Path(d), False, "off")
+        try:
+            shares = [cpu_share(cfg, seconds) * 100 for _ in range(runs)]
+            ff = first_frame(cfg)
+        finally:
+            subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
+    print(f"host: {psutil.cpu_count()} cores, load average {', '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
+    print(f"pure watching, 8 sim GPUs @ 2 Hz, Overview at 120x40, {seconds:g} s each: gpudash's own CPU "
+          f"{statistics.median(shares):.2f}% of a core, median of {runs} ({', '.join(f'{x:.2f}' for x in shares)})")
+    print(f"time to first frame: {ff:.2f} s, median of 3")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu-seconds", type=float, default=30.0)
+    ap.add_argument("--watch-runs", type=int, default=0, help="only pure watching: CPU over this many starts")
     args = ap.parse_args()
+    if args.watch_runs:
+        return watch_only(args.watch_runs, args.cpu_seconds)
     cpu_rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -152,7 +173,7 @@ def main() -> None:
                               ("key -> screen change (ms), median of 20", 100.0, k50 * 1000),
                               ("key -> screen change (ms), p95 of 20", 100.0, k95 * 1000)):
         print(f"{name:<44} {target:>8.1f} {got:>9.2f} {got / target:>6.2f}")
-    print(f"\nCPU % of one core, 8 sim GPUs @ 2 Hz, Overview shown (target 10%)")
+    print("\nCPU % of one core, 8 sim GPUs @ 2 Hz, Overview shown (target 10%)")
     print(f"{'setting':<30} {'launch (TUI)':>12} {'ratio/target':>12} {'record (no UI)':>14} {'TUI/record':>10}")
     for name, tui, base in cpu_rows:
         print(f"{name:<30} {tui * 100:>12.2f} {tui * 100 / 10:>12.2f} {base * 100:>14.2f} "

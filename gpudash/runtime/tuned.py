@@ -11,10 +11,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import tomli_w
 
-from gpudash.config import APP_NAME, Config, ConfigError, EngineSettings, validate
+from gpudash.config import Config, ConfigError, EngineSettings, validate
+from gpudash.config.files import any_tuned, tuned_dir
 
 
 def machine_identity() -> str:
@@ -27,10 +27,6 @@ def machine_identity() -> str:
         return f"{host}; no NVIDIA GPU"
     gpus = ", ".join(f"{d.static.name} {d.static.uuid}" for d in devices())
     return f"{host}; driver {nvml.driver_version()}; {gpus}"
-
-
-def tuned_dir() -> Path:
-    return Path(platformdirs.user_config_dir(APP_NAME)) / "tuned"
 
 
 def tuned_path(identity: str) -> Path:
@@ -66,7 +62,7 @@ def _read(path: Path, identity: str) -> dict[str, Any]:
 
 def load_tuned(identity: str | None = None) -> tuple[Path, dict[str, Any]] | None:
     """(file, knobs) tuned on this machine, or None. Without any tuned file NVML is not even asked."""
-    if not tuned_dir().is_dir() or not any(tuned_dir().glob("engine-*.toml")):
+    if not any_tuned():
         return None
     identity = identity or machine_identity()
     path = tuned_path(identity)

@@ -15,6 +15,14 @@ burst looks quiet with a chance of only quiet_bps * max_interval_s / modulus (1.
 Blind spot, by design: a burst that jumps from idle to more than ``modulus / max_interval_s`` bytes/s
 (17 GB/s at 0.25 s) is under-counted by whole wraps during that first interval only (rarely two).
 Lower `max_interval_s` to shrink it, at the cost of more reads while idle.
+
+The poll rate follows the traffic: while a counter moves, the next read comes before it can wrap
+(`next_interval`, four-fold headroom: every ~19 ms at 55 GB/s, whose 32-bit wire counter wraps every
+~75 ms); a link that moves slower than `quiet_bps` is read every `max_interval_s`; and once every counter
+has stayed quiet for `settle_s` (an idle box: pure watching) the reads stretch to `idle_interval_s`, which
+halves the driver calls of an idle box at the default 1 s against 0.5 s. The blind spot above then holds
+with `idle_interval_s` for the first burst after a long quiet spell (more than 4.3 GB/s at 1 s); bursts
+that follow within `settle_s` of traffic keep the shorter interval's.
 """
 
 from __future__ import annotations
@@ -111,10 +119,14 @@ class CounterPoller:
     """
 
     def __init__(self, readers: Sequence[Reader], min_interval_s: float = 0.005, max_interval_s: float = 0.25,
-                 quiet_bps: float = 256e6, clock: Callable[[], float] = time.monotonic) -> None:
+                 quiet_bps: float = 256e6, clock: Callable[[], float] = time.monotonic,
+                 idle_interval_s: float = 1.0, settle_s: float = 30.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self._readers = list(readers)
         self._min, self._max, self._quiet_bps = min_interval_s, max_interval_s, quiet_bps
-        self._clock = clock
+        self._idle, self._settle_s = max(idle_interval_s, max_interval_s), settle_s
+        self._clock, self._sleep = clock, sleep
+        self._moved_at: float | None = None  # clock time of the last read that saw a counter move
         self._lock = threading.Lock()
         self._tx = [CounterUnwrapper() for _ in self._readers]
         self._rx = [CounterUnwrapper() for _ in self._readers]
@@ -154,15 +166,24 @@ class CounterPoller:
             self.reads += 1
         return fastest
 
+    def step(self) -> float:
+        """One round of the thread: read every GPU (twice after a long gap that looked busy) and return
+        the seconds until the next round, which follow the fastest counter (see the module's doc)."""
+        fastest = self.read_all()
+        if self.interval_s > 4 * self._min and fastest >= self._quiet_bps and not self._stop.is_set():
+            # After a long gap a busy-looking delta may have aliased; a second read one short gap
+            # later measures a rate that cannot have, so a burst is noticed after one interval.
+            self._sleep(self._min)
+            fastest = self.read_all()
+        now = self._clock()
+        if self._moved_at is None or fastest >= self._quiet_bps:
+            self._moved_at = now
+        longest = self._idle if now - self._moved_at >= self._settle_s else self._max
+        modulus = min((u.modulus for u in self._tx + self._rx), default=COUNTER_MODULUS)
+        self.interval_s = next_interval(fastest, modulus, self._min, longest)
+        return self.interval_s
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            fastest = self.read_all()
-            if self.interval_s > 4 * self._min and fastest >= self._quiet_bps and not self._stop.is_set():
-                # After a long gap a busy-looking delta may have aliased; a second read one short gap
-                # later measures a rate that cannot have, so a burst is noticed after one interval.
-                time.sleep(self._min)
-                fastest = self.read_all()
-            modulus = min((u.modulus for u in self._tx + self._rx), default=COUNTER_MODULUS)
-            self.interval_s = next_interval(fastest, modulus, self._min, self._max)
-            self._stop.wait(self.interval_s)
+            self._stop.wait(self.step())
 

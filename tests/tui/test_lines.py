@@ -9,7 +9,7 @@ from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.widgets import Static
 
-from gpudash.tui.widgets.lines import TextLines
+from gpudash.tui.widgets.lines import Line, TextLines
 
 pytestmark = pytest.mark.anyio
 
@@ -59,3 +59,24 @@ async def test_only_changed_lines_are_rendered_and_repainted(monkeypatch) -> Non
         repainted.clear()
         lines.show(LINES[:2])  # fewer lines: the rows below are cleared
         assert [r.y for r in repainted] == [1, 2, 3, 4, 5, 6]  # the long line took three rows
+
+
+class Titled(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Line("Processes: none on the GPUs")
+
+
+async def test_a_line_updated_with_what_it_shows_asks_for_nothing(monkeypatch) -> None:
+    """Static.update asks for a layout of the screen every time; a Line only when its content changed (the
+    Overview's process title is set every tick)."""
+    app = Titled()
+    async with app.run_test(size=(40, 5)) as pilot:
+        line = app.query_one(Line)
+        await pilot.pause()
+        asked: list[bool] = []
+        monkeypatch.setattr(line, "refresh", lambda *regions, layout=False, **kw: asked.append(layout))
+        line.update("Processes: none on the GPUs")
+        line.update(Text("bold title", style="bold"))
+        line.update(Text("bold title", style="bold"))  # equal: nothing
+        line.update(Text("bold title", style="red"))  # the same characters in another style: drawn
+        assert asked == [True, True]

@@ -1,9 +1,11 @@
-"""A block of text lines that renders and repaints only the lines that changed since the last update.
+"""Text that costs nothing to show again: a block of lines that renders and repaints only the lines that
+changed since the last update (TextLines), and a Static that an update with what it shows leaves alone (Line).
 
 A Static re-renders all of its text on every update, and Textual repaints the whole widget. A GPU card
 is mostly plots and labels that stay as they were from tick to tick while a few numbers move: on the
 H200 box most of the UI thread went to rendering those unchanged lines again (StylesCache.render,
-Content.render under the Overview's cards).
+Content.render under the Overview's cards). And Static.update asks for a layout of the whole screen every
+time, changed or not: one title updated each tick cost the Overview a full layout pass per tick.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
-from textual.visual import Visual, visualize
+from textual.visual import Visual, VisualType, visualize
 from textual.widget import Widget
+from textual.widgets import Static
 
 
 def _on_line(strip: Strip, y: int) -> Strip:
@@ -75,3 +78,24 @@ class TextLines(Widget):
         if (self._width, self._style) != (self.size.width, self.visual_style):  # resized, or a new theme
             self._lay_out(self._lines)
         return self._rows[y] if y < len(self._rows) else Strip.blank(self.size.width, self.visual_style.rich_style)
+
+
+class Line(Static):
+    """A Static whose update with the content it already shows does nothing: no new visual, no repaint and
+    no layout of the screen (Static.update does all three every time)."""
+
+    def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+        if not _same(content, self.content):
+            super().update(content, layout=layout)
+
+
+def _text_key(text: Text) -> tuple:
+    return text.plain, text.spans, text.style, text.justify, text.overflow, text.no_wrap, text.end
+
+
+def _same(a: object, b: object) -> bool:
+    """Whether two contents show the same: equal strings, or Texts equal in characters, spans and style
+    (Text's own == leaves its base style out). Anything else counts as new."""
+    if isinstance(a, Text) and isinstance(b, Text):
+        return _text_key(a) == _text_key(b)
+    return type(a) is str and type(b) is str and a == b

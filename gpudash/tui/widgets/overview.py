@@ -18,6 +18,7 @@ from gpudash.tui.widgets.energy import overview_line
 from gpudash.tui.widgets.lines import TextLines
 from gpudash.tui.widgets.fitted import FittedTable
 from gpudash.tui.widgets.processes import ProcessesView, ShowsProcesses, cells, process_rows, shown_rows
+from gpudash.tui.widgets.lines import Line  # a Static that an unchanged update leaves alone
 from gpudash import fmt
 
 
@@ -198,7 +199,7 @@ class OverviewView(ShowsProcesses):
         self._energy.display = False
         self._grid = Container(id="gpu-grid")
         self._cards: dict[int, GpuCard] = {}  # held, not queried each tick (a query walks the DOM)
-        self._procs_title = Static("", id="overview-procs-title", classes="view-title")
+        self._procs_title = Line("", id="overview-procs-title", classes="view-title")  # updated every tick
         self._procs = FittedTable(ProcessesView.COLUMNS, ProcessesView.DROP, id="overview-procs")
         self._procs_title.display = self._procs.display = False  # until the first tick says how many fit
 

@@ -29,7 +29,7 @@ from typing import TextIO
 
 import psutil
 
-from gpudash.private_fs import FILE_MODE, private_dir
+from gpudash.private_fs import FILE_MODE, private_dir, symlink_atomic
 
 _instances = itertools.count(1)  # two supervisors of one process (tests, a relaunched stack) never share a file
 
@@ -117,10 +117,7 @@ def point_latest(log: Path, name: str) -> None:
             kept = time.strftime("%Y%m%d-%H%M%S", time.localtime(st.st_mtime))
             link.rename(link.with_name(f"{name}.{kept}.log"))
     with contextlib.suppress(OSError):
-        tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(log.name)
-        os.replace(tmp, link)
+        symlink_atomic(link, log.name)
 
 
 def prune_old(log_dir: Path, name: str, keep: int = KEEP_PER_SERVER) -> list[Path]:

@@ -139,3 +139,16 @@ class Mount:
 
     def unmount(self) -> None:
         subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
+
+
+def memory_capped(limit: int = 1 << 30):
+    """A preexec_fn capping a child's address space at `limit` bytes: a read without a bound ends in
+    MemoryError there instead of taking the box's memory."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def plant_fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path

@@ -37,7 +37,7 @@ from gpudash.launcher.logparse import LogFacts, parse_line
 from gpudash.launcher.server_logs import (LogDirError, header_line, instance_log, open_log, point_latest,
                                          prune_old)
 from gpudash.launcher.sleep import Action, SleepError, SleepResult
-from gpudash.proctree import descendants
+from gpudash.proctree import descendants, end_tagged, tagged_env
 from gpudash.records import Event, ServerSample, ServerState
 from gpudash.redact import mask_values, redact_args, redact_spec, secret_values
 
@@ -106,6 +106,7 @@ class Supervisor:
         self.preload_knobs = dict(preload_knobs or {})  # what the next start of a preloaded server gets
         self._lock = threading.Lock()  # guards the dict and the fields the waiter threads change
         self._stopping: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # exits that are no crash
+        self._tags: weakref.WeakKeyDictionary[subprocess.Popen, str] = weakref.WeakKeyDictionary()  # proctree
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudash-spawn")
         self._pids_seen: tuple[float, tuple[tuple[str, int], ...], dict[int, str]] = (0.0, (), {})
         self._servers: dict[str, _Server] = {
@@ -407,11 +408,12 @@ class Supervisor:
         log.flush()  # the header first: pruning counts only logs that begin with it
         point_latest(srv.log_path, name)
         prune_old(self._log_dir, name)
+        env, tag = tagged_env({**os.environ, **cmd.env})  # finds its children even if they leave its group
         try:
             # Spawned from the one long-lived spawner thread: the death signal (guard.py) follows that thread.
             proc = self._spawner.submit(
                 subprocess.Popen, guarded(cmd.argv, self._stop_timeout_s), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, env={**os.environ, **cmd.env}, start_new_session=True, text=True,
+                stderr=subprocess.STDOUT, env=env, start_new_session=True, text=True,
                 errors="replace", bufsize=1).result()
         except OSError as err:
             log.close()
@@ -419,6 +421,7 @@ class Supervisor:
             cause = f"could not execute '{cmd.argv[0]}': {err.strerror}"
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=cause)
             raise LaunchError(name, cause) from None
+        self._tags[proc] = tag
         with self._lock:  # a new tail: the old process's last lines (its reader may still run) stay in the old one
             srv.spec, srv.port, srv.proc, srv.tail = spec, port, proc, deque(maxlen=TAIL_LINES)
             srv.state, srv.started, srv.facts = (ServerState.RELAUNCHING if relaunch else ServerState.LOADING), None, LogFacts()
@@ -429,7 +432,7 @@ class Supervisor:
         srv.reader.start()
         url = f"http://{url_host(spec.host)}:{port}/health"
         try:
-            ready_ts = wait_healthy(proc, url, spec.health_timeout_s, cancel=srv.cancel)
+            ready_ts = wait_healthy(proc, url, spec.health_timeout_s, cancel=srv.cancel, port=port)
         except NotHealthy as err:
             self._terminate(srv)
             if srv.cancel.is_set():  # a stop won the race with the start: no failure to report
@@ -487,6 +490,7 @@ class Supervisor:
             return
         self._stopping.add(proc)
         _killpg(proc.pid, signal.SIGKILL)  # its group's stragglers, now, while the group id is surely its own
+        end_tagged(self._tags.get(proc, ""))  # and children that left the group
         with self._lock:
             if srv.proc is not proc:
                 return
@@ -537,6 +541,7 @@ class Supervisor:
                 _killpg(pgid, signal.SIGKILL)
                 proc.wait()
         _killpg(pgid, signal.SIGKILL)  # members that outlived the leader (workers, grandchildren)
+        end_tagged(self._tags.get(proc, ""))  # and those that left its group (setsid) and their parent
         if srv.reader is not None and srv.reader is not threading.current_thread():
             srv.reader.join(timeout=2.0)
 

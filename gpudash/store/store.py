@@ -28,7 +28,7 @@ from gpudash.redact import mask_text, remember_config
 from gpudash.records import SAMPLE_TABLES, Event, RequestSample, Snapshot
 from gpudash.store import codec
 from gpudash.store.deadline import READ_DEADLINE_S, DeadlineConnection
-from gpudash.store.schema import (ROLLUP_TABLES, SchemaTooNew, decode_json, immediate, migrate, missing_columns,
+from gpudash.store.schema import (ROLLUP_TABLES, SchemaTooNew, immediate, migrate, missing_columns,
                                   rollup_table)
 
 # Tables a session's rows live in, in export order.
@@ -281,7 +281,7 @@ class Store:
             for table, (attr, single) in codec.snapshot_fields().items():
                 records = tuple(codec.decode(table, r) for r in cursors[table].take(t))
                 fields[attr] = (records[0] if records else None) if single else records
-            yield Snapshot(ts=tick["ts"], tick=t, source=source, errors=tuple(decode_json(tick["errors"]) or ()),
+            yield Snapshot(ts=tick["ts"], tick=t, source=source, errors=codec.tick_errors(sid, t, tick["errors"]),
                            **fields)
 
     # ---- direct writes -----------------------------------------------------------------------------

@@ -31,6 +31,9 @@ from gpudash.store.deadline import READ_DEADLINE_S, DeadlineConnection
 from gpudash.store.schema import (ROLLUP_TABLES, SchemaTooNew, immediate, migrate, missing_columns,
                                   rollup_table)
 
+# The notes of the sessions that record what the dashboard shows (written by `launch`, `serve`, `record`);
+# an empty note is a session from before notes. Bench runs, probes and server actions note themselves otherwise.
+RECORDING_NOTES = ("gpudash launch", "gpudash serve", "gpudash record")
 # Tables a session's rows live in, in export order.
 SESSION_TABLES: tuple[str, ...] = ("sessions", "ticks", *SAMPLE_TABLES)
 # The 1-minute tier (retention.py): a session's samples older than [store] raw_days live here.
@@ -236,10 +239,18 @@ class Store:
             raise StoreError(f"no session {sid} in {self.path}; `gpudash history` lists the sessions")
         return rows[0]
 
-    def resolve_session(self, ref: str | int) -> int:
-        """A session id from ``"latest"`` or a number; ValueError (a StoreError) naming the fix if none."""
+    def resolve_session(self, ref: str | int, recording: bool = False) -> int:
+        """A session id from ``"latest"`` or a number; ValueError (a StoreError) naming the fix if none.
+        With `recording`, "latest" is the newest recording of the dashboard (RECORDING_NOTES), not a bench
+        run, a probe or a server action written after it."""
         if str(ref).strip().lower() == "latest":
-            row = self.db.execute("SELECT max(id) FROM sessions").fetchone()
+            where = f" WHERE coalesce(note, '') IN ('', {', '.join('?' * len(RECORDING_NOTES))})" if recording else ""
+            row = self.db.execute(f"SELECT max(id) FROM sessions{where}", RECORDING_NOTES if recording else ()
+                                  ).fetchone()
+            if row[0] is None and recording and self.db.execute("SELECT count(*) FROM sessions").fetchone()[0]:
+                raise StoreError(f"{self.path} holds no recording of the dashboard to replay (only bench runs, probes "
+                                 "or server actions); record one with `gpudash record`, or name a session by its id "
+                                 "(`gpudash history` lists them)")
             if row[0] is None:
                 raise StoreError(f"{self.path} has no sessions yet; record one with `gpudash record`")
             return int(row[0])

@@ -52,8 +52,8 @@ def export_session(store: Store, sid: int, fmt: str, out_dir: Path, force: bool 
     """Write every table of session `sid` into `out_dir` as `<table>.<fmt>`; returns what was written."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    writer = _WRITERS[fmt]()  # only the chosen format's writer is built: csv and json need no pyarrow
     source = store.session_row(sid)["source"]
+    writer = _WRITERS[fmt](source)  # only the chosen format's writer is built: csv and json need no pyarrow
     tables = [*SESSION_TABLES, *(t for t in TIER_TABLES if store.count(sid, t))]  # the 1-minute tier if it holds any
     targets = {t: out_dir / f"{t}.{fmt}" for t in tables}
     existing = [p for p in targets.values() if p.exists()]
@@ -180,8 +180,9 @@ def _write_json(new: Pending, table: str, header: list[tuple[str, type]], rows: 
     return n
 
 
-def _parquet_writer():
-    """The Parquet writer, or ExportError naming the extra when pyarrow is not installed."""
+def _parquet_writer(source: str):
+    """The Parquet writer, or ExportError naming the extra when pyarrow is not installed. Every file's
+    metadata carries the session's source (`gpudash.source`), so an empty table's file is labelled too."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -190,7 +191,7 @@ def _parquet_writer():
     types = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 
     def write(new: Pending, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
-        schema = pa.schema([(c, types[t]) for c, t in header])
+        schema = pa.schema([(c, types[t]) for c, t in header], metadata={"gpudash.source": source})
         n = 0
         with pq.ParquetWriter(new.name_for_library, schema) as w:
             batch: list[dict[str, Any]] = []
@@ -221,4 +222,4 @@ def _fitted(row: dict[str, Any], header: list[tuple[str, type]], table: str) -> 
     return row
 
 
-_WRITERS = {"csv": lambda: _write_csv, "json": lambda: _write_json, "parquet": _parquet_writer}
+_WRITERS = {"csv": lambda _: _write_csv, "json": lambda _: _write_json, "parquet": _parquet_writer}

@@ -152,3 +152,9 @@ def memory_capped(limit: int = 1 << 30):
 def plant_fifo(path: Path) -> Path:
     os.mkfifo(path)
     return path
+
+
+def as_user(user: tuple[str, int, int], argv: list[str], **kw) -> subprocess.Popen:
+    """`argv` started as `user` (setpriv: that uid and gid, no supplementary groups)."""
+    _, uid, gid = user
+    return subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv], **kw)

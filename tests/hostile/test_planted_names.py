@@ -21,7 +21,7 @@ from gpudash.launcher.server_logs import point_latest
 from gpudash.private_fs import UnsafeFileError, read_capped, write_atomic
 from gpudash.store import Store, StoreWriter
 from gpudash.store.export import ExportError, export_session
-from hostile_helpers import WAIT_S, gpudash, memory_capped, plant_fifo
+from hostile_helpers import WAIT_S, as_user, gpudash, memory_capped, plant_fifo
 
 VICTIM = "root's file: must stay as it was\n"
 TINY = DemoModelShape(layers=1, embedding=64, heads=2, heads_kv=2, feed_forward=128, context=512)
@@ -212,3 +212,19 @@ def test_the_latest_log_link_is_made_whatever_sits_at_its_old_temporary_name(tmp
     (tmp_path / f".v.log.{os.getpid()}.tmp").mkdir()  # a name today's code would take and cannot
     point_latest(log, "v")
     assert (tmp_path / "v.log").is_symlink() and os.readlink(tmp_path / "v.log") == log.name
+
+
+def test_another_users_links_in_a_shared_folder_reach_no_root_file(tmp_path: Path, other_user, shared_dir: Path) -> None:
+    """Issue 41 item 1 as it happened: a second account plants links at deploy's predictable names in a
+    folder every user can write (mode 1777), root deploys into it; root's file stays as it was and the
+    deployed files are root's own regular files, not that user's links."""
+    victim = _victim(tmp_path)  # root's, in a folder only root can enter: the other user cannot read it
+    names = [p.name for p in target_files("rules")]
+    for name in names:
+        assert as_user(other_user, ["ln", "-s", str(victim), str(shared_dir / f".{name}.{os.getpid()}.tmp")]).wait() == 0
+    r = CliRunner().invoke(deploy, ["rules", "--out", str(shared_dir)])
+    assert r.exit_code == 0, r.output
+    assert victim.read_text() == VICTIM
+    for name in names:
+        st = (shared_dir / name).lstat()
+        assert not (shared_dir / name).is_symlink() and st.st_uid == 0, name

@@ -6,10 +6,12 @@ gpudash did not start, as another user's would be."""
 
 from __future__ import annotations
 
+import socket
 import stat
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.health import free_port
 from gpudash.launcher.supervisor import Supervisor
 from gpudash.telemetry.inbox import Inbox
-from hostile_helpers import DOUBLE, WAIT_S, alive_after_wait, kill_all, memory_capped
+from hostile_helpers import DOUBLE, WAIT_S, alive_after_wait, as_user, kill_all, memory_capped
 
 
 def _exe(path: Path, body: str) -> Path:
@@ -30,9 +32,9 @@ def _exe(path: Path, body: str) -> Path:
 
 
 def _wait_for(path: Path) -> None:
-    end = __import__("time").monotonic() + WAIT_S
-    while not path.exists() and __import__("time").monotonic() < end:
-        __import__("time").sleep(0.02)
+    end = time.monotonic() + WAIT_S
+    while not path.exists() and time.monotonic() < end:
+        time.sleep(0.02)
     assert path.exists(), f"{path} never appeared"
 
 
@@ -148,3 +150,51 @@ while True:
     kill_all(left)
     assert r.returncode == 0 and "cut short" in r.stdout, r.stdout + r.stderr[-2000:]
     assert left == []
+
+
+def test_another_users_squatter_gets_no_request_with_the_key(tmp_path: Path, other_user, shared_dir: Path) -> None:
+    """The same race with the squatter run by a second account (python3 -m http.server answering 200 on
+    /health from a folder of its own), as on a shared box."""
+    port = free_port()
+    started, squatted = tmp_path / "started", tmp_path / "squatted"
+    (shared_dir / "health").write_text("ok")
+    exe = _exe(tmp_path / "vllm", f"""sys.argv[0] = "vllm"
+if not any(a.startswith("--help") for a in sys.argv):
+    open({str(started)!r}, "w").close()
+    while not os.path.exists({str(squatted)!r}):
+        time.sleep(0.02)
+runpy.run_path({str(DOUBLE)!r}, run_name="__main__")
+""")
+    spec = ServerSpec(name="v", kind="vllm", model="m", binary=str(exe), port=port, health_timeout_s=WAIT_S,
+                      env={"VLLM_API_KEY": "sk-must-not-leave"})
+    sup = Supervisor([spec], Inbox(), tmp_path / "logs")
+    squatter: list[subprocess.Popen] = []
+
+    def squat() -> None:
+        _wait_for(started)
+        proc = as_user(other_user, ["/usr/bin/python3", "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                                    "--directory", str(shared_dir)], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+        squatter.append(proc)
+        end = time.monotonic() + WAIT_S
+        while time.monotonic() < end:  # until it listens
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.02)
+        squatted.touch()
+
+    t = threading.Thread(target=squat, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(LaunchError, match="exited"):
+            sup.start("v")
+    finally:
+        sup.stop_all()
+        t.join(WAIT_S)
+        for p in squatter:
+            p.terminate()
+    log = squatter[0].communicate(timeout=WAIT_S)[1]
+    asked = [line for line in log.splitlines() if '"GET ' in line or '"POST ' in line]
+    assert asked and all('"GET /health ' in line for line in asked), log  # asked for health, and nothing else
+    assert sup.states()[0].state.name != "READY"

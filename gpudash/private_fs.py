@@ -52,7 +52,11 @@ def private_file(path: Path) -> Path:
 
 class UnsafeFileError(OSError):
     """A file gpudash will not read or replace as it stands (a link, a FIFO, a device, too large); the
-    message is one sentence naming the file and what it is."""
+    message is one sentence naming the file and what it is (also its `strerror`, as callers of OSError read)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.strerror = message
 
 
 def _open_dir(path: Path) -> int:

@@ -138,7 +138,7 @@ def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...]) ->
             write_atomic(out / name, text, mode=0o644)  # whole files only: a reader never sees half of one
             click.echo(f"wrote {out / name}")
     except OSError as err:
-        raise click.ClickException(f"cannot write into {out} ({err.strerror or err}); pick a writable folder") from None
+        raise click.ClickException(f"cannot write into {out} ({err.strerror}); pick a writable folder") from None
     if target == "systemd":
         program = this_gpudash()
         if program is None:

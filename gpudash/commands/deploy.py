@@ -29,7 +29,6 @@ SHIPPED_GPUDASH = "/usr/local/bin/gpudash"  # the program the shipped unit names
 # PromQL regex, so only names that need no quoting there are taken (dots are escaped).
 FLEET_JOBS = re.compile(r'up\{job=~"([^"]*)"\}')
 JOB_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
-DEPLOY_FILE_CAP = 4 << 20  # bytes of an existing file read to compare: the largest deploy file is ~100 KB
 
 
 def deploy_root() -> Path | None:
@@ -89,6 +88,9 @@ def contents(target: str, path: Path, jobs: tuple[str, ...] = ()) -> str:
     if jobs and "rules" in path.name:
         text = with_jobs(text, jobs)
     return text
+
+
+DEPLOY_FILE_CAP = 4 << 20  # bytes of an existing file read to compare: the largest deploy file is ~100 KB
 
 
 def _differs(path: Path, text: str) -> bool:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -65,10 +66,13 @@ class _Squatter:
         self.server.server_close()
 
 
-def test_a_port_squatter_is_never_taken_for_the_server(tmp_path: Path) -> None:
+def _start_with_a_squatter(tmp: Path, squat: Callable[[int], None]) -> Supervisor:
+    """Start a server (the vLLM double, its API key set) on a port that `squat(port)` takes once the server
+    runs and before it binds: the race another user wins. The start must fail; returns the stopped
+    supervisor."""
     port = free_port()
-    started, squatted = tmp_path / "started", tmp_path / "squatted"
-    exe = _exe(tmp_path / "vllm", f"""sys.argv[0] = "vllm"
+    started, squatted = tmp / "started", tmp / "squatted"
+    exe = _exe(tmp / "vllm", f"""sys.argv[0] = "vllm"
 if not any(a.startswith("--help") for a in sys.argv):
     open({str(started)!r}, "w").close()
     while not os.path.exists({str(squatted)!r}):
@@ -77,15 +81,14 @@ runpy.run_path({str(DOUBLE)!r}, run_name="__main__")
 """)
     spec = ServerSpec(name="v", kind="vllm", model="m", binary=str(exe), port=port, health_timeout_s=WAIT_S,
                       env={"VLLM_API_KEY": "sk-must-not-leave"})
-    sup = Supervisor([spec], Inbox(), tmp_path / "logs")
-    squatter: list[_Squatter] = []
+    sup = Supervisor([spec], Inbox(), tmp / "logs")
 
-    def squat() -> None:  # once the server runs and before it binds: the race another user wins
+    def race() -> None:
         _wait_for(started)
-        squatter.append(_Squatter(port))
+        squat(port)
         squatted.touch()
 
-    t = threading.Thread(target=squat, daemon=True)
+    t = threading.Thread(target=race, daemon=True)
     t.start()
     try:
         with pytest.raises(LaunchError, match="exited"):
@@ -93,10 +96,18 @@ runpy.run_path({str(DOUBLE)!r}, run_name="__main__")
     finally:
         sup.stop_all()
         t.join(WAIT_S)
+    assert sup.states()[0].state.name != "READY"
+    return sup
+
+
+def test_a_port_squatter_is_never_taken_for_the_server(tmp_path: Path) -> None:
+    squatter: list[_Squatter] = []
+    try:
+        _start_with_a_squatter(tmp_path, lambda port: squatter.append(_Squatter(port)))
+    finally:
         for s in squatter:
             s.close()
     assert squatter and all(a is None for a in squatter[0].authorization)
-    assert sup.states()[0].state.name != "READY"
 
 
 def test_a_server_that_forks_and_exits_takes_its_child_along(tmp_path: Path) -> None:
@@ -155,46 +166,25 @@ while True:
 def test_another_users_squatter_gets_no_request_with_the_key(tmp_path: Path, other_user, shared_dir: Path) -> None:
     """The same race with the squatter run by a second account (python3 -m http.server answering 200 on
     /health from a folder of its own), as on a shared box."""
-    port = free_port()
-    started, squatted = tmp_path / "started", tmp_path / "squatted"
     (shared_dir / "health").write_text("ok")
-    exe = _exe(tmp_path / "vllm", f"""sys.argv[0] = "vllm"
-if not any(a.startswith("--help") for a in sys.argv):
-    open({str(started)!r}, "w").close()
-    while not os.path.exists({str(squatted)!r}):
-        time.sleep(0.02)
-runpy.run_path({str(DOUBLE)!r}, run_name="__main__")
-""")
-    spec = ServerSpec(name="v", kind="vllm", model="m", binary=str(exe), port=port, health_timeout_s=WAIT_S,
-                      env={"VLLM_API_KEY": "sk-must-not-leave"})
-    sup = Supervisor([spec], Inbox(), tmp_path / "logs")
     squatter: list[subprocess.Popen] = []
 
-    def squat() -> None:
-        _wait_for(started)
-        proc = as_user(other_user, ["/usr/bin/python3", "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                                    "--directory", str(shared_dir)], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True)
-        squatter.append(proc)
+    def squat(port: int) -> None:
+        squatter.append(as_user(other_user, ["/usr/bin/python3", "-m", "http.server", str(port), "--bind",
+                                             "127.0.0.1", "--directory", str(shared_dir)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         end = time.monotonic() + WAIT_S
         while time.monotonic() < end:  # until it listens
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.02)
-        squatted.touch()
 
-    t = threading.Thread(target=squat, daemon=True)
-    t.start()
     try:
-        with pytest.raises(LaunchError, match="exited"):
-            sup.start("v")
+        _start_with_a_squatter(tmp_path, squat)
     finally:
-        sup.stop_all()
-        t.join(WAIT_S)
         for p in squatter:
             p.terminate()
     log = squatter[0].communicate(timeout=WAIT_S)[1]
     asked = [line for line in log.splitlines() if '"GET ' in line or '"POST ' in line]
     assert asked and all('"GET /health ' in line for line in asked), log  # asked for health, and nothing else
-    assert sup.states()[0].state.name != "READY"

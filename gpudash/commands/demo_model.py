@@ -47,7 +47,7 @@ def demo_model(out: str, layers: int, embedding: int, heads: int, context: int) 
     try:
         path = write_demo_model(out, shape)
     except OSError as err:
-        usage_error(f"cannot write {out} ({err.strerror}); pick a writable path")
+        usage_error(f"cannot write {out} ({err.strerror or err}); pick a writable path")
     from gpudash.launcher.llama.locate import find_llama_server, missing_text
 
     size = path.stat().st_size

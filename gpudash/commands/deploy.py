@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 import gpudash
+from gpudash.private_fs import read_capped, write_atomic
 
 # target -> (folder under deploy/, file-name pattern): the rules and the dashboard are the files CI tests.
 TARGETS: dict[str, tuple[str, str]] = {
@@ -98,6 +99,20 @@ def contents(target: str, path: Path, jobs: tuple[str, ...] = (), image: str | N
     return text
 
 
+DEPLOY_FILE_CAP = 4 << 20  # bytes of an existing file read to compare: the largest deploy file is ~100 KB
+
+
+def _differs(path: Path, text: str) -> bool:
+    """Whether `path` holds something other than `text`: nothing there is no difference; a link, a FIFO or a
+    device (read without following or waiting) or a file larger than any deploy file is one."""
+    try:
+        return read_capped(path, DEPLOY_FILE_CAP) != text.encode("utf-8")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
 @click.command()
 @click.argument("target", type=click.Choice(sorted(TARGETS)))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -132,8 +147,7 @@ def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...], im
         return
     if out.exists() and not out.is_dir():
         usage_error(f"--out {out} is a file; give a folder")
-    clash = [name for name, text in files.items()
-             if (out / name).exists() and (out / name).read_text(encoding="utf-8", errors="replace") != text]
+    clash = [name for name, text in files.items() if _differs(out / name, text)]
     if clash and not force:
         differ = "already exists and differs" if len(clash) == 1 else "already exist and differ"
         usage_error(f"{', '.join(str(out / n) for n in clash)} {differ}; pass --force to overwrite, or pick "
@@ -141,9 +155,7 @@ def deploy(target: str, out: Path | None, force: bool, jobs: tuple[str, ...], im
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
-            tmp = out / f".{name}.{os.getpid()}.tmp"
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, out / name)  # whole files only: a reader never sees half of one
+            write_atomic(out / name, text, mode=0o644)  # whole files only: a reader never sees half of one
             click.echo(f"wrote {out / name}")
     except OSError as err:
         raise click.ClickException(f"cannot write into {out} ({err.strerror}); pick a writable folder") from None

@@ -80,6 +80,17 @@ def _table(sessions: Sequence[SessionInfo], groups: Sequence[str],
     return table
 
 
+def _actions(actions: Sequence[SessionInfo]) -> Table:
+    """Server actions (sleep, wake) apart from the sessions: each is a moment with its events, not a
+    recording of 0 s."""
+    table = plain_table(title="server actions (their events; no samples)")
+    for name in ("id", "at", "what", "rows"):
+        table.add_column(name, justify="right" if name == "id" else "left", no_wrap=name != "what")
+    for s in actions:
+        table.add_row(str(s.id), fmt.clock(s.started), markup_free(s.note or fmt.NA), _rows(s))
+    return table
+
+
 @click.command()
 @db_option
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the sessions as a JSON array.")
@@ -90,8 +101,9 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
 
     A session without an end shows as live (its writer runs), interrupted (its writer is gone) or open
     (written on another host); `what` names the command that recorded it (gpudash launch, gpudash record,
-    gpudash bench engine...). The table fits the terminal; piped, each session is one line."""
-    from gpudash.runtime.history import StoreError, recorded_energy, recorded_sessions
+    gpudash bench engine...). Server actions (`gpudash server sleep|wake`) are listed apart, below. The
+    table fits the terminal; piped, each session is one line."""
+    from gpudash.runtime.history import StoreError, is_action, recorded_energy, recorded_sessions
 
     path = db_path(cfg, db)
     if not path.exists():
@@ -109,4 +121,7 @@ def history(cfg: Config, db: str | None, as_json: bool) -> None:
         click.echo(f"no sessions in {path}")
         return
     out = console()
-    print_tables(out, fitted_tables(out, GROUPS, lambda groups: _table(sessions, groups, energy)))
+    recordings = [s for s in sessions if not is_action(s)]
+    actions = [s for s in sessions if is_action(s)]
+    tables = fitted_tables(out, GROUPS, lambda groups: _table(recordings, groups, energy)) if recordings else []
+    print_tables(out, tables + ([_actions(actions)] if actions else []))

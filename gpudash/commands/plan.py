@@ -64,10 +64,13 @@ def _model(cfg: Config, model_gb: float | None) -> tuple[int, str]:
 def _gpu_weights(path: Path) -> int:
     """The weights llama.cpp puts on the GPUs with every layer offloaded: the file's tensors less the input
     embeddings, which it keeps on the CPU (a file that is not GGUF counts whole)."""
-    from gpudash.launcher.shares import gpu_bytes, model_shape
+    from gpudash.commands.common import usage_error
+    from gpudash.launcher.shares import DamagedModel, gpu_bytes, model_shape
 
     try:
         shape = model_shape(path)
+    except DamagedModel as err:  # GGUF, but not a model its fields can size: say so rather than guess
+        usage_error(str(err))
     except ValueError:
         return path.stat().st_size
     return gpu_bytes(shape, shape.layers + 1, 0)

@@ -12,10 +12,8 @@ write bit (0444, which root could otherwise write) is refused in one sentence.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from gpudash.config.settings import ConfigError, validate
-from gpudash.private_fs import FILE_MODE, private_dir
+from gpudash.private_fs import FILE_MODE, private_dir, write_atomic
 
 
 def save_engine_knobs(path: Path, knobs: dict[str, int]) -> None:
@@ -115,27 +113,8 @@ def _read(path: Path) -> tuple[str, os.stat_result | None]:
 
 
 def _replace(path: Path, text: str, before: os.stat_result | None) -> None:
-    """Make `text` the file's whole content atomically: written to a new file beside it (O_EXCL|O_NOFOLLOW),
-    fsynced, given the old file's mode and owner (0600 for a new file), renamed over it, and the directory
-    fsynced. On any failure (ENOSPC) the new file is removed and the old one is as it was (OSError)."""
+    """Make `text` the file's whole content atomically (private_fs.write_atomic), with the old file's mode
+    and owner (0600 for a new file). On any failure (ENOSPC) the old file is as it was (OSError)."""
     private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with open(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fchmod(f.fileno(), stat.S_IMODE(before.st_mode) if before else FILE_MODE)
-            if before is not None and os.geteuid() == 0:  # root editing a user's file: it stays the user's
-                os.fchown(f.fileno(), before.st_uid, before.st_gid)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):
-        dirfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dirfd)
-        finally:
-            os.close(dirfd)
+    owner = (before.st_uid, before.st_gid) if before is not None and os.geteuid() == 0 else None  # root editing
+    write_atomic(path, text, stat.S_IMODE(before.st_mode) if before else FILE_MODE, owner)  # a user's file

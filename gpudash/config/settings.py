@@ -79,6 +79,20 @@ class StoreConfig(_Section):
         return Path(platformdirs.user_data_dir(APP_NAME)) / "gpudash.db"
 
 
+class LogsConfig(_Section):
+    server_max_bytes: int = 64 << 20
+    """Size at which a supervised server's log file rotates (e.g. "64MB"): its lines so far become
+    `<log>.1`, replacing the one before, so one log holds at most twice this on disk. At least 64 KiB."""
+
+    @field_validator("server_max_bytes", mode="before")
+    @classmethod
+    def _log_size(cls, v: Any) -> int:
+        n = parse_size(v)
+        if n < 64 << 10:
+            raise ValueError(f"server_max_bytes must be at least 64 KiB, got {n} bytes")
+        return n
+
+
 SimProfileName = Literal["rtx5080+rtx3090", "8xh20", "h200"]
 
 
@@ -299,6 +313,9 @@ class Config(BaseModel):
 
     llama: LlamaConfig = Field(default_factory=LlamaConfig)
     """Which llama-server llama.cpp servers run, and the ones gpudash builds."""
+
+    logs: LogsConfig = Field(default_factory=LogsConfig)
+    """Supervised servers' log files."""
 
     pools: PoolsConfig = Field(default_factory=PoolsConfig)
     """Memory pools `gpudash launch` creates on the transfer engine: on by default (64 MiB of pinned host

@@ -122,7 +122,7 @@ class Fleet:
 def host_of(instance: str) -> str:
     """The host an instance names: "gpu-01:9400" -> "gpu-01", "[::1]:9400" -> "::1"; as is without a port."""
     host, sep, port = instance.rpartition(":")
-    if not sep or not port.isdigit() or (host.count(":") and not host.endswith("]")):
+    if not sep or not (port.isascii() and port.isdigit()) or (host.count(":") and not host.endswith("]")):
         return instance
     return host.strip("[]")
 
@@ -378,7 +378,9 @@ def _merge_gpus(found: Iterable[tuple[str, str, str, dict[str, float]]]) -> tupl
                     sources[figure] = "+".join(used)
                     break
         gpus.append(FleetGpu(uuid=uuid, gpu=index, model=model or None, sources=sources, **figures))
-    return tuple(sorted(gpus, key=lambda g: (int(g.gpu) if g.gpu.isdigit() else 1 << 30, g.gpu, g.uuid)))
+    # ASCII digits only: "²".isdigit() is true and int("²") raises; int("١") is 1, but no exporter writes it
+    return tuple(sorted(gpus, key=lambda g: (int(g.gpu) if g.gpu.isascii() and g.gpu.isdigit() else 1 << 30, g.gpu,
+                                             g.uuid)))
 
 
 def _status(targets: list[FleetTarget], gpudash_info: dict[str, str], newest_sample: float | None, now: float) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from gpudash.config import ServerSpec
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.kinds.base import ServerKind
+from gpudash.proctree import run_bounded
 
 # A flag at the start of a help entry: "  -md,   --model-draft FNAME" / "  --enable-prefix-caching, --no-...".
 _FLAG_RE = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)")
@@ -28,6 +28,7 @@ _REMOVED_MARK = "has been removed"
 _MAX_ENTRY_INDENT = 6
 
 HELP_TIMEOUT_S = 60.0
+HELP_CAP = 8 << 20  # bytes of --help read: vLLM's --help=all is ~0.2 MB; a binary printing without end is cut
 
 
 @dataclass(frozen=True)
@@ -75,14 +76,13 @@ def binary_flags(kind: ServerKind, binary: str) -> HelpFlags:
             return _cache[key]
     tried = []
     for cmd in kind.help_commands(binary):
-        out = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=HELP_TIMEOUT_S,
-                             stdin=subprocess.DEVNULL)
-        parsed = parse_help(out.stdout + "\n" + out.stderr)
+        rc, out = run_bounded(cmd, HELP_CAP, HELP_TIMEOUT_S)  # a help that never ends is cut, with its children
+        parsed = parse_help(out.decode("utf-8", errors="replace"))
         if parsed.flags:
             with _cache_lock:
                 _cache[key] = parsed
             return parsed
-        tried.append(f"'{' '.join(cmd)}' (exit {out.returncode})")
+        tried.append(f"'{' '.join(cmd)}' ({'cut short' if rc is None else f'exit {rc}'})")
     raise RuntimeError(f"{' and '.join(tried)} listed no flags")
 
 

@@ -13,6 +13,8 @@ import time
 
 import httpx
 
+from gpudash.proctree import listens
+
 # How often /health is polled while a server loads; bounds the ready-detection latency.
 HEALTH_POLL_S = 0.01
 
@@ -55,9 +57,12 @@ class NotHealthy(Exception):
 
 
 def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float, poll_s: float = HEALTH_POLL_S,
-                 cancel: threading.Event | None = None) -> float:
-    """Block until GET `url` returns 200; return the time it did. Raises NotHealthy on exit, on timeout,
-    or as soon as `cancel` is set (a stop must not wait out the health timeout)."""
+                 cancel: threading.Event | None = None, port: int | None = None) -> float:
+    """Block until GET `url` returns 200 from `proc`; return the time it did. With `port`, a 200 counts
+    only while the listener on that port is `proc`'s or its descendants' (proctree.listens): another
+    user's process that took the port first answers too, and must never be taken for the server (it would
+    be sent the API key next). Raises NotHealthy on exit, on timeout, or as soon as `cancel` is set (a stop
+    must not wait out the health timeout)."""
     deadline = time.monotonic() + timeout_s
     cancel = cancel or threading.Event()
     last = "no answer yet"
@@ -68,9 +73,10 @@ def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float, poll_s: flo
                 raise NotHealthy(f"exited with code {rc} while loading", exit_code=rc)
             try:
                 r = client.get(url)
-                if r.status_code == 200:
+                if r.status_code == 200 and (port is None or listens(proc.pid, port)):
                     return time.time()
-                last = f"HTTP {r.status_code}"
+                last = f"HTTP {r.status_code}" if r.status_code != 200 else \
+                    f"port {port} answers, but from a process gpudash did not start"
             except httpx.TransportError as err:
                 last = type(err).__name__
             if time.monotonic() >= deadline:

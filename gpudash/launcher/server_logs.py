@@ -10,6 +10,10 @@ A log's name is predictable, so another local user could plant a symlink there a
 server's output into a file of theirs (or root's). Logs live only in a directory no other user can write,
 and are created with O_EXCL|O_NOFOLLOW: a name already taken is passed over, never followed.
 
+A log is rotated by size (`[logs] server_max_bytes`): once it holds that much, its lines so far become
+`<log>.1` (replacing the one before) and the log starts afresh under a `=== gpudash` header, so a server
+that prints without end holds at most twice the limit on disk.
+
 Each launch prunes the server's older instance logs to the newest KEEP_PER_SERVER, so a box that runs
 gpudash for months does not fill its disk. Only what gpudash wrote is deleted: regular files of this user,
 named as instance_log names them (ASCII digits), that begin with gpudash's header and are not dated in the
@@ -29,7 +33,7 @@ from typing import TextIO
 
 import psutil
 
-from gpudash.private_fs import FILE_MODE, private_dir
+from gpudash.private_fs import FILE_MODE, private_dir, symlink_atomic
 
 _instances = itertools.count(1)  # two supervisors of one process (tests, a relaunched stack) never share a file
 
@@ -37,6 +41,8 @@ KEEP_PER_SERVER = 10  # instance logs kept per server name: the last ten runs' o
 HEADER = b"=== gpudash "  # how every log gpudash writes begins (the launch header)
 FUTURE_SLACK_S = 300.0  # a log changed further ahead than this was not written by gpudash just now
 _TRIES = 100  # fresh names tried when the one picked is taken
+ROTATED = ".1"  # the suffix of a log's older part
+DEFAULT_MAX_BYTES = 64 << 20  # [logs] server_max_bytes when nothing sets it
 
 
 class LogDirError(OSError):
@@ -94,6 +100,47 @@ def open_log(log_dir: Path, name: str, path: Path, made: bool) -> tuple[Path, Te
     raise FileExistsError(f"every log name tried in {log_dir} was taken")
 
 
+class RotatingLog:
+    """A server's open log that rotates itself at `max_bytes` (see the module's docstring); `path` is the
+    file written now. Used by one reader thread."""
+
+    def __init__(self, log_dir: Path, name: str, path: Path, file: TextIO, max_bytes: int) -> None:
+        self.log_dir, self.name, self.path, self._file, self.max_bytes = Path(log_dir), name, path, file, max_bytes
+        self._size = os.fstat(file.fileno()).st_size
+
+    def write(self, text: str) -> None:
+        self._file.write(text)
+        self._file.flush()
+        self._size += len(text)
+        if self._size >= self.max_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """The lines so far to `<path>.1`, a fresh file at `path` (or, if that name is taken, a new one, which
+        the latest link then names). A failure keeps writing where it was: a log is never worth a server."""
+        try:
+            check_private(self.log_dir)
+            os.replace(self.path, self.path.with_name(self.path.name + ROTATED))
+            path, file = open_log(self.log_dir, self.name, self.path, made=False)
+        except OSError:
+            self._size = 0  # try again after another max_bytes
+            return
+        self._file.close()
+        self.path, self._file, self._size = path, file, 0
+        self.write(f"{HEADER.decode()}{time.strftime('%Y-%m-%d %H:%M:%S')}: rotated at {self.max_bytes} bytes; "
+                   f"the lines before are in {self.path.name}{ROTATED}\n")
+        point_latest(path, self.name)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> RotatingLog:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
 def header_line(command: str) -> str:
     """The line a launch begins its part of the log with: the time and the command line (masked)."""
     return f"{HEADER.decode()}{time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n"
@@ -117,10 +164,7 @@ def point_latest(log: Path, name: str) -> None:
             kept = time.strftime("%Y%m%d-%H%M%S", time.localtime(st.st_mtime))
             link.rename(link.with_name(f"{name}.{kept}.log"))
     with contextlib.suppress(OSError):
-        tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(log.name)
-        os.replace(tmp, link)
+        symlink_atomic(link, log.name)
 
 
 def prune_old(log_dir: Path, name: str, keep: int = KEEP_PER_SERVER) -> list[Path]:
@@ -145,6 +189,12 @@ def prune_old(log_dir: Path, name: str, keep: int = KEEP_PER_SERVER) -> list[Pat
         with contextlib.suppress(OSError):
             path.unlink()
             gone.append(path)
+        older = path.with_name(path.name + ROTATED)  # its rotated part, if it is a file of this user
+        with contextlib.suppress(OSError):
+            st = older.lstat()
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                older.unlink()
+                gone.append(older)
     return gone
 
 

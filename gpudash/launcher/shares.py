@@ -15,6 +15,7 @@ records the TUI and `gpudash doctor` show.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,6 +217,19 @@ class ModelShape:
         return int(per_head * heads * tokens)
 
 
+class DamagedModel(ValueError):
+    """A file that begins as GGUF but whose header, metadata or tensors cannot be the model they claim (a
+    count past the file's end, a layer count of 10^8): one sentence naming the file and the field."""
+
+
+GGUF_MAGIC = b"GGUF"
+# What any real model stays within (the largest have ~130 blocks, 128 heads, 10M tokens of context): a
+# value past these is a damaged or crafted file, and is refused before anything is sized by it.
+LIMITS = {"block_count": 4096, "head_count": 1 << 16, "head_count_kv": 1 << 16, "embedding_length": 1 << 20,
+          "key_length": 1 << 16, "value_length": 1 << 16, "context_length": 1 << 26}
+_BLOCK = re.compile(r"blk\.([0-9]{1,9})\.", re.ASCII)
+
+
 def _per_layer(value: object, layers: int, key: str, path: str | Path) -> tuple[int, ...]:
     """A GGUF hyperparameter as one int per layer: a scalar repeats, an array must have one per layer."""
     if isinstance(value, (list, tuple)):
@@ -223,24 +237,56 @@ def _per_layer(value: object, layers: int, key: str, path: str | Path) -> tuple[
             raise ValueError(f"{path}: GGUF key {key!r} is an array of {len(value)} values for {layers} layers; "
                              "this model file is not one gpudash can budget, so remove `share` from its "
                              "[[servers]] entry")
-        return tuple(int(v) for v in value)
-    if not isinstance(value, int):
+        values = tuple(int(v) for v in value)
+    elif isinstance(value, int):
+        values = (value,) * layers
+    else:
         raise ValueError(f"{path}: GGUF key {key!r} holds {value!r}, not a number; is this a llama.cpp model file?")
-    return (value,) * layers
+    _within(path, key, *values)
+    return values
+
+
+def _within(path: str | Path, key: str, *values: int) -> None:
+    """DamagedModel unless every value of `key` lies in 0..LIMITS[its last part]."""
+    hi = LIMITS[key.rsplit(".", 1)[-1]]
+    if bad := next((v for v in values if not 0 <= v <= hi), None):
+        raise DamagedModel(f"{path}: GGUF key {key!r} is {bad}, outside 0..{hi}; the file is damaged or not a "
+                           "model llama.cpp can load")
+
+
+def _reader(path: str | Path):
+    """The gguf package's reader over `path`, or ValueError in one sentence: not GGUF at all (no magic), or
+    DamagedModel when its header or metadata runs past the end of the file (a truncated file, or a count
+    or length far too large: the reader would index past its memory map)."""
+    from gguf import GGUFReader
+
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(GGUF_MAGIC))
+        if magic != GGUF_MAGIC:
+            raise ValueError(f"{path} is not a readable GGUF model file (it does not begin with GGUF's magic); point "
+                             "`model` at a .gguf file")
+        return GGUFReader(str(path))
+    except OSError as e:
+        raise ValueError(f"{path} is not a readable GGUF model file ({e.strerror or e}); point `model` at a "
+                         ".gguf file") from None
+    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as e:
+        if isinstance(e, ValueError) and str(e).startswith(str(path)):
+            raise
+        size = Path(path).stat().st_size
+        raise DamagedModel(f"{path}: its GGUF header or metadata runs past the end of the file ({size} bytes): it "
+                           "is truncated, or a tensor count, key count or string length in it is too large") from None
 
 
 def model_shape(path: str | Path) -> ModelShape:
-    """Read a GGUF file's shape with the gguf package (ValueError naming what is missing or unusable).
+    """Read a GGUF file's shape with the gguf package (ValueError naming what is missing or unusable;
+    DamagedModel for a file whose fields its size or any real model's limits rule out, before anything is
+    sized by them).
 
     A model without `output.weight` ties its output to the token embeddings: llama.cpp then puts a copy
     of `token_embd` on the output device, so it counts with the output tensors.
     """
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(str(path))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is not a readable GGUF model file ({e}); point `model` at a .gguf file") from None
+    reader = _reader(path)
 
     def raw(key: str) -> object:
         f = reader.get_field(key)
@@ -255,6 +301,7 @@ def model_shape(path: str | Path) -> ModelShape:
         if not isinstance(v, int):
             raise ValueError(f"{path}: GGUF key {key!r} holds {type(v).__name__} {v!r}, not a number; is this a "
                              "llama.cpp model file?")
+        _within(path, key, v)
         return v
 
     arch = reader.get_field("general.architecture")
@@ -268,13 +315,20 @@ def model_shape(path: str | Path) -> ModelShape:
     heads = _per_layer(heads_raw, layers, f"{a}.attention.head_count", path)
     kv_raw = raw(f"{a}.attention.head_count_kv")
     heads_kv = heads if kv_raw is None else _per_layer(kv_raw, layers, f"{a}.attention.head_count_kv", path)
+    if not 1 <= layers <= len(reader.tensors):  # every block has tensors of its own
+        raise DamagedModel(f"{path}: GGUF key '{a}.block_count' is {layers}, but the file holds "
+                           f"{len(reader.tensors)} tensors; the file is damaged or not a model llama.cpp can load")
     head_dim = field(f"{a}.embedding_length") // max(heads[0] or max(heads), 1)  # llama.cpp: layer 0's heads
     per_layer = [0] * layers
     output = 0
     names = {t.name for t in reader.tensors}
     for t in reader.tensors:
         if t.name.startswith("blk."):
-            per_layer[int(t.name.split(".")[1])] += int(t.n_bytes)
+            block = _BLOCK.match(t.name)
+            if block is None or int(block[1]) >= layers:
+                raise DamagedModel(f"{path}: tensor {t.name!r} names a block past the {layers} of "
+                                   f"'{a}.block_count'; the file is damaged or not a model llama.cpp can load")
+            per_layer[int(block[1])] += int(t.n_bytes)
         elif t.name != "token_embd.weight":  # input embeddings stay on the CPU in llama.cpp
             output += int(t.n_bytes)
         elif "output.weight" not in names:  # tied: the output layer is a copy of the embeddings

@@ -20,7 +20,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Protocol, TextIO
+from typing import Any, Callable, Protocol
 
 from gpudash.engine.errors import EngineError
 from gpudash.preload.env import preload_env
@@ -34,10 +34,10 @@ from gpudash.launcher.guard import guarded
 from gpudash.launcher.health import NotHealthy, free_port, port_free, url_host, wait_healthy
 from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.logparse import LogFacts, parse_line
-from gpudash.launcher.server_logs import (LogDirError, header_line, instance_log, open_log, point_latest,
-                                         prune_old)
+from gpudash.launcher.server_logs import (DEFAULT_MAX_BYTES, LogDirError, RotatingLog, header_line, instance_log,
+                                         open_log, point_latest, prune_old)
 from gpudash.launcher.sleep import Action, SleepError, SleepResult
-from gpudash.proctree import descendants
+from gpudash.proctree import descendants, end_tagged, tagged_env
 from gpudash.records import Event, ServerSample, ServerState
 from gpudash.redact import mask_values, redact_args, redact_spec, secret_values
 
@@ -90,22 +90,26 @@ class Supervisor:
 
     def __init__(self, specs: list[ServerSpec], inbox: Pushable, log_dir: Path,
                  stop_timeout_s: float = 10.0, backoff_s: tuple[float, ...] = BACKOFF_S,
-                 gpu_memory: Callable[[], dict[int, int]] | None = None, preload_knobs: dict[str, Any] | None = None):
+                 gpu_memory: Callable[[], dict[int, int]] | None = None, preload_knobs: dict[str, Any] | None = None,
+                 log_max_bytes: int = DEFAULT_MAX_BYTES):
         """`gpu_memory` returns {gpu index: total bytes} of the real GPUs; with it, a llama.cpp server
         with a `share` gets the -ngl/-c that keep it inside that share (llama.cpp has no share flag).
-        `preload_knobs`: start-up knobs of servers with engine = "preload" (gpudash.preload.knobs.file_knobs)."""
+        `preload_knobs`: start-up knobs of servers with engine = "preload" (gpudash.preload.knobs.file_knobs).
+        `log_max_bytes`: the size at which a server's log rotates ([logs] server_max_bytes)."""
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"server names must be unique, got {names}")
         self.attached = AttachedServers(specs, inbox=inbox)  # only read, never run: launcher/attach.py
         self._inbox = inbox
         self._log_dir = Path(log_dir)
+        self._log_max_bytes = log_max_bytes
         self._stop_timeout_s = stop_timeout_s
         self._backoff_s = backoff_s
         self._gpu_memory = gpu_memory
         self.preload_knobs = dict(preload_knobs or {})  # what the next start of a preloaded server gets
         self._lock = threading.Lock()  # guards the dict and the fields the waiter threads change
         self._stopping: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # exits that are no crash
+        self._tags: weakref.WeakKeyDictionary[subprocess.Popen, str] = weakref.WeakKeyDictionary()  # proctree
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudash-spawn")
         self._pids_seen: tuple[float, tuple[tuple[str, int], ...], dict[int, str]] = (0.0, (), {})
         self._servers: dict[str, _Server] = {
@@ -403,15 +407,16 @@ class Supervisor:
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=cause)
             raise LaunchError(name, cause) from None
         srv.log_made = True
-        log.write(header_line(' '.join(redact_args(cmd.argv))))
-        log.flush()  # the header first: pruning counts only logs that begin with it
+        log = RotatingLog(self._log_dir, name, srv.log_path, log, self._log_max_bytes)
+        log.write(header_line(' '.join(redact_args(cmd.argv))))  # the header first: pruning counts only
         point_latest(srv.log_path, name)
         prune_old(self._log_dir, name)
+        env, tag = tagged_env({**os.environ, **cmd.env})  # finds its children even if they leave its group
         try:
             # Spawned from the one long-lived spawner thread: the death signal (guard.py) follows that thread.
             proc = self._spawner.submit(
                 subprocess.Popen, guarded(cmd.argv, self._stop_timeout_s), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, env={**os.environ, **cmd.env}, start_new_session=True, text=True,
+                stderr=subprocess.STDOUT, env=env, start_new_session=True, text=True,
                 errors="replace", bufsize=1).result()
         except OSError as err:
             log.close()
@@ -419,6 +424,7 @@ class Supervisor:
             cause = f"could not execute '{cmd.argv[0]}': {err.strerror}"
             self._event(actor_kind, name, old=old, new=_spec_dict(spec), ok=False, reason=cause)
             raise LaunchError(name, cause) from None
+        self._tags[proc] = tag
         with self._lock:  # a new tail: the old process's last lines (its reader may still run) stay in the old one
             srv.spec, srv.port, srv.proc, srv.tail = spec, port, proc, deque(maxlen=TAIL_LINES)
             srv.state, srv.started, srv.facts = (ServerState.RELAUNCHING if relaunch else ServerState.LOADING), None, LogFacts()
@@ -429,7 +435,7 @@ class Supervisor:
         srv.reader.start()
         url = f"http://{url_host(spec.host)}:{port}/health"
         try:
-            ready_ts = wait_healthy(proc, url, spec.health_timeout_s, cancel=srv.cancel)
+            ready_ts = wait_healthy(proc, url, spec.health_timeout_s, cancel=srv.cancel, port=port)
         except NotHealthy as err:
             self._terminate(srv)
             if srv.cancel.is_set():  # a stop won the race with the start: no failure to report
@@ -458,7 +464,7 @@ class Supervisor:
             if srv.state is ServerState.RELAUNCHING:
                 srv.state = ServerState.STOPPED
 
-    def _read_log(self, srv: _Server, proc: subprocess.Popen, log: TextIO, secrets: tuple[str, ...],
+    def _read_log(self, srv: _Server, proc: subprocess.Popen, log: RotatingLog, secrets: tuple[str, ...],
                   tail: deque) -> None:
         """Reader thread: copy the server's output to its log file and tail, its secrets masked (a server
         may print its own arguments); it owns (and closes) the file."""
@@ -467,7 +473,9 @@ class Supervisor:
             for line in proc.stdout:
                 line = mask_values(line, secrets)
                 log.write(line)
-                log.flush()
+                if log.path != srv.log_path:  # rotated into a fresh name (the usual one was taken)
+                    with self._lock:
+                        srv.log_path = log.path
                 with self._lock:
                     tail.append(line.rstrip("\n"))
                     restores, warnings = srv.facts.cache_restores, len(srv.facts.warnings)
@@ -487,6 +495,7 @@ class Supervisor:
             return
         self._stopping.add(proc)
         _killpg(proc.pid, signal.SIGKILL)  # its group's stragglers, now, while the group id is surely its own
+        end_tagged(self._tags.get(proc, ""))  # and children that left the group
         with self._lock:
             if srv.proc is not proc:
                 return
@@ -537,6 +546,7 @@ class Supervisor:
                 _killpg(pgid, signal.SIGKILL)
                 proc.wait()
         _killpg(pgid, signal.SIGKILL)  # members that outlived the leader (workers, grandchildren)
+        end_tagged(self._tags.get(proc, ""))  # and those that left its group (setsid) and their parent
         if srv.reader is not None and srv.reader is not threading.current_thread():
             srv.reader.join(timeout=2.0)
 

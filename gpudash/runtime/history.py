@@ -13,8 +13,8 @@ from gpudash.store.export import FORMATS, ExportError, Exported, export_session
 
 EXPORT_FORMATS = FORMATS
 
-__all__ = ["EXPORT_FORMATS", "ExportError", "StoreError", "export_recorded", "missing_for", "recorded_energy",
-           "recorded_sessions"]
+__all__ = ["EXPORT_FORMATS", "ExportError", "StoreError", "export_recorded", "is_action", "missing_for",
+           "recorded_energy", "recorded_sessions"]
 
 
 def missing_for(fmt: str) -> str | None:
@@ -23,6 +23,14 @@ def missing_for(fmt: str) -> str | None:
     if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
         return "parquet needs pyarrow, which is not installed: pip install 'gpudash[parquet]', or pick csv or json"
     return None
+
+
+ACTION_SOURCE = "cli"  # the source of the session a `gpudash server sleep|wake` writes its events into
+
+
+def is_action(session: SessionInfo) -> bool:
+    """Whether a session is a server action's (sleep, wake: its events only, no samples, no duration)."""
+    return session.source == ACTION_SOURCE
 
 
 def recorded_sessions(db: Path) -> list[SessionInfo]:

@@ -14,12 +14,13 @@ from gpudash.store import Store, StoreError
 
 
 def recorded_session(path: Path, session: str) -> int:
-    """The id of `session` ("latest" or a number) in the recording at `path`; StoreError naming what is
-    wrong (no such file, not a gpudash database, no such session)."""
+    """The id of `session` (a number, or "latest": the newest recording of the dashboard, not a bench run or
+    server action after it) in the recording at `path`; StoreError naming what is wrong (no such file, not
+    a gpudash database, no such session)."""
     if not path.exists():
         raise StoreError(f"{path} does not exist; pass the recording's file with --db")
     with Store.open(path, writing=False) as store:
-        return store.resolve_session(session)
+        return store.resolve_session(session, recording=True)
 
 
 class ReplayFeed:

@@ -57,7 +57,8 @@ class LaunchStack:
                           if kind_of(s).runs_llama_build and not s.binary and not s.attached else s
                           for s in self.specs]
         self.supervisor = Supervisor(self.specs, inbox, log_dir or default_log_dir(), gpu_memory=gpu_memory,
-                                     preload_knobs=file_knobs(config.engine))
+                                     preload_knobs=file_knobs(config.engine),
+                                     log_max_bytes=config.logs.server_max_bytes)
         self.source = ServerSource(self.supervisor, gpu_pids=gpu_pids)
         self.probe = ProbeRunner(self.supervisor, config.probe, inbox) if config.probe.enabled else None
         self.build: BackgroundBuild | None = plan_missing(self.specs, config.llama, inbox, self._start_built)

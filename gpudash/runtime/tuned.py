@@ -1,7 +1,8 @@
 """Engine knobs tuned on this machine: `gpudash bench engine --tune` stores what it measured in one file
 per machine (hostname, GPU names and UUIDs, driver version), and every command uses those values for
 the [engine] knobs its config file leaves unset, so a newcomer's first run gets the tuned figures.
-`gpudash config show` says of each knob where its value came from."""
+`gpudash config show` says of each knob where its value came from. The file is written atomically and read
+without following a link or waiting on a FIFO (private_fs)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import tomli_w
 
 from gpudash.config import Config, ConfigError, EngineSettings, validate
 from gpudash.config.files import any_tuned, tuned_dir
+from gpudash.private_fs import private_dir, read_capped, write_atomic
+
+TUNED_FILE_CAP = 64 << 10  # bytes: a tuned file is a few hundred; anything larger is not one gpudash wrote
 
 
 def machine_identity() -> str:
@@ -42,14 +46,13 @@ def save_tuned(knobs: dict[str, int], identity: str | None = None) -> Path:
     old = _read(path, identity) if path.exists() else {}
     merged = {**old, **knobs}
     validate({"engine": merged}, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(tomli_w.dumps({"machine": identity, "engine": merged}), encoding="utf-8")
-    return path
+    private_dir(path.parent)
+    return write_atomic(path, tomli_w.dumps({"machine": identity, "engine": merged}))
 
 
 def _read(path: Path, identity: str) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_capped(path, TUNED_FILE_CAP).decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ConfigError([f"{path}: cannot be read: {err}; delete it or run `gpudash bench engine --tune` "
                            f"again"]) from None

@@ -6,16 +6,19 @@ from `records.py`. Encoding is a precomputed attrgetter per table (the writer's 
 
 from __future__ import annotations
 
+import logging
 import operator
 import typing
 from functools import cache
 from typing import Any, Callable
 
+from gpudash.outside import printable
 from gpudash.records import SAMPLE_TABLES, Snapshot
 from gpudash.redact import mask_data, mask_text
 from gpudash.store.schema import KEY_COLUMNS, columns, decode_json, encode_json
 
 TICK_COLUMNS = ("session_id", "tick", "ts", "errors")
+log = logging.getLogger(__name__)
 
 
 @cache
@@ -109,7 +112,7 @@ def _decoder(table: str) -> Callable[[dict[str, Any]], Any]:
             if kw[n] is not None:
                 kw[n] = bool(kw[n])
         for n in jsons:
-            kw[n] = decode_json(kw[n])
+            kw[n] = lenient_json(kw[n], table, row, n)
         for n, read in words:
             if kw[n] is not None:
                 kw[n] = read(kw[n])
@@ -118,6 +121,30 @@ def _decoder(table: str) -> Callable[[dict[str, Any]], Any]:
     return decode
 
 
+def lenient_json(text: Any, table: str, row: dict[str, Any], column: str) -> Any:
+    """A JSON column's value. Text that is not JSON (a damaged row, another tool's write) stays as its text
+    and is named in a warning (table, session, tick, column): one such value must not make a whole session
+    unreadable."""
+    try:
+        return decode_json(text)
+    except (TypeError, ValueError, RecursionError):
+        log.warning("%s row (session %s, tick %s): %s is not JSON (%s); kept as text", table, row.get("session_id"),
+                    row.get("tick"), column, printable(str(text))[:80])
+        return text
+
+
 def decode(table: str, row: dict[str, Any]) -> Any:
     """A stored row (dict with at least the record's columns) as its record."""
     return _decoder(table)(row)
+
+
+def tick_errors(sid: int, tick: int, text: Any) -> tuple[str, ...]:
+    """A tick's errors as recorded (a JSON list of texts); anything else is kept as one error that names
+    the table and row, so the tick still replays and says what was wrong."""
+    value = lenient_json(text, "ticks", {"session_id": sid, "tick": tick}, "errors")
+    if value is None:
+        return ()
+    if isinstance(value, list) and all(isinstance(e, str) for e in value):
+        return tuple(value)
+    return (f"ticks row (session {sid}, tick {tick}): errors holds {printable(str(value))[:200]}, not a JSON list "
+            "of texts",)

@@ -4,13 +4,16 @@ One file per table, plus one per 1-minute tier table where retention has folded 
 Every file carries the session's `source` column, so a simulated session stays labelled `sim:<profile>`
 wherever its rows travel. Nothing is written until every check has passed (no existing files unless
 `force`, pyarrow importable for Parquet, a writable directory). Every file is written beside its target
-first; they are renamed into place only once all are complete, and a failure half-way (a damaged DB, a
-full disk) removes them all. Files are 0600, a directory the export creates 0700.
+first, under unpredictable names (private_fs.Pending: a name planted there is never followed); they are
+renamed into place only once all are complete, and a failure half-way (a damaged DB, a full disk) removes
+them all. Files are 0600, a directory the export creates 0700.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import logging
 import os
@@ -18,12 +21,12 @@ import sqlite3
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TextIO
 
 import tomli_w
 
 from gpudash.fmt import json_text
-from gpudash.private_fs import private_dir, private_file
+from gpudash.private_fs import Pending, private_dir
 from gpudash.records import SAMPLE_TABLES
 from gpudash.redact import mask_data, mask_text, redact_config_data, redact_spec
 from gpudash.store.schema import columns, encode_json
@@ -49,8 +52,8 @@ def export_session(store: Store, sid: int, fmt: str, out_dir: Path, force: bool 
     """Write every table of session `sid` into `out_dir` as `<table>.<fmt>`; returns what was written."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    writer = _WRITERS[fmt]()  # only the chosen format's writer is built: csv and json need no pyarrow
     source = store.session_row(sid)["source"]
+    writer = _WRITERS[fmt](source)  # only the chosen format's writer is built: csv and json need no pyarrow
     tables = [*SESSION_TABLES, *(t for t in TIER_TABLES if store.count(sid, t))]  # the 1-minute tier if it holds any
     targets = {t: out_dir / f"{t}.{fmt}" for t in tables}
     existing = [p for p in targets.values() if p.exists()]
@@ -63,23 +66,28 @@ def export_session(store: Store, sid: int, fmt: str, out_dir: Path, force: bool 
         raise ExportError(f"cannot create {out_dir} ({err.strerror}); choose a writable --out") from None
     if not os.access(out_dir, os.W_OK | os.X_OK):
         raise ExportError(f"cannot write into {out_dir} (permission denied); choose a writable --out")
-    done = []
-    partial = {table: path.with_name(f".{path.name}.partial") for table, path in targets.items()}
+    done: list[Exported] = []
+    pending: list[Pending] = []
     try:
-        for table, tmp in partial.items():
-            private_file(tmp)
-            rows = writer(tmp, table, _header(store, table), _labelled(store.rows(sid, table), source, table))
-            done.append(Exported(table, targets[table], rows))
+        for table, target in targets.items():
+            pending.append(new := Pending(target))
+            rows = writer(new, table, _header(store, table), _labelled(store.rows(sid, table), source, table))
+            done.append(Exported(table, target, rows))
     except (OSError, sqlite3.DatabaseError) as err:
-        for tmp in partial.values():
-            tmp.unlink(missing_ok=True)
+        for new in pending:
+            new.discard()
         if isinstance(err, OSError):
             raise ExportError(f"cannot write the export into {out_dir} ({err.strerror or err}); "
                               "free some space or choose another --out; nothing was written") from None
         raise ExportError(f"{store.path} cannot be read ({err}); it may be damaged: `sqlite3 FILE .recover` can "
                           "save what is readable; nothing was written") from None
-    for table, tmp in partial.items():  # all or nothing: the files appear only once every one is complete
-        os.replace(tmp, targets[table])
+    except BaseException:
+        for new in pending:
+            new.discard()
+        raise
+    for new in pending:  # all or nothing: the files appear only once every one is complete
+        new.commit()
+    return done
     return done
 
 
@@ -136,9 +144,20 @@ def _redacted_json(text: Any) -> Any:
     return encode_json(mask_data(redact_spec(value) if isinstance(value, dict) else value))
 
 
-def _write_csv(path: Path, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
+@contextlib.contextmanager
+def _text(new: Pending, newline: str | None = None) -> Iterator[TextIO]:
+    """The pending file as UTF-8 text; left open for the commit (fsync, rename) that follows."""
+    f = io.TextIOWrapper(new.file, encoding="utf-8", newline=newline)
+    try:
+        yield f
+    finally:
+        f.flush()
+        f.detach()
+
+
+def _write_csv(new: Pending, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
     n = 0
-    with path.open("w", newline="", encoding="utf-8") as f:
+    with _text(new, newline="") as f:
         w = csv.DictWriter(f, fieldnames=[c for c, _ in header])
         w.writeheader()
         for row in rows:
@@ -147,11 +166,11 @@ def _write_csv(path: Path, table: str, header: list[tuple[str, type]], rows: Ite
     return n
 
 
-def _write_json(path: Path, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
+def _write_json(new: Pending, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
     """A JSON array of row objects, streamed one row a line so a long session never sits in memory."""
     n = 0
     names = [c for c, _ in header]
-    with path.open("w", encoding="utf-8") as f:
+    with _text(new) as f:
         f.write("[")
         for row in rows:
             f.write(",\n" if n else "\n")
@@ -161,8 +180,9 @@ def _write_json(path: Path, table: str, header: list[tuple[str, type]], rows: It
     return n
 
 
-def _parquet_writer():
-    """The Parquet writer, or ExportError naming the extra when pyarrow is not installed."""
+def _parquet_writer(source: str):
+    """The Parquet writer, or ExportError naming the extra when pyarrow is not installed. Every file's
+    metadata carries the session's source (`gpudash.source`), so an empty table's file is labelled too."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -170,10 +190,10 @@ def _parquet_writer():
         raise ExportError("Parquet export needs pyarrow; install it with: pip install 'gpudash[parquet]'") from None
     types = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 
-    def write(path: Path, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
-        schema = pa.schema([(c, types[t]) for c, t in header])
+    def write(new: Pending, table: str, header: list[tuple[str, type]], rows: Iterator[dict[str, Any]]) -> int:
+        schema = pa.schema([(c, types[t]) for c, t in header], metadata={"gpudash.source": source})
         n = 0
-        with pq.ParquetWriter(str(path), schema) as w:
+        with pq.ParquetWriter(new.name_for_library, schema) as w:
             batch: list[dict[str, Any]] = []
             for row in rows:
                 batch.append(_fitted(row, header, table))
@@ -202,4 +222,4 @@ def _fitted(row: dict[str, Any], header: list[tuple[str, type]], table: str) -> 
     return row
 
 
-_WRITERS = {"csv": lambda: _write_csv, "json": lambda: _write_json, "parquet": _parquet_writer}
+_WRITERS = {"csv": lambda _: _write_csv, "json": lambda _: _write_json, "parquet": _parquet_writer}

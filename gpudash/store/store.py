@@ -27,9 +27,13 @@ from gpudash.private_fs import private_dir, private_file
 from gpudash.redact import mask_text, remember_config
 from gpudash.records import SAMPLE_TABLES, Event, RequestSample, Snapshot
 from gpudash.store import codec
-from gpudash.store.schema import (ROLLUP_TABLES, SchemaTooNew, decode_json, immediate, migrate, missing_columns,
+from gpudash.store.deadline import READ_DEADLINE_S, DeadlineConnection
+from gpudash.store.schema import (ROLLUP_TABLES, SchemaTooNew, immediate, migrate, missing_columns,
                                   rollup_table)
 
+# The notes of the sessions that record what the dashboard shows (written by `launch`, `serve`, `record`);
+# an empty note is a session from before notes. Bench runs, probes and server actions note themselves otherwise.
+RECORDING_NOTES = ("gpudash launch", "gpudash serve", "gpudash record")
 # Tables a session's rows live in, in export order.
 SESSION_TABLES: tuple[str, ...] = ("sessions", "ticks", *SAMPLE_TABLES)
 # The 1-minute tier (retention.py): a session's samples older than [store] raw_days live here.
@@ -74,13 +78,17 @@ def gpudash_version() -> str:
 BUSY_TIMEOUT_S = 10.0  # how long a connection waits for another's lock before "database is locked"
 
 
-def connect(path: Path, new: bool = False) -> sqlite_utils.Database:
+def connect(path: Path, new: bool = False, deadline_s: float | None = None) -> sqlite_utils.Database:
     """A connection tuned for this store: WAL (readers never block the writer), NORMAL sync (a killed
     process loses nothing committed), and a busy timeout so the writer and the CLI can share the file.
     A `new` file first gets incremental auto-vacuum, so prunes give pages back to the disk: SQLite takes
-    that only before anything is written, and switching to WAL already writes the file."""
-    db = sqlite_utils.Database(sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, check_same_thread=False),
-                               execute_plugins=False)
+    that only before anything is written, and switching to WAL already writes the file. `deadline_s`: a
+    statement that runs that long without a row is interrupted (store/deadline.py), for a file a reader
+    was handed."""
+    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, check_same_thread=False, factory=DeadlineConnection)
+    if deadline_s is not None:
+        conn.arm(deadline_s)
+    db = sqlite_utils.Database(conn, execute_plugins=False)
     if new:
         db.execute("PRAGMA auto_vacuum=INCREMENTAL")
     _enable_wal(db)
@@ -136,7 +144,7 @@ class Store:
             private_file(p)
             if not new:  # before the switch to WAL, which already changes the file
                 _refuse_foreign(p)
-            db = connect(p, new=new)
+            db = connect(p, new=new, deadline_s=None if writing else READ_DEADLINE_S)
             if writing and not new:  # before the migration, which would write into a damaged file
                 problem = db.execute("PRAGMA quick_check(1)").fetchone()[0]
                 if problem != "ok":
@@ -231,10 +239,18 @@ class Store:
             raise StoreError(f"no session {sid} in {self.path}; `gpudash history` lists the sessions")
         return rows[0]
 
-    def resolve_session(self, ref: str | int) -> int:
-        """A session id from ``"latest"`` or a number; ValueError (a StoreError) naming the fix if none."""
+    def resolve_session(self, ref: str | int, recording: bool = False) -> int:
+        """A session id from ``"latest"`` or a number; ValueError (a StoreError) naming the fix if none.
+        With `recording`, "latest" is the newest recording of the dashboard (RECORDING_NOTES), not a bench
+        run, a probe or a server action written after it."""
         if str(ref).strip().lower() == "latest":
-            row = self.db.execute("SELECT max(id) FROM sessions").fetchone()
+            where = f" WHERE coalesce(note, '') IN ('', {', '.join('?' * len(RECORDING_NOTES))})" if recording else ""
+            row = self.db.execute(f"SELECT max(id) FROM sessions{where}", RECORDING_NOTES if recording else ()
+                                  ).fetchone()
+            if row[0] is None and recording and self.db.execute("SELECT count(*) FROM sessions").fetchone()[0]:
+                raise StoreError(f"{self.path} holds no recording of the dashboard to replay (only bench runs, probes "
+                                 "or server actions); record one with `gpudash record`, or name a session by its id "
+                                 "(`gpudash history` lists them)")
             if row[0] is None:
                 raise StoreError(f"{self.path} has no sessions yet; record one with `gpudash record`")
             return int(row[0])
@@ -276,7 +292,7 @@ class Store:
             for table, (attr, single) in codec.snapshot_fields().items():
                 records = tuple(codec.decode(table, r) for r in cursors[table].take(t))
                 fields[attr] = (records[0] if records else None) if single else records
-            yield Snapshot(ts=tick["ts"], tick=t, source=source, errors=tuple(decode_json(tick["errors"]) or ()),
+            yield Snapshot(ts=tick["ts"], tick=t, source=source, errors=codec.tick_errors(sid, t, tick["errors"]),
                            **fields)
 
     # ---- direct writes -----------------------------------------------------------------------------
@@ -300,17 +316,23 @@ class Store:
 
 
 def _refuse_foreign(path: Path) -> None:
-    """StoreError when the SQLite file at `path` holds tables but is not gpudash's (it has no
-    schema_version): another application's database gains no gpudash tables and no WAL mode. Read on a
-    connection of its own that changes nothing; a file that is not SQLite at all fails in the caller's
-    except."""
-    with contextlib.closing(sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S)) as db:
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                           "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+    """StoreError when the SQLite file at `path` is not gpudash's: it holds tables but no schema_version
+    (another application's database gains no gpudash tables and no WAL mode), or it holds a view or a
+    trigger, which gpudash never makes (a `sessions` view that recurses for ever would hang every read, a
+    trigger would run someone else's SQL on gpudash's writes). Read on a connection of its own that changes
+    nothing, under the read deadline; a file that is not SQLite at all fails in the caller's except."""
+    with contextlib.closing(sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, factory=DeadlineConnection)) as db:
+        db.arm()
+        objects = db.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
+                             "ORDER BY name").fetchall()
+    tables = [name for kind, name in objects if kind == "table"]
     if tables and "schema_version" not in tables:
         shown = ", ".join(tables[:3]) + (f" and {len(tables) - 3} more" if len(tables) > 3 else "")
         raise StoreError(f"{path} is another application's SQLite database (tables {outside.printable(shown)}), "
                          "not gpudash's; gpudash leaves it as it is: pass another --db")
+    if odd := next(((kind, name) for kind, name in objects if kind in ("view", "trigger")), None):
+        raise StoreError(f"{path} holds a {odd[0]} named {outside.printable(str(odd[1]))!r}, which gpudash never "
+                         "makes, so it is not a gpudash database as gpudash wrote it; pass another --db")
 
 
 def _text(value: Any) -> str | None:

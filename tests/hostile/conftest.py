@@ -43,3 +43,36 @@ def small_fs(tmp_path: Path) -> Iterator[Mount]:
         _cannot_mount(f"cannot loop-mount a small filesystem here: {err}")
     yield m
     m.unmount()
+
+
+@pytest.fixture
+def other_user() -> Iterator[tuple[str, int, int]]:
+    """A throwaway local user (name, uid, gid), removed at the end: another account on a shared box.
+    Needs root (CI runs this suite as root); skips otherwise, except where GPUDASH_REQUIRE_LOOP_MOUNT=1."""
+    import secrets
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        _cannot_mount("a second user needs root and useradd (CI runs this suite as root)")
+    name = f"gpdh{secrets.token_hex(4)}"
+    subprocess.run(["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", name], check=True, capture_output=True)
+    try:
+        import pwd
+
+        entry = pwd.getpwnam(name)
+        yield name, entry.pw_uid, entry.pw_gid
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory like /tmp (1777), which every user can write: where the second user plants things."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="gpudash-shared-"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -139,3 +139,22 @@ class Mount:
 
     def unmount(self) -> None:
         subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
+
+
+def memory_capped(limit: int = 1 << 30):
+    """A preexec_fn capping a child's address space at `limit` bytes: a read without a bound ends in
+    MemoryError there instead of taking the box's memory."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def plant_fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def as_user(user: tuple[str, int, int], argv: list[str], **kw) -> subprocess.Popen:
+    """`argv` started as `user` (setpriv: that uid and gid, no supplementary groups)."""
+    _, uid, gid = user
+    return subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv], **kw)

@@ -156,6 +156,11 @@ ODD = {
         {"metric": {"gpudash_q": "member.gpudash", "instance": "a:1", "job": "gpudash"}, "value": [1, "1"]},
         {"metric": {"gpudash_q": "info", "instance": "a:1", "hostname": "[/]b[link=file:///x]", "rig": "[/"},
          "value": [1, "1"]}),
+    "a GPU label of a Unicode digit": _vector(  # "²".isdigit() is true, int("²") raises
+        {"metric": {"gpudash_q": "up", "instance": "a:1", "job": "gpudash"}, "value": [1, "1"]},
+        {"metric": {"gpudash_q": "member.gpudash", "instance": "a:1", "job": "gpudash"}, "value": [1, "1"]},
+        *({"metric": {"gpudash_q": "gpu.gpudash_gpu_utilization_ratio", "instance": "a:1", "UUID": f"G{g}", "gpu": g},
+           "value": [1, "0.5"]} for g in ("²", "0", "١"))),
     "nested too deeply": b'{"status":"success","data":' + b"[" * 200_000 + b"]" * 200_000 + b"}",
 }
 

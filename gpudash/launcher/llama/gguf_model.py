@@ -7,12 +7,15 @@ and the 256 byte tokens, so any text tokenizes (one token per byte); the output 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
 import numpy as np
+
+from gpudash.private_fs import Pending
+
+MODEL_MODE = 0o644  # a model holds nothing private, and a server under another user may read it
 
 
 @dataclass(frozen=True)
@@ -82,24 +85,24 @@ def _tensor_shapes(shape: DemoModelShape) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def write_demo_model(path: Path | str, shape: DemoModelShape = DemoModelShape(), seed: int = 0) -> Path:
-    """Write the model to `path` atomically (a temp file renamed into place) and return the path."""
+    """Write the model to `path` atomically (private_fs.Pending: a new file under an unpredictable name,
+    renamed into place) and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     rng = np.random.default_rng(seed)
-    w = _writer(tmp, shape, int(gguf.LlamaFileType.ALL_F32))
-    for name, dims in _tensor_shapes(shape):
-        if len(dims) == 1:
-            w.add_tensor(name, np.ones(dims, dtype=np.float32))
-        else:
-            w.add_tensor(name, (rng.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float32))
-    try:
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-    finally:
-        w.close()
-    os.replace(tmp, path)
+    with Pending(path, MODEL_MODE) as new:
+        w = _writer(Path(new.name_for_library), shape, int(gguf.LlamaFileType.ALL_F32))
+        for name, dims in _tensor_shapes(shape):
+            if len(dims) == 1:
+                w.add_tensor(name, np.ones(dims, dtype=np.float32))
+            else:
+                w.add_tensor(name, (rng.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float32))
+        try:
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+        finally:
+            w.close()
     return path
 
 
@@ -108,24 +111,23 @@ def write_f16_model(path: Path | str, shape: DemoModelShape, seed: int = 0) -> P
     matrix), streamed to the file one tensor at a time, so an 8B shape takes seconds of disk writing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tensors = _tensor_shapes(shape)
     largest = max(int(np.prod(dims)) for _, dims in tensors)
     # random sign and mantissa, exponent 2**-7: magnitudes in [0.0078, 0.0156), never inf or NaN
     bits = np.random.default_rng(seed).integers(0, 1 << 16, largest, dtype=np.uint16)
     weights = ((bits & np.uint16(0x83FF)) | np.uint16(0x2000)).view(np.float16)
-    w = _writer(tmp, shape, int(gguf.LlamaFileType.MOSTLY_F16))
-    for name, dims in tensors:
-        dtype = np.dtype(np.float32 if len(dims) == 1 else np.float16)
-        w.add_tensor_info(name, dims, dtype, int(np.prod(dims)) * dtype.itemsize)
-    try:
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_ti_data_to_file()
-        for _, dims in tensors:
-            n = int(np.prod(dims))
-            w.write_tensor_data(np.ones(dims, dtype=np.float32) if len(dims) == 1 else weights[:n].reshape(dims))
-    finally:
-        w.close()
-    os.replace(tmp, path)
+    with Pending(path, MODEL_MODE) as new:
+        w = _writer(Path(new.name_for_library), shape, int(gguf.LlamaFileType.MOSTLY_F16))
+        for name, dims in tensors:
+            dtype = np.dtype(np.float32 if len(dims) == 1 else np.float16)
+            w.add_tensor_info(name, dims, dtype, int(np.prod(dims)) * dtype.itemsize)
+        try:
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_ti_data_to_file()
+            for _, dims in tensors:
+                n = int(np.prod(dims))
+                w.write_tensor_data(np.ones(dims, dtype=np.float32) if len(dims) == 1 else weights[:n].reshape(dims))
+        finally:
+            w.close()
     return path

@@ -232,10 +232,21 @@ class ServerSample:
     # "prefill" | "decode", tokens held, n_ctx)
     slots_per_decode: float | None = None  # llama-server's mean busy slots per decode call (batching)
     max_sequence_tokens: float | None = None  # llama-server's longest sequence seen, tokens (n_tokens_max)
+    # --- issue 43: each figure named for what the server's counters support
+    answers: bool | None = None  # a found server: GET /health answered 200 this tick (None: not asked)
+    prefill_busy: float | None = None  # share of wall-clock time spent evaluating prompt batches, window
+    # (llama-server's prompt_seconds_total: a batch's time once, however many requests share the batch)
+    prefix_cache_hit_rate: float | None = None  # prefix-cache hits over lookups, window (the counters' change)
+    rate_window_s: float | None = None  # seconds tokens_per_s and prompt_tokens_per_s are measured over
 
     def __post_init__(self) -> None:
         if type(self.state) is not ServerState:  # a plain string is checked against the vocabulary
             object.__setattr__(self, "state", ServerState(self.state))
+
+    @property
+    def up(self) -> bool:
+        """It answers: serving or asleep, or found on the box with its /health answering 200."""
+        return self.state.up or (self.state is ServerState.FOUND and self.answers is True)
 
 
 @dataclass(frozen=True, slots=True)

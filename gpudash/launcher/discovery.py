@@ -48,8 +48,15 @@ class Found:
 
     @property
     def name(self) -> str:
-        """A [[servers]] name for it: its kind and pid."""
-        return f"{self.kind.replace('.', '')}-{self.pid}"
+        """A [[servers]] name for it that survives a restart: where it listens, `host:port` (its pid changes
+        each time it starts, and a name made from it started a new series each time)."""
+        return address_name(self.url)
+
+
+def address_name(url: str) -> str:
+    """`host:port` of a server's base URL (an IPv6 host without its brackets), the name a found server goes by."""
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}"
 
 
 def nvml_gpu_pids() -> list[tuple[int, int]]:

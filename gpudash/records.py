@@ -224,8 +224,8 @@ class ServerSample:
     e2e_mean_s: float | None = None  # whole-request latency, seconds, window (vLLM)
     e2e_p90_s: float | None = None
     e2e_p99_s: float | None = None
-    prefill_mean_s: float | None = None  # mean prompt-processing time per request, seconds, window (the
-    # server's own counters: vLLM request_prefill_time, llama-server prompt_seconds over the prompts seen)
+    prefill_mean_s: float | None = None  # mean prompt-processing time per request, seconds, window (vLLM's
+    # request_prefill_time; llama-server's counters cannot give one: see prefill_busy)
     rates_coarse: bool | None = None  # tokens_per_s / prompt_tokens_per_s come from counters that move only
     # when a request ends (llama-server --no-slots), not from live progress
     slot_states: tuple[tuple[int, str, int, int], ...] | None = None  # llama-server's slots: (id, "idle" |

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from fixtures import SPECS, FixedFeed, sim_snapshot
 from textual.widgets import Log, Static
+from test_found_servers import _Attaching  # a supervisor that records what it attaches
 from tui_helpers import wait_for
 
 from gpudash.config import ServerSpec
@@ -98,22 +99,6 @@ async def test_an_attached_servers_port_column_shows_its_urls_port() -> None:
         table = app.query_one("#servers-table")
         row = next(table.get_row_at(r) for r in range(table.row_count) if str(table.get_row_at(r)[0]) == "ext")
         assert 9090 in row or "9090" in [str(c) for c in row], row
-
-
-class _Attaching:
-    """A supervisor as the controller sees it, recording what it was asked to attach."""
-
-    def __init__(self) -> None:
-        self.attached: list = []
-
-    def specs(self) -> dict:
-        return {s.name: s for s in self.attached}
-
-    def states(self) -> list:
-        return []
-
-    def attach(self, spec) -> None:
-        self.attached.append(spec)
 
 
 async def test_a_then_w_keeps_a_found_server_under_its_address_and_says_the_demo_goes(tmp_path: Path) -> None:

@@ -156,3 +156,20 @@ async def test_servers_with_nothing_configured_and_no_demo_promise_no_launcher()
         await pilot.pause(0.1)
         empty = str(app.query_one("#servers-view").query_one(".empty", Static).content)
         assert "one after another" not in empty and "none is configured and the demo is off" in empty
+
+
+async def test_the_rate_says_its_window_and_that_it_lags_a_load_change() -> None:
+    """Issue 43 item 5: "tok/s 10s" lagged load changes by up to 58% for a window, mostly because the server
+    refreshes between batches; the selected server's detail says so."""
+    ext = replace(EXT, tokens_per_s=31.0, rate_window_s=10.2)
+    app = GpudashApp(FixedFeed([with_servers(sim_snapshot(tick=0), ext)], specs={**SPECS, "ext": EXT_SPEC}))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the feed")
+        await pilot.press("3")
+        view = app.query_one("#servers-view")
+        view.selected_server = "ext"
+        view.show(app.state)
+        await pilot.pause(0.1)
+        detail = str(app.query_one("#server-detail", Static).content)
+        assert "tok/s over the last 10 s" in detail and "lags a change of load by up to a batch" in detail
+        assert "31.0" in table_text(view)  # the sample's own windowed rate

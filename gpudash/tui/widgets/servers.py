@@ -266,9 +266,9 @@ def detail_text(s: ServerSample) -> Text:
                  + "\n")
     if s.rates_coarse:
         t.append("tok/s from counters that move only when a request ends (/slots is off: --no-slots)\n", style="dim")
-    elif s.rate_window_s is not None and s.kind == "llama.cpp":
-        t.append(f"tok/s over the last {s.rate_window_s:.0f} s: llama-server counts a batch when it ends, so "
-                 "the figure lags a change of load by up to a batch\n", style="dim")
+    elif s.rate_window_s is not None:
+        t.append(f"tok/s over the last {s.rate_window_s:.0f} s: a server counts a batch when it ends (llama-server "
+                 "once per batch), so the figure lags a change of load by up to a batch\n", style="dim")
     if s.origin == "found" and s.error:
         t.append(printable(s.error) + "\n", style="yellow")
     t.rstrip()

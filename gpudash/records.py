@@ -238,6 +238,11 @@ class ServerSample:
     # (llama-server's prompt_seconds_total: a batch's time once, however many requests share the batch)
     prefix_cache_hit_rate: float | None = None  # prefix-cache hits over lookups, window (the counters' change)
     rate_window_s: float | None = None  # seconds tokens_per_s and prompt_tokens_per_s are measured over
+    # The counts those rates are the change of, since the server process started (generated: finished requests'
+    # plus what busy slots decoded so far; prompt: computed, prefix-cache hits left out): a tick's tokens are
+    # their change, exactly, where a windowed rate times the tick would smear them over RATE_WINDOW_S
+    generation_tokens_total: float | None = None
+    prompt_tokens_total: float | None = None
 
     def __post_init__(self) -> None:
         if type(self.state) is not ServerState:  # a plain string is checked against the vocabulary

@@ -80,3 +80,14 @@ def test_the_prefix_cache_hit_rate_is_over_the_last_minute() -> None:
         got = srv.read(float(t), metrics(misses, cached=hits), [slot(0, None)])
     assert got["prefix_cache_hit_rate"] == pytest.approx(0.99, abs=0.001)
     assert got["prefix_cache_hits"] / got["prefix_cache_queries"] < 0.9
+
+
+def test_the_counts_behind_the_rates_are_in_the_sample() -> None:
+    """A windowed rate times one tick smears a tick's tokens over RATE_WINDOW_S (energy per token integrated
+    rate x tick from it): the sample carries the counts themselves, whose change is a tick's tokens exactly."""
+    srv = Server()
+    srv.read(0.0, metrics(100, predicted=40), [slot(0, None)])
+    got = srv.read(1.0, metrics(100, predicted=40), [slot(0, 3, prefill=50, decoded=7, busy=True)])
+    assert (got["generation_tokens_total"], got["prompt_tokens_total"]) == (47, 100)  # decoding: its prompt is in the counter
+    got = srv.read(2.0, metrics(150, predicted=40), [slot(0, 3, prefill=50, decoded=12, busy=True)])
+    assert (got["generation_tokens_total"], got["prompt_tokens_total"]) == (52, 150)

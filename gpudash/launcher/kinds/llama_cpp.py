@@ -148,6 +148,8 @@ def llama_fields(m: dict[str, float], prev: Prev | None = None, pid: int | None 
         "tokens_per_s": rate(m, since, pid, now, TOKENS_GENERATED if live else _PREDICTED),
         "prompt_tokens_per_s": rate(m, since, pid, now, PROMPT_PROGRESS if PROMPT_PROGRESS in m else _PROMPT),
         "rate_window_s": now - since.ts if since is not None and since.pid == pid and now > since.ts else None,
+        "generation_tokens_total": m.get(TOKENS_GENERATED if live else _PREDICTED),
+        "prompt_tokens_total": m.get(PROMPT_PROGRESS, processed),
         "rates_coarse": not live,
         "requests_running": m.get("llamacpp:requests_processing"),
         "requests_waiting": m.get("llamacpp:requests_deferred"),

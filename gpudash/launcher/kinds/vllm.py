@@ -68,6 +68,15 @@ def computed_prompt_rate(m: dict[str, float], prev: Prev | None, pid: int | None
     return max(0.0, whole - cached) if whole is not None and cached is not None else None
 
 
+def computed_prompt_tokens(m: dict[str, float]) -> float | None:
+    """Prompt tokens vLLM computed since it started, as computed_prompt_rate counts them (None on 0.8)."""
+    if _LOCAL_COMPUTE in m:
+        return m[_LOCAL_COMPUTE]
+    whole = m.get("vllm:prompt_tokens_total")
+    cached = m.get(first_name(m, "vllm:prompt_tokens_cached_total", "vllm:prefix_cache_hits_total"))
+    return max(0.0, whole - cached) if whole is not None and cached is not None else None
+
+
 def first_name(m: dict[str, float], *names: str) -> str:
     """The first of `names` present in `m` (the last one when none is)."""
     return next((n for n in names if n in m), names[-1])
@@ -110,6 +119,8 @@ def vllm_fields(m: dict[str, float], prev: Prev | None, pid: int | None, now: fl
         "tokens_per_s": rate(m, since, pid, now, "vllm:generation_tokens_total"),
         "prompt_tokens_per_s": computed_prompt_rate(m, since, pid, now),
         "rate_window_s": now - since.ts if since is not None and since.pid == pid and now > since.ts else None,
+        "generation_tokens_total": m.get("vllm:generation_tokens_total"),
+        "prompt_tokens_total": computed_prompt_tokens(m),
         "preemptions": m.get("vllm:num_preemptions_total"),
         "requests_finished": m.get("vllm:request_success_total"),
         "requests_aborted": _finished(m, "abort"),

@@ -235,18 +235,34 @@ class ServerSample:
     e2e_mean_s: float | None = None  # whole-request latency, seconds, window (vLLM)
     e2e_p90_s: float | None = None
     e2e_p99_s: float | None = None
-    prefill_mean_s: float | None = None  # mean prompt-processing time per request, seconds, window (the
-    # server's own counters: vLLM request_prefill_time, llama-server prompt_seconds over the prompts seen)
+    prefill_mean_s: float | None = None  # mean prompt-processing time per request, seconds, window (vLLM's
+    # request_prefill_time; llama-server's counters cannot give one: see prefill_busy)
     rates_coarse: bool | None = None  # tokens_per_s / prompt_tokens_per_s come from counters that move only
     # when a request ends (llama-server --no-slots), not from live progress
     slot_states: tuple[tuple[int, str, int, int], ...] | None = None  # llama-server's slots: (id, "idle" |
     # "prefill" | "decode", tokens held, n_ctx)
     slots_per_decode: float | None = None  # llama-server's mean busy slots per decode call (batching)
     max_sequence_tokens: float | None = None  # llama-server's longest sequence seen, tokens (n_tokens_max)
+    # --- issue 43: each figure named for what the server's counters support
+    answers: bool | None = None  # a found server: GET /health answered 200 this tick (None: not asked)
+    prefill_busy: float | None = None  # share of wall-clock time spent evaluating prompt batches, window
+    # (llama-server's prompt_seconds_total: a batch's time once, however many requests share the batch)
+    prefix_cache_hit_rate: float | None = None  # prefix-cache hits over lookups, window (the counters' change)
+    rate_window_s: float | None = None  # seconds tokens_per_s and prompt_tokens_per_s are measured over
+    # The counts those rates are the change of, since the server process started (generated: finished requests'
+    # plus what busy slots decoded so far; prompt: computed, prefix-cache hits left out): a tick's tokens are
+    # their change, exactly, where a windowed rate times the tick would smear them over RATE_WINDOW_S
+    generation_tokens_total: float | None = None
+    prompt_tokens_total: float | None = None
 
     def __post_init__(self) -> None:
         if type(self.state) is not ServerState:  # a plain string is checked against the vocabulary
             object.__setattr__(self, "state", ServerState(self.state))
+
+    @property
+    def up(self) -> bool:
+        """It answers: serving or asleep, or found on the box with its /health answering 200."""
+        return self.state.up or (self.state is ServerState.FOUND and self.answers is True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import textwrap
 import time
 import click
 from rich.console import Console
@@ -160,5 +161,8 @@ def status(cfg: Config, sim: str | None, no_sim: bool, as_json: bool, window: fl
     wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
     console = Console(highlight=False, width=None if wide else 240)
     render(snap, console)
-    for line in found_lines(found):
-        console.print(markup_free(line))
+    for line in found_lines(found):  # a wrapped line keeps its indent, and two more (it lost it)
+        indent = " " * (len(line) - len(line.lstrip()) + 2)
+        for piece in textwrap.wrap(line, console.width, subsequent_indent=indent, break_long_words=False,
+                                   break_on_hyphens=False):
+            console.print(markup_free(piece), soft_wrap=True)

@@ -35,8 +35,8 @@ class ServerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    """Unique name (letters, digits, '_', '.', '-')."""
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    """Unique name (letters, digits, '_', '.', ':', '-'); a found server is named `host:port`."""
 
     kind: str | None = None
     """Which server: a kind gpudash knows ("llama.cpp": llama-server, "vllm": `vllm serve`). Unset:

@@ -23,6 +23,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -212,7 +213,8 @@ class AttachedServers:
     def _sample(self, name: str, a: _Attached, now: float, **fields: Any) -> ServerSample:
         pid = a.local.pid if a.local is not None else None
         return ServerSample(ts=now, server=name, kind=a.kind.name if a.kind else "unknown", state=a.state,
-                            pid=pid, origin="attached", error=a.error, url=a.spec.url, **fields)
+                            pid=pid, port=urlsplit(str(a.spec.url)).port, origin="attached", error=a.error,
+                            url=a.spec.url, **fields)
 
     def _find_local(self, a: _Attached) -> None:
         """Look for the server's process on this machine (the costly look through every process)."""

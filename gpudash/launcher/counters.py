@@ -36,8 +36,11 @@ MEAN_GAUGES = frozenset({"vllm:engine_sleep_state"})
 MAX_GAUGES = frozenset({"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"})
 # Series of the wanted families kept from one answer; past it the answer is refused, not half read.
 MAX_SERIES = 20_000
-# How far back the windowed figures (histogram quantiles, means) look.
+# How far back the windowed figures (histogram quantiles, means, hit rates) look.
 WINDOW_S = 60.0
+# How far back token rates look: several of llama-server's updates (it advances its counts once per batch,
+# 2048 prompt tokens took 2.9 s on a CPU), so a steady prefill does not read 0, 0, 1864, 0.
+RATE_WINDOW_S = 10.0
 _SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created", "_info")
 
 
@@ -135,6 +138,16 @@ class History:
         self._scrapes.clear()
         self.facts.clear()
 
+    def since(self, now: float, span: float = RATE_WINDOW_S) -> Prev | None:
+        """The latest scrape at least `span` seconds before `now` (the oldest kept when none is that old):
+        where a rate over the last `span` seconds starts."""
+        found = None
+        for scrape in self._scrapes:
+            if scrape.ts > now - span:
+                break
+            found = scrape
+        return found if found is not None else self.start
+
     @property
     def last(self) -> Prev | None:
         return self._scrapes[-1] if self._scrapes else None
@@ -158,6 +171,17 @@ def rate(m: dict[str, float], prev: Prev | None, pid: int | None, now: float, na
     d = delta(m, prev, pid, name)
     dt = (now - prev.ts) if prev is not None else 0.0
     return d / dt if d is not None and dt > 0 else None
+
+
+def share(m: dict[str, float], base: Prev | None, pid: int | None, hits: str, *queries: str) -> float | None:
+    """How much counter `hits` grew since `base` over the growth of the `queries` counters together (a hit
+    rate over the window, not since the server started); None when nothing was queried."""
+    got = delta(m, base, pid, hits)
+    asked = [delta(m, base, pid, q) for q in queries]
+    if got is None or any(a is None for a in asked):
+        return None
+    total = sum(asked)  # type: ignore[arg-type]
+    return min(1.0, got / total) if total > 0 else None
 
 
 def printed_step(value: float) -> float:

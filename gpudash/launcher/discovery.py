@@ -45,11 +45,19 @@ class Found:
     gpus: tuple[int, ...]
     answers: bool | None  # GET /health said 200 (None: not asked yet)
     hint: str | None = None  # what to do when its address cannot be reached from here
+    gpudash_pid: int | None = None  # the gpudash (a TUI's demo, `launch`) that started it, if one did
 
     @property
     def name(self) -> str:
-        """A [[servers]] name for it: its kind and pid."""
-        return f"{self.kind.replace('.', '')}-{self.pid}"
+        """A [[servers]] name for it that survives a restart: where it listens, `host:port` (its pid changes
+        each time it starts, and a name made from it started a new series each time)."""
+        return address_name(self.url)
+
+
+def address_name(url: str) -> str:
+    """`host:port` of a server's base URL (an IPv6 host without its brackets), the name a found server goes by."""
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}"
 
 
 def nvml_gpu_pids() -> list[tuple[int, int]]:
@@ -85,6 +93,20 @@ def server_process(pid: int, cmdline: Mapping[int, tuple[str, ...]] | None = Non
         if pid <= 1:
             return None
     return None
+
+
+def started_by_gpudash(pid: int) -> int | None:
+    """The pid of the gpudash process that started server `pid` (its parent runs `gpudash` or `python -m
+    gpudash`: a TUI's demo, `launch`, `serve`), or None. A server gpudash launches keeps its parent, though it
+    runs in a session of its own."""
+    try:
+        parent = psutil.Process(pid).parent()
+        words = parent.cmdline() if parent is not None else []
+    except (psutil.Error, OSError):
+        return None
+    runs = [os.path.basename(w) for w in words[:3]]
+    is_gpudash = "gpudash" in runs or any(a == "-m" and b == "gpudash" for a, b in zip(words, words[1:3]))
+    return parent.pid if is_gpudash and parent is not None else None
 
 
 def in_container(pid: int) -> bool:
@@ -172,21 +194,30 @@ def find_servers(gpu_pids: Iterable[tuple[int, int]], known: Iterable[int] = (),
             where = "in a container" if in_container(pid) else "here"
             hint = (f"pid {pid} runs {kind.label} {where} but does not answer at {url}; add a [[servers]] entry "
                     f"with the url its port is published at (url = \"http://HOST:PORT\")")
-        out.append(Found(pid, kind.name, tuple(words), url, tuple(sorted(gpus.get(pid, ()))), ok, hint))
+        out.append(Found(pid, kind.name, tuple(words), url, tuple(sorted(gpus.get(pid, ()))), ok, hint,
+                         started_by_gpudash(pid)))
     return out
 
 
 def found_lines(found: list[Found]) -> list[str]:
-    """Found servers as lines for `gpudash status` (nothing when none were found)."""
-    if not found:
-        return []
-    lines = ["inference servers gpudash did not start (attach one with a [[servers]] entry: name and url)"]
-    for f in found:
-        where = f"on GPU {','.join(map(str, f.gpus))}" if f.gpus else "on no GPU gpudash sees"
-        seen = {True: "answers", False: "does not answer", None: "not asked"}[f.answers]
-        lines.append(f"  {f.name}: {f.kind} pid {f.pid} {where} at {f.url} ({seen})")
-        if f.hint:
-            lines.append(f"    {f.hint}")
+    """Found servers as lines for `gpudash status` (nothing when none were found): those another gpudash
+    runs (a TUI's demo, `launch`) apart from those no gpudash started."""
+    lines = []
+    for heading, group in (
+            ("inference servers another gpudash runs (its TUI's demo, `launch` or `serve`)",
+             [f for f in found if f.gpudash_pid is not None]),
+            ("inference servers gpudash did not start (attach one with a [[servers]] entry: name and url)",
+             [f for f in found if f.gpudash_pid is None])):
+        if not group:
+            continue
+        lines.append(heading)
+        for f in group:
+            where = f"on GPU {','.join(map(str, f.gpus))}" if f.gpus else "on no GPU gpudash sees"
+            seen = {True: "answers", False: "does not answer", None: "not asked"}[f.answers]
+            by = f", started by gpudash pid {f.gpudash_pid}" if f.gpudash_pid is not None else ""
+            lines.append(f"  {f.name}: {f.kind} pid {f.pid} {where} at {f.url} ({seen}{by})")
+            if f.hint:
+                lines.append(f"    {f.hint}")
     return lines
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpudash.config import Config
 from gpudash.launcher.health import url_host
+from gpudash.launcher.kinds import kind_of
 from gpudash.launcher.remote import RemoteServer
 from gpudash.launcher.sleep import SleepResult
 from gpudash.records import Event
@@ -48,6 +49,12 @@ def server_action(cfg: Config, db: Path, name: str, action: str, level: int = 1,
     if spec.kind is None:
         raise ActionRefused(f"server {name!r} is attached with no `kind`; sleep and wake need its kind: set kind "
                             "in its [[servers]] entry")
+    kind = kind_of(spec)
+    if not kind.sleep_levels:  # said first: no address or origin changes that (an attached entry said "--url")
+        raise ActionRefused(f"server {name!r} is {kind.label}, which has no sleep mode (sleep and wake are vLLM's, "
+                            "started with enable_sleep_mode)")
+    if url is None and spec.url is not None:
+        url = spec.url
     if url is None:
         if spec.port is None:
             raise ActionRefused(f"server {name!r} has no fixed `port`, so its address is unknown here; pass --url "

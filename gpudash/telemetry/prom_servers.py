@@ -188,8 +188,8 @@ class ServerFamilies:
         f.value(GaugeMetricFamily, "gpudash_server_info", "The server: how gpudash knows it (origin: managed, "
                 "attached, found) and the port it listens on (value 1).",
                 {**labels, "origin": s.origin, "port": server_port(s)}, 1, sourced=False)
-        f.value(GaugeMetricFamily, "gpudash_server_up", "1 while the server answers (ready or sleeping).", labels,
-                s.state.up, sourced=False)
+        f.value(GaugeMetricFamily, "gpudash_server_up", "1 while the server answers (ready or sleeping; a found "
+                "one: its /health says 200).", labels, s.up, sourced=False)
         # Under each kind the server was ever exported as (an attached server is "unknown" until it is read):
         # 1 for its state under its kind now, 0 for every other, so a series goes to 0 and never just ends.
         for kind in kinds:

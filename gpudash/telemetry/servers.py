@@ -63,6 +63,8 @@ class ServerSource:
         latest = {s.server: s for s in attached}
         scrapes = {st.server: self._pool.submit(self._scrape, st) for st in states
                    if st.server not in latest and st.state.up}
+        found = self._found_now({s.server for s in states}, {s.pid for s in (*states, *attached) if s.pid is not None})
+        health = [self._pool.submit(self._answers, f.url) for f in found]
         out = []
         failed = list(errors)
         for st in states:
@@ -76,14 +78,26 @@ class ServerSource:
                 except (ScrapeError, ValueError) as err:
                     failed.append(f"{st.server}: /metrics scrape failed: {err}")
                     out.append(st)
-        out += self._found_rows({s.server for s in out}, {s.pid for s in out if s.pid is not None})
+        ts = time.time()
+        out += [ServerSample(ts=ts, server=f.name, kind=f.kind, state=ServerState.FOUND, pid=f.pid,
+                             port=urlsplit(f.url).port, origin="found", error=f.hint, url=f.url,
+                             answers=answered.result())
+                for f, answered in zip(found, health)]
         result: dict[str, tuple] = {"servers": tuple(out)}
         if failed:
             result["errors"] = tuple(failed)
         return result
 
-    def _found_rows(self, names: set[str], pids: set[int]) -> list[ServerSample]:
-        """The servers found on the GPUs at the last look (started anew when due, never waited for)."""
+    def _answers(self, url: str) -> bool:
+        """This tick's GET /health of a found server: 200 is up (what `gpudash_server_up` exports for it)."""
+        try:
+            return self._http.get(url, "/health")[0] == 200
+        except ScrapeError:
+            return False
+
+    def _found_now(self, names: set[str], pids: set[int]) -> list[Found]:
+        """The servers found on the GPUs at the last look (started anew when due, never waited for), less
+        those gpudash runs or reads."""
         if self._gpu_pids is None:
             return []
         now = time.monotonic()
@@ -91,10 +105,7 @@ class ServerSource:
             self._found_at = now
             known = set(self._sup.pids())
             self._finding = self._finder.submit(self._find, known)
-        ts = time.time()
-        return [ServerSample(ts=ts, server=f.name, kind=f.kind, state=ServerState.FOUND, pid=f.pid,
-                             port=urlsplit(f.url).port, origin="found", error=f.hint, url=f.url)
-                for f in self._found if f.name not in names and f.pid not in pids]
+        return [f for f in self._found if f.name not in names and f.pid not in pids]
 
     def _find(self, known: set[int]) -> None:
         assert self._gpu_pids is not None

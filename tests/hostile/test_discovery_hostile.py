@@ -114,7 +114,7 @@ def test_a_server_on_the_cpu_is_found_by_its_command_line(llama_on_the_cpu, tmp_
     (mine,) = [f for f in json.loads(r.stdout)["found_servers"] if f["pid"] == proc.pid]
     assert (mine["kind"], mine["url"], mine["gpus"], mine["answers"]) == ("llama.cpp", url, [], True)
     r = gpudash("status", "--sim", "h200", "--window", "0.05", home=tmp_path)
-    assert f"llamacpp-{proc.pid}: llama.cpp pid {proc.pid} on no GPU gpudash sees at {url} (answers)" in r.stdout
+    assert f"{url.removeprefix('http://')}: llama.cpp pid {proc.pid} on no GPU gpudash sees at {url} (answers)" in r.stdout
 
 
 @pytest.mark.llama

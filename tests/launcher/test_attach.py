@@ -310,4 +310,4 @@ def test_vllm_host_memory_kv_hits_are_a_hit_source_of_their_own(events, tmp_path
             source.close()
         assert (st.external_prefix_cache_queries, st.external_prefix_cache_hits) == (192, 64)
         assert st.prefix_cache_hits == 0  # the GPU cache had evicted A: every hit came from host memory
-        assert "+ host KV cache 33%" in server_text([st])
+        assert "host KV cache hits 33% since it started" in server_text([st])

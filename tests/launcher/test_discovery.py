@@ -106,8 +106,10 @@ def test_a_found_server_shows_as_a_row_and_one_command_attaches_it(llama_outside
     sup = Supervisor([], events.inbox, tmp_path / "logs")
     source = ServerSource(sup, gpu_pids=lambda: [(0, proc.pid)])
     try:
-        found = read_until(source, f"llamacpp-{proc.pid}", lambda s: s.state == "found")
+        # named where it listens (host:port), which a restart keeps; its pid is not in the name
+        found = read_until(source, url.removeprefix("http://"), lambda s: s.state == "found")
         assert (found.origin, found.pid, found.url, found.error) == ("found", proc.pid, url, None)
+        assert found.answers is True and found.up  # its /health answers 200: up, as the exporter says
         result = Controller(supervisor=sup, inbox=events.inbox).apply(AttachServer(found.server, found.kind, url))
         assert result.ok and result.event.kind == "server.attach"
         st = read_until(source, found.server, lambda s: s.state == "ready")
@@ -146,3 +148,25 @@ def test_status_lists_found_servers_and_none_on_a_simulated_rig(tmp_path, monkey
     # a simulated rig's GPU processes are modelled, not servers: a server found there is a real local process
     # found by its command line (another test's llama-server), on none of the simulated GPUs
     assert all(f["gpus"] == [] for f in json.loads(r.stdout)["found_servers"])
+
+
+def test_a_found_server_is_exported_up_while_its_health_answers() -> None:
+    """Issue 43 item 4: a found llama-server that answers /health 200 was exported as gpudash_server_up 0
+    (an `up == 0` alert paged for a healthy server); one that does not answer is 0."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpudash.config import PrometheusConfig
+    from gpudash.records import ServerSample, Snapshot
+    from gpudash.telemetry.prometheus import PrometheusSink
+
+    rows = tuple(ServerSample(ts=10.0, server=f"127.0.0.1:{port}", kind="llama.cpp", state="found", origin="found",
+                              url=f"http://127.0.0.1:{port}", answers=ok) for port, ok in ((8080, True), (8081, False)))
+    sink = PrometheusSink("127.0.0.1", 0, settings=PrometheusConfig())
+    try:
+        sink(Snapshot(10.0, 10, "sim:h200", servers=rows))
+        text = httpx.get(f"http://127.0.0.1:{sink.port}/metrics", trust_env=False).text
+    finally:
+        sink.close()
+    (up,) = [f for f in text_string_to_metric_families(text) if f.name == "gpudash_server_up"]
+    assert {s.labels["server"]: s.value for s in up.samples} == {"127.0.0.1:8080": 1.0, "127.0.0.1:8081": 0.0}

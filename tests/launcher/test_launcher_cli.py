@@ -205,3 +205,37 @@ def test_serve_sigterm_while_loading_stops_the_loader(tmp_path: Path, tiny_model
             proc.kill()
     assert_gone(loaders)
     assert query(tmp_path / "s.db", "select count(*) from sessions where ended is null") == [(0,)]
+
+
+@pytest.mark.llama
+def test_status_lists_a_server_another_gpudash_runs_apart_and_keeps_wrapped_lines_indented(
+        tmp_path: Path, tiny_model, llama_server) -> None:
+    """Issue 45 item 17: with a TUI's demo running, `status` listed it under "inference servers gpudash did
+    not start", and its long lines wrapped at 80 columns back to column 0."""
+    cfg = tmp_path / "gpudash.toml"
+    cfg.write_text(f'[[servers]]\nname = "tiny"\nmodel = "{tiny_model}"\nbinary = "{llama_server}"\nctx_size = 512\n'
+                   'extra_args = ["-t", "1"]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "gpudash", "serve", "--config", str(cfg), "--db",
+                             str(tmp_path / "s.db"), "--sim", "h200", "--quiet"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=_env(tmp_path), cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while not (children := [c.pid for c in psutil.Process(proc.pid).children() if "llama-server" in c.name()]):
+            assert time.monotonic() < deadline and proc.poll() is None, "serve started no llama-server"
+            time.sleep(0.1)
+        (server,) = children
+        out = subprocess.run([sys.executable, "-m", "gpudash", "status", "--sim", "h200", "--window", "0.05"],
+                             capture_output=True, text=True, env={**_env(tmp_path), "COLUMNS": "80"}, cwd=tmp_path,
+                             timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    ours = next(i for i, line in enumerate(lines) if f"pid {server} " in line)
+    heading = max(i for i, line in enumerate(lines[:ours]) if not line.startswith(" "))
+    assert lines[heading].startswith("inference servers another gpudash runs"), lines[heading:ours + 1]
+    assert f"started by gpudash pid {proc.pid}" in " ".join(lines[ours:ours + 3])
+    found = lines[lines.index(lines[heading]):]
+    assert all(len(line) <= 80 for line in found), found
+    assert all(line.startswith("  ") for line in found if not line.startswith("inference servers")), found

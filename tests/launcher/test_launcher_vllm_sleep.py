@@ -112,3 +112,17 @@ def test_cli_sleep_and_wake_record_their_duration(fake_vllm, make_supervisor, tm
                     ("server.wake", "cli", 1), ("server.wake.request", "cli", 1)]
     bad = gpudash("wake", "nope")
     assert bad.returncode == 2 and "no server named 'nope'" in bad.stderr
+
+
+@pytest.mark.parametrize("extra", [(), ("--url", "http://127.0.0.1:9")])
+def test_sleep_on_an_attached_llama_server_says_it_has_no_sleep_mode(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """Issue 45 item 8: an attached llama.cpp entry was told it has no fixed `port` (pass --url), and with
+    --url that it is attached; neither said llama-server has no sleep mode. Nothing is contacted or recorded."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[[servers]]\nname = "ext"\nkind = "llama.cpp"\nurl = "http://127.0.0.1:9"\n')
+    db = tmp_path / "g.db"
+    out = subprocess.run([sys.executable, "-m", "gpudash", "--config", str(cfg), "server", "sleep", "ext", *extra,
+                          "--db", str(db)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "server 'ext' is llama-server, which has no sleep mode" in out.stderr
+    assert "--url" not in out.stderr.replace("\n", " ").split("no sleep mode")[1] and not db.exists()

@@ -31,8 +31,8 @@ SAMPLES = Path(__file__).parent / "samples"
 def test_tokens_per_s_during_a_long_generation_integrates_to_the_tokens_generated(
         make_supervisor, prefill_model, llama_server) -> None:
     """One generation of 3500 tokens (seconds on one CPU thread) watched every 0.25 s, as the recorder would:
-    the figure is there while the request runs (llama-server's own counter moves only when it ends) and sums
-    to what was generated."""
+    the figure is there while the request runs (llama-server's own counter moves only when it ends), and over
+    its window it is what was generated."""
     sup = make_supervisor([ServerSpec(name="g", model=str(prefill_model), binary=llama_server, ctx_size=4096,
                                       parallel=1, health_timeout_s=60, extra_args=["-t", "1"])])
     sup.start_all()
@@ -45,31 +45,41 @@ def test_tokens_per_s_during_a_long_generation_integrates_to_the_tokens_generate
         answer.update(r.json(), t_end=time.time())
 
     source = ServerSource(sup)
-    ticks: list[tuple[float, float | None]] = []
+    ticks: list[ServerSample] = []
     try:
         (base,) = source.poll()["servers"]  # the first read: the baseline the rates are measured against
-        ticks.append((base.ts, None))
+        ticks.append(base)
         worker = threading.Thread(target=generate)
         t_start = time.time()
         worker.start()
         while worker.is_alive():
             time.sleep(0.25)
             (st,) = source.poll()["servers"]
-            ticks.append((st.ts, st.tokens_per_s))
+            ticks.append(st)
         time.sleep(0.25)
-        (st,) = source.poll()["servers"]
-        ticks.append((st.ts, st.tokens_per_s))
+        (after,) = source.poll()["servers"]
     finally:
         source.close()
     generated = answer["timings"]["predicted_n"]
     assert generated == 3500
-    during = [r for ts, r in ticks if t_start < ts <= answer["t_end"]]
+    during = [s.tokens_per_s for s in ticks if t_start < s.ts <= answer["t_end"]]
     assert len(during) >= 4, f"the generation took {answer['t_end'] - t_start:.1f} s: too short to watch"
-    assert sum(1 for r in during if r) >= 0.8 * len(during), ticks  # not only when the request ends
-    # a rate covers the time since the previous read that had one: rate * that time is those tokens
-    read = [ticks[0]] + [(ts, r) for ts, r in ticks[1:] if r is not None]
-    integral = sum(r * (ts - before) for (ts, r), (before, _) in zip(read[1:], read))
-    assert integral == pytest.approx(generated, rel=0.10), ticks
+    assert sum(1 for r in during if r) >= 0.8 * len(during), during  # not only when the request ends
+    assert windowed_total(ticks + [after], t_start) == pytest.approx(generated, rel=0.10), during
+
+
+def windowed_total(ticks: list[ServerSample], t_start: float) -> float:
+    """Tokens over the reads' windows laid end to end, back from the last read to one before `t_start`: each
+    rate covers its rate_window_s, which starts at an earlier read."""
+    at = {round(s.ts, 3): s for s in ticks}
+    cur, total = ticks[-1], 0.0
+    while True:
+        assert cur.tokens_per_s is not None and cur.rate_window_s is not None, cur
+        total += cur.tokens_per_s * cur.rate_window_s
+        start = cur.ts - cur.rate_window_s
+        if start <= t_start:
+            return total
+        cur = at[round(start, 3)]
 
 
 def test_printed_step_of_a_g_formatted_counter() -> None:

@@ -75,7 +75,7 @@ async def test_w_saves_knobs_into_the_users_file_in_place(tmp_path: Path) -> Non
 @pytest.mark.llama
 async def test_a_server_on_the_cpu_is_found_written_and_attached(llama_on_the_cpu, tmp_path: Path) -> None:
     proc, url = llama_on_the_cpu
-    name = f"llamacpp-{proc.pid}"
+    name = url.removeprefix("http://")  # host:port: a found server's name
     cfg = tmp_path / "config.toml"
     cfg.write_text("# mine\n")
     feed = _feed(tmp_path)

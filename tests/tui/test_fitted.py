@@ -42,7 +42,8 @@ def test_a_drop_order_must_name_the_table_s_columns() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("size, hidden", [((80, 24), ("kind", "port", "running", "J/token 1m")), ((200, 60), ())])
+@pytest.mark.parametrize("size, hidden", [((80, 24), ("kind", "port", "J/token 1m", "relaunches", "prefill tok/s 10s")),
+                                         ((200, 60), ())])
 async def test_the_servers_table_fits_the_screen(size: tuple[int, int], hidden: tuple[str, ...]) -> None:
     app = GpudashApp(FixedFeed([sim_snapshot(tick=t) for t in range(3)]))
     async with app.run_test(size=size) as pilot:
@@ -56,7 +57,7 @@ async def test_the_servers_table_fits_the_screen(size: tuple[int, int], hidden: 
         assert (note == "") == (not hidden) and all(h in note for h in hidden)
         shown = [c.label.plain for c in table.columns.values()]
         assert shown == [c for c in table.labels if c not in hidden]
-        assert {"server", "state", "tok/s 10s", "crashes", "KV use"} <= set(shown)
+        assert {"server", "state", "tok/s 10s", "run/wait", "crashes", "KV use"} <= set(shown)
 
 
 @pytest.mark.anyio

@@ -75,8 +75,13 @@ def _attached(snap: Snapshot, error: str) -> Snapshot:
 
 
 async def test_an_attached_servers_footer_offers_no_key_that_acts_on_it() -> None:
+    from fixtures import SPECS
+
+    from gpudash.config import ServerSpec
+
     snap = _attached(sim_snapshot(tick=0), "unreachable: GET /metrics: [Errno 111] Connection refused")
-    app = GpudashApp(FixedFeed([snap]))
+    specs = {**SPECS, "ext": ServerSpec(name="ext", url="http://10.0.0.9:8080")}  # attached by its config entry
+    app = GpudashApp(FixedFeed([snap], specs=specs))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.info is not None, what="the feed")
         await pilot.press("3")

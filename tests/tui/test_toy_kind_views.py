@@ -43,5 +43,5 @@ async def test_the_toy_kind_shows_in_every_view(monkeypatch: pytest.MonkeyPatch)
                 servers_rows = list(app.screen.query_one("#servers-table", FittedTable)._rows or [])
     ((name, kind, state, port, *_),) = servers_rows
     assert (name, kind, str(state), port) == ("toy1", "toy", "ready", 9999)
-    assert "toy1 (toy), its own figures over the last minute" in seen["latency"]
+    assert "no figures of their own from toy1 (ready)" in seen["latency"]  # it exports tok/s only
     assert set(seen) == {v.id for v in VIEWS}  # every view drew with the toy server in its samples

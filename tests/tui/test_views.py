@@ -36,7 +36,7 @@ async def test_stopped_and_relaunching_servers_show_no_rates() -> None:
         cols = [str(c.label) for c in table.columns.values()]
         r = rows(app)
         big_row, small_row = dict(zip(cols, r["big"])), dict(zip(cols, r["small"]))
-        assert big_row["state"] == "stopped" and big_row["tok/s 10s"] == "—" and big_row["running"] == "—"
+        assert big_row["state"] == "stopped" and big_row["tok/s 10s"] == "—" and big_row["run/wait"] == "—"
         assert big_row["KV use"] == "—" and (big_row["crashes"], big_row["relaunches"]) == ("2", "0")
         assert small_row["state"] == "relaunching" and small_row["uptime"] == "—" and small_row["tok/s 10s"] == "—"
         assert (small_row["crashes"], small_row["relaunches"]) == ("0", "3")

@@ -1,14 +1,20 @@
 """llama.cpp's llama-server: its [[servers]] fields, command line, metrics, KV slots and memory budget.
 
-Metrics (tools/server/server-context.cpp): `llamacpp:tokens_predicted_total` grows only when a request
-finishes (server_metrics::on_prediction adds the slot's n_decoded then), `llamacpp:prompt_tokens_total`
-only when a prompt's evaluation ends, and the gauges `llamacpp:predicted_tokens_seconds` /
-`prompt_tokens_seconds` cover only what finished since the last read and reset on every read: none says
-what a long generation or prefill does now. Generated and prompt tokens are therefore counted as those
-counters plus what the busy slots hold so far (llama_slots.py), and tokens/s is the change of that sum
-over wall-clock time. With /slots off (`--no-slots`) the rates fall back to the counters alone, marked
-coarse. KV use, per-slot state and the mean prefill time per request (the server exports no TTFT) come
-from /slots too.
+Metrics (tools/server/server-context.cpp, server-task.cpp): `llamacpp:tokens_predicted_total` grows only when
+a request finishes (metrics_on_prediction adds the slot's n_gen then); `llamacpp:prompt_tokens_total` grows
+when queued prompt tokens are flushed, after any decode call that produced an output (a generating slot's
+step flushes the prompt batch of another slot still mid-prompt); `llamacpp:prompt_seconds_total` grows by
+the wall time of each such flushed run of batches, once, however many requests' prompts shared it. The
+gauges `predicted_tokens_seconds` / `prompt_tokens_seconds` reset on every read. So:
+- generated tokens are the counter plus what busy slots decoded so far (llama_slots.py); prompt tokens are
+  the counter plus what prefilling slots evaluated that the counter cannot hold yet (`prompt_progress`: a
+  lower bound, never a token counted twice); tokens/s is their change over the last RATE_WINDOW_S, which
+  spans several of the server's updates (it advances once per batch). With /slots off (`--no-slots`) the
+  rates fall back to the counters alone, marked coarse.
+- no per-request prefill time can be had: prompt_seconds counts a batch shared by four requests once, and
+  the server counts no requests. What its counters support is `prefill_busy`: the share of wall-clock time
+  the server spent evaluating prompts over the last minute. The prefix-cache hit rate is over that minute.
+KV use and per-slot state come from /slots.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any
 from gpudash.config.llama_cpp import LlamaCppSpec
 from gpudash.config import ServerSpec
 from gpudash.launcher.llama import locate as llama_locate
-from gpudash.launcher.counters import History, Prev, acceptance, delta, rate
+from gpudash.launcher.counters import History, Prev, acceptance, delta, rate, share
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.kinds import llama_slots
 from gpudash.launcher.kinds.base import Budget, Option, ServerKind, program_name
@@ -30,12 +36,15 @@ from gpudash.launcher.scrape_http import ScrapeError
 from gpudash.launcher.shares import DEFAULT_OVERHEAD, LlamaBudget, ModelShape, llama_budget, model_shape, server_gpus
 
 # Counters gpudash keeps beside the server's own (llama_slots.py): generated tokens (finished requests' plus
-# what busy slots decoded so far), prompt tokens (finished prompts' plus what prefilling slots evaluated so
-# far), and the prompts seen to finish on /slots.
+# what busy slots decoded so far) and prompt tokens (flushed ones plus what prefilling slots evaluated that
+# cannot be in the counter yet).
 TOKENS_GENERATED = "gpudash:llamacpp_tokens_generated"
 PROMPT_PROGRESS = "gpudash:llamacpp_prompt_progress"
-PROMPTS_SEEN = "gpudash:llamacpp_prompts_seen"
 _PROMPT, _PREDICTED = "llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total"
+_CACHED, _PROMPT_S = "llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_seconds_total"
+# history.facts key: {task id: (prompt counter, tokens it had evaluated) at its reference read}: see
+# prompt_progress; None after a read whose /slots failed
+_REFS = "prefill refs"
 
 
 # Each llama.cpp field's flag, every spelling it has had (preferred first), in the order argv gets them.
@@ -93,38 +102,64 @@ def _counted(m: dict[str, float], prev: Prev | None, pid: int | None, name: str,
     m[name] = value if last is None or restarted else max(value, last)
 
 
-def _prefill_mean(m: dict[str, float], base: Prev | None, pid: int | None) -> float | None:
-    """Mean prompt-evaluation seconds per request since `base`: the server's prompt_seconds over the prompts
-    seen to finish on /slots (a slot that ran two tasks between two reads shows one: at more than one
-    request per slot per read the mean reads high)."""
-    prompts = delta(m, base, pid, PROMPTS_SEEN)
-    seconds = delta(m, base, pid, "llamacpp:prompt_seconds_total")
-    return seconds / prompts if prompts and seconds is not None else None
+def prompt_progress(counter: float, prefilling: dict[int, int], prev: Prev | None, pid: int | None,
+                    facts: dict[str, Any]) -> float:
+    """Prompt tokens evaluated so far, never one counted twice: the counter, or, higher, the counter at the
+    oldest reference of the prompts in flight plus what they evaluated since their references (none of those
+    tokens can have reached the counter before then; what reached it since is in the first term). A prompt's
+    reference is the read before it was first seen (0 evaluated then), or, when that read is not known (the
+    first read, or one whose /slots failed), the read it was first seen at. Never below the last count.
+    `prefilling`: {task id: tokens evaluated} of the slots mid-prompt; `facts[_REFS]` keeps the references."""
+    same = prev is not None and prev.pid == pid and counter >= prev.values.get(_PROMPT, float("inf"))
+    refs = facts.get(_REFS)
+    before = prev.values[_PROMPT] if same and refs is not None else None  # type: ignore[union-attr]
+    refs = {task: (refs or {}).get(task) or ((before, 0) if before is not None else (counter, done))
+            for task, done in prefilling.items()}
+    facts[_REFS] = refs
+    estimate = counter
+    if refs:
+        estimate = max(counter, min(c for c, _ in refs.values()) + sum(prefilling[t] - p for t, (_, p) in refs.items()))
+    last = prev.values.get(PROMPT_PROGRESS) if same else None  # type: ignore[union-attr]
+    return estimate if last is None else max(estimate, last)
+
+
+def _busy(m: dict[str, float], base: Prev | None, pid: int | None, now: float) -> float | None:
+    """Share of the wall-clock time since `base` the server spent evaluating prompts (prompt_seconds_total's
+    growth over the time passed; a batch shared by several requests counts once)."""
+    seconds = delta(m, base, pid, _PROMPT_S)
+    dt = now - base.ts if base is not None else 0.0
+    return min(1.0, seconds / dt) if seconds is not None and dt > 0 else None
 
 
 def llama_fields(m: dict[str, float], prev: Prev | None = None, pid: int | None = None,
-                 now: float = 0.0, base: Prev | None = None) -> dict[str, Any]:
-    """ServerSample fields from llama-server's `llamacpp:` metrics (prefix cache counted in prompt tokens).
+                 now: float = 0.0, base: Prev | None = None, since: Prev | None = None) -> dict[str, Any]:
+    """ServerSample fields from llama-server's `llamacpp:` metrics (prefix cache counted in prompt tokens):
+    rates since `since` (the scrape RATE_WINDOW_S ago; None: `prev`), windowed figures since `base`.
     Live rates need TOKENS_GENERATED / PROMPT_PROGRESS in `m` (LlamaCpp.scrape adds them from /slots);
     without them the counters alone give coarse ones (`rates_coarse`)."""
     base = base if base is not None else prev
+    since = since if since is not None else prev
     processed = m.get(_PROMPT)
-    cached = m.get("llamacpp:prompt_tokens_cached_total")
+    cached = m.get(_CACHED)
     live = TOKENS_GENERATED in m
     decode_s = delta(m, base, pid, "llamacpp:tokens_predicted_seconds_total")
     decoded = delta(m, base, pid, _PREDICTED)
     return {
-        "tokens_per_s": rate(m, prev, pid, now, TOKENS_GENERATED if live else _PREDICTED),
-        "prompt_tokens_per_s": rate(m, prev, pid, now, PROMPT_PROGRESS if PROMPT_PROGRESS in m else _PROMPT),
+        "tokens_per_s": rate(m, since, pid, now, TOKENS_GENERATED if live else _PREDICTED),
+        "prompt_tokens_per_s": rate(m, since, pid, now, PROMPT_PROGRESS if PROMPT_PROGRESS in m else _PROMPT),
+        "rate_window_s": now - since.ts if since is not None and since.pid == pid and now > since.ts else None,
+        "generation_tokens_total": m.get(TOKENS_GENERATED if live else _PREDICTED),
+        "prompt_tokens_total": m.get(PROMPT_PROGRESS, processed),
         "rates_coarse": not live,
         "requests_running": m.get("llamacpp:requests_processing"),
         "requests_waiting": m.get("llamacpp:requests_deferred"),
         "prefix_cache_queries": (processed + cached) if processed is not None and cached is not None else None,
         "prefix_cache_hits": cached,
+        "prefix_cache_hit_rate": share(m, base, pid, _CACHED, _CACHED, _PROMPT),
         "draft_acceptance": acceptance(m, prev, pid, "llamacpp:spec_decode_num_draft_tokens_total",
                                        "llamacpp:spec_decode_num_accepted_tokens_total"),
         "itl_mean_s": decode_s / decoded if decoded and decode_s is not None else None,
-        "prefill_mean_s": _prefill_mean(m, base, pid),
+        "prefill_busy": _busy(m, base, pid, now),
         "slots_per_decode": m.get("llamacpp:n_busy_slots_per_decode"),
         "max_sequence_tokens": m.get("llamacpp:n_tokens_max"),
     }
@@ -219,8 +254,8 @@ class LlamaCpp(ServerKind):
             else f"llama.cpp build {info}"
 
     def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float,
-               base: Prev | None = None) -> dict[str, Any]:
-        return llama_fields(m, prev, pid, now, base)
+               base: Prev | None = None, since: Prev | None = None) -> dict[str, Any]:
+        return llama_fields(m, prev, pid, now, base, since)
 
     def scrape(self, get: Callable[[str], tuple[int, bytes]], spec: ServerSpec | None, history: History,
                pid: int | None, now: float, cmdline: Sequence[str] | None = None
@@ -228,7 +263,7 @@ class LlamaCpp(ServerKind):
         """/metrics, then /slots for KV use, slot states and the tokens busy slots hold so far (off: 501 or
         another refusal, and the counters alone give the rates)."""
         m = self.read_metrics(get)
-        prev = history.last
+        prev, since = history.last, history.since(now)
         try:
             status, body = get("/slots")
             slots = llama_slots.usable(json.loads(body)) if status == 200 else None
@@ -238,21 +273,19 @@ class LlamaCpp(ServerKind):
             if status == 0 and prev is not None and prev.pid == pid and TOKENS_GENERATED in prev.values:
                 # /slots did not answer this time: the counts carry over, so the next read's change holds
                 # these tokens too (the rates are unknown for this tick, and nothing counted is lost)
-                for name in (TOKENS_GENERATED, PROMPT_PROGRESS, PROMPTS_SEEN):
+                for name in (TOKENS_GENERATED, PROMPT_PROGRESS):
                     m[name] = prev.values.get(name, 0.0)
-                fields = self.fields(m, prev, pid, now, history.start)
+                history.facts[_REFS] = None  # what started meanwhile is not known
+                fields = self.fields(m, prev, pid, now, history.start, since)
                 fields.update(tokens_per_s=None, prompt_tokens_per_s=None, rates_coarse=None)
                 return fields, m
-            return self.fields(m, prev, pid, now, history.start), m
+            return self.fields(m, prev, pid, now, history.start, since), m
         if _PREDICTED in m:
             _counted(m, prev, pid, TOKENS_GENERATED, _PREDICTED, m[_PREDICTED] + llama_slots.decoding(slots))
         if _PROMPT in m:
-            _counted(m, prev, pid, PROMPT_PROGRESS, _PROMPT, m[_PROMPT] + llama_slots.prefilling(slots))
-        seen = history.facts.setdefault("tasks seen", {})
-        prompts = llama_slots.prompts_done(slots, seen)
-        known = prev is not None and prev.pid == pid and PROMPTS_SEEN in prev.values
-        m[PROMPTS_SEEN] = prev.values[PROMPTS_SEEN] + prompts if known else 0.0  # type: ignore[union-attr]
-        fields = self.fields(m, prev, pid, now, history.start)
+            m[PROMPT_PROGRESS] = prompt_progress(m[_PROMPT], llama_slots.prefilling(slots), prev, pid,
+                                                 history.facts)
+        fields = self.fields(m, prev, pid, now, history.start, since)
         fields["kv_cache_usage"], fields["kv_capacity_tokens"] = llama_slots.kv_cells(slots, kv_unified(spec, cmdline))
         fields["slot_states"] = llama_slots.states(slots)
         return fields, m

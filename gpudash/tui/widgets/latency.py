@@ -14,7 +14,9 @@ from textual_plotext import PlotextPlot
 
 from gpudash.launcher.probe import cache_kinds
 from gpudash.outside import printable
+from gpudash.records import ServerSample
 from gpudash.tui.state import ViewState
+from gpudash.tui.widgets.servers import state_word
 from gpudash.tui.widgets.view import DashView
 
 SHOWN = 300  # most recent probe requests plotted
@@ -52,29 +54,48 @@ def _share(hits: float | None, queries: float | None) -> str:
     return f"{hits / queries:.0%}" if hits is not None and queries else "—"
 
 
-def server_text(servers: list) -> str:
+def _own_figures(s: ServerSample) -> list[str]:
+    """What a server says of itself over the last minute, each figure with its unit (empty: it said nothing)."""
+    parts = []
+    if s.ttft_p50_s is not None or s.ttft_mean_s is not None:
+        parts.append(f"TTFT p50/p90/p99 {_ms(s.ttft_p50_s)}/{_ms(s.ttft_p90_s)}/{_ms(s.ttft_p99_s)} ms, "
+                     f"mean {_ms(s.ttft_mean_s)} ms")
+    if s.prefill_mean_s is not None:
+        parts.append(f"prefill {_ms(s.prefill_mean_s)} ms/request")
+    if s.prefill_busy is not None:  # llama-server: a batch shared by requests counts once, so no per-request figure
+        parts.append(f"prefill busy {s.prefill_busy:.0%} of the time")
+    if s.itl_mean_s is not None:
+        parts.append(f"ITL mean {_ms(s.itl_mean_s)} ms" + (
+            f" p90/p99 {_ms(s.itl_p90_s)}/{_ms(s.itl_p99_s)} ms" if s.itl_p99_s is not None else ""))
+    if s.queue_mean_s is not None:
+        parts.append(f"queue mean {_ms(s.queue_mean_s)} ms p99 {_ms(s.queue_p99_s)} ms")
+    if s.prefix_cache_hit_rate is not None:
+        parts.append(f"prefix-cache hits {s.prefix_cache_hit_rate:.0%}")
+    if s.external_prefix_cache_queries is not None:  # the server's counters since it started: said so
+        parts.append(f"host KV cache hits {_share(s.external_prefix_cache_hits, s.external_prefix_cache_queries)} "
+                     "since it started")
+    return parts
+
+
+def server_text(servers: list[ServerSample]) -> str:
     """What each server says of itself, no probe needed, over the last minute: TTFT quantiles and mean from
-    its own histogram (vLLM), the mean prefill per request from its counters (llama-server exports no
-    TTFT), inter-token latency and queue time, and its prefix-cache hit rate since it started, with vLLM's
-    host-memory KV cache as a hit source of its own. Unknown figures show as a dash, never as 0."""
+    its own histogram (vLLM), prefill per request (vLLM's histogram) or, where the counters cannot give one,
+    the share of time spent on prompts (llama-server), inter-token latency, queue time, and its prefix-cache
+    hit rate; vLLM's host-memory KV cache is since it started, and says so. A server that said nothing (a
+    found one, one not read yet) takes no line of dashes: they are named together on one line."""
     lines = []
+    silent = []
     for s in servers:
+        parts = _own_figures(s)
+        if not parts:
+            silent.append(f"{s.server} ({state_word(s)})")
+            continue
         origin = f", {s.origin}" if s.origin != "managed" else ""
-        parts = [f"{s.server} ({s.kind}{origin}), its own figures over the last minute:"]
-        if s.ttft_p50_s is not None or s.ttft_mean_s is not None:
-            parts.append(f"TTFT p50/p90/p99 {_ms(s.ttft_p50_s)}/{_ms(s.ttft_p90_s)}/{_ms(s.ttft_p99_s)} ms, "
-                         f"mean {_ms(s.ttft_mean_s)} ms;")
-        if s.prefill_mean_s is not None or s.ttft_p50_s is None:
-            parts.append(f"mean prefill/request {_ms(s.prefill_mean_s)} ms (server counters, no queue);")
-        if s.itl_mean_s is not None:
-            parts.append(f"ITL mean {_ms(s.itl_mean_s)} ms" + (
-                f" p90/p99 {_ms(s.itl_p90_s)}/{_ms(s.itl_p99_s)} ms;" if s.itl_p99_s is not None else ";"))
-        if s.queue_mean_s is not None:
-            parts.append(f"queue mean {_ms(s.queue_mean_s)} ms p99 {_ms(s.queue_p99_s)} ms;")
-        parts.append(f"prefix-cache hits {_share(s.prefix_cache_hits, s.prefix_cache_queries)}")
-        if s.external_prefix_cache_queries is not None:
-            parts.append(f"+ host KV cache {_share(s.external_prefix_cache_hits, s.external_prefix_cache_queries)}")
-        lines.append(" ".join(parts))
+        lines.append(f"{s.server} ({s.kind}{origin}): " + "; ".join(parts))
+    if lines:
+        lines.insert(0, "each server's own figures over the last minute:")
+    if silent:
+        lines.append("no figures of their own from " + ", ".join(silent))
     return "\n".join(lines)
 
 

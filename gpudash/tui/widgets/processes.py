@@ -165,7 +165,8 @@ class ProcessesView(TableView, ShowsProcesses, KeepsSelection):
     def action_signal_process(self) -> None:
         """`K`, as htop's: a dialog that names the process and offers TERM, INT, KILL and HUP; for a server
         gpudash supervises, stopping it through its supervisor comes first (a signal alone would have the
-        supervisor start it again; the controller says so). Processes of other users are refused at once."""
+        supervisor start it again; the controller says so). An attached server's process, and processes of
+        other users, are refused at once, saying why (a dialog offering what is then refused said the opposite)."""
         from gpudash.tui.screens.dialogs import Choice, ChoiceScreen
 
         if not self._shown:
@@ -175,7 +176,13 @@ class ProcessesView(TableView, ShowsProcesses, KeepsSelection):
         info = self.state.proc_info.get(row.pid)
         where = f", {row.program}" if row.program and row.program != row.command.split(" ")[0] else ""
         what = f"pid {row.pid} ({row.command or row.name or 'command unknown'}{where}, user {row.user or 'unknown'})"
-        supervised = row.server is not None and row.server in self.state.specs
+        spec = self.state.specs.get(row.server) if row.server is not None else None
+        if spec is not None and spec.attached:  # gpudash only reads it: nothing here applies (x, t, ... refused)
+            self.notify(f"{what} is attached server {row.server}: gpudash only reads it and never stops or signals "
+                        "it; do that where it was started (systemd, docker, its shell)", severity="warning",
+                        timeout=10)
+            return
+        supervised = spec is not None
         if not supervised and (info is None or not info.mine):
             self.notify(f"{what}: gpudash signals only the servers it supervises and processes you own",
                         severity="warning", timeout=8)

@@ -5,6 +5,7 @@ switching between the two carries the selection over."""
 from __future__ import annotations
 
 from typing import Any, Sequence
+from urllib.parse import urlsplit
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -230,6 +231,29 @@ ORIGIN_ACTIONS = {"managed": frozenset({"server"}), "attached": frozenset(),
 # What the title says the selected server's keys are.
 ORIGIN_KEYS = {"managed": "S/x/R start/stop/restart it", "attached": "attached: gpudash only reads it",
                "found": "A: attach it, W: write it to the config"}
+# Why the keys that start, stop or signal a server do nothing for one gpudash did not start.
+NOT_OURS = {"attached": "{name} is attached: gpudash only reads it and never starts, stops or signals it; do that "
+                        "where it was started (systemd, docker, its shell)",
+            "found": "{name} runs on this box but gpudash did not start it: A attaches it (gpudash reads it), W "
+                     "writes it into the config; starting or stopping it is up to whoever runs it"}
+
+
+def state_word(s: ServerSample) -> str:
+    """A server's state in words, once: a launched one's state; an attached one's (or why its read failed),
+    marked attached; a found one's health, marked found (it said "found (found)")."""
+    if s.origin == "found":
+        return {True: "up (found)", False: "no answer (found)"}.get(s.answers, "found")
+    return str(s.state) if s.origin == "managed" else printable(f"{s.error or s.state} ({s.origin})")
+
+
+def port_of(s: ServerSample) -> Any:
+    """The port a server listens on: its own, else its url's ("—" when neither says)."""
+    if s.port:
+        return s.port
+    try:
+        return urlsplit(s.url or "").port or "—"
+    except ValueError:
+        return "—"
 
 
 def detail_text(s: ServerSample) -> Text:
@@ -259,6 +283,11 @@ def detail_text(s: ServerSample) -> Text:
                  + "\n")
     if s.rates_coarse:
         t.append("tok/s from counters that move only when a request ends (/slots is off: --no-slots)\n", style="dim")
+    elif s.rate_window_s is not None:
+        t.append(f"tok/s over the last {s.rate_window_s:.0f} s: a server counts a batch when it ends (llama-server "
+                 "once per batch), so the figure lags a change of load by up to a batch\n", style="dim")
+    if s.origin == "found" and s.error:
+        t.append(printable(s.error) + "\n", style="yellow")
     t.rstrip()
     return t
 
@@ -267,17 +296,16 @@ class ServersView(NamesHiddenColumns, ServerPicker):
     """The launcher's servers, and the log tail of the selected one (fetched every LOG_POLL_S while on screen).
     Text from outside (an attached server's state and errors, a log's lines) is shown as text (outside.py)."""
 
-    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s 10s", "prefill tok/s", "crashes",
-               "relaunches", "running",
-               "KV use", "J/token 1m")
-    # At 80 columns: server, state, uptime, rates, crashes and KV use stay.
-    DROP = ("kind", "port", "running", "J/token 1m", "relaunches", "prefill tok/s", "uptime")
+    COLUMNS = ("server", "kind", "state", "port", "uptime", "tok/s 10s", "prefill tok/s 10s", "run/wait",
+               "crashes", "relaunches", "KV use", "J/token 1m")
+    # At 80 columns: server, state, the generation rate, requests running/waiting, crashes and KV use stay.
+    DROP = ("kind", "port", "J/token 1m", "relaunches", "prefill tok/s 10s", "uptime")
 
     _log_chain = False  # a log fetch is scheduled or under way
 
     def compose(self) -> ComposeResult:
         yield Static("Servers", classes="view-title", id="servers-title")
-        yield Static("no servers yet (the launcher starts them one after another)", classes="empty")
+        yield Static("", classes="empty")
         yield FittedTable(self.COLUMNS, self.DROP, id="servers-table")
         yield hidden_columns_line()
         yield Static("", id="server-detail")
@@ -299,20 +327,24 @@ class ServersView(NamesHiddenColumns, ServerPicker):
             s = by_name.get(name)
             if s is None:
                 spec = state.specs[name]
-                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", "—", 0, 0, "—", "—", "—"))
+                rows.append((name, spec.kind, "not started", spec.port or "—", "—", "—", "—", "—", 0, 0, "—", "—"))
                 continue
-            style = STATE_STYLE.get(s.state, "")
+            style = STATE_STYLE.get(s.state, "") if s.origin != "found" else ("green" if s.answers else "bold red")
             ready = s.state is ServerState.READY  # only a serving server has rates; anything else would be stale
             kv = "not reported" if ready and s.kv_cache_usage is None else fmt.pct(s.kv_cache_usage if ready else None)
-            # an attached server is only read: its state says so, and why a read failed (unreachable, ...)
-            shown = s.state if s.origin == "managed" else printable(f"{s.error or s.state} ({s.origin})")
-            rows.append((name, s.kind, Text(shown, style=style), s.port or "—",
-                         fmt.duration(s.uptime_s if ready else None), fmt.num(state.tokens_per_s(name), ".1f"),
-                         fmt.num(s.prompt_tokens_per_s if ready else None, ".1f"), s.restarts, s.relaunches,
-                         fmt.num(s.requests_running if ready else None, ".0f"), kv,
+            # the sample's rate covers its own window; a recording from before windows had one rate per tick
+            tok_s = s.tokens_per_s if s.rate_window_s is not None else state.tokens_per_s(name)
+            rows.append((name, s.kind, Text(state_word(s), style=style), port_of(s),
+                         fmt.duration(s.uptime_s if ready else None), fmt.num(tok_s if ready else None, ".1f"),
+                         fmt.num(s.prompt_tokens_per_s if ready else None, ".1f"), _run_wait(s if ready else None),
+                         s.restarts, s.relaunches, kv,
                          energy_text.per_token_cell(energy.get(name))))
         table.set_rows(rows)
-        self.query_one(".empty", Static).display = not names
+        empty = self.query_one(".empty", Static)
+        empty.display = not names
+        empty.update("no servers yet: the demo starts when its llama-server is ready" if state.demo else
+                     "no servers: none is configured and the demo is off (add a [[servers]] entry: a model to "
+                     "run, or the url of one to read)")
         self.query_one("#sleep-times", Static).update(Text(_sleep_times(state.events)))
         selected = self.selected_server
         title = Text("Servers")
@@ -333,22 +365,37 @@ class ServersView(NamesHiddenColumns, ServerPicker):
         """S/x/R/z/w for a server gpudash runs, A/W for a found one, none of them for an attached one."""
         if not any(method in acts for acts in ORIGIN_ACTIONS.values()):
             return super().offers(method)
-        snap = self.state.latest
-        row = next((s for s in (snap.servers if snap else ()) if s.server == self.selected_server), None)
+        row = self._row(self.selected_server)
+        if row is not None and row.origin == "attached" and self._attached_this_run(row.server):
+            return method == "write_found"  # attached with A this run: W keeps it
         return method in ORIGIN_ACTIONS[row.origin if row is not None else "managed"]
+
+    def _row(self, name: str | None) -> ServerSample | None:
+        snap = self.state.latest
+        return next((s for s in (snap.servers if snap else ()) if s.server == name), None)
+
+    def _attached_this_run(self, name: str) -> bool:
+        """Whether `name` was attached with A in this run (its server.attach event), not by the config."""
+        return any(e.kind == "server.attach" and e.ok and e.target == name for e in self.state.events)
 
     def action_server(self, action: str) -> None:
         if self.selected_server is None:
             self.notify("no server selected (s selects one)", severity="warning")
             return
+        row = self._row(self.selected_server)
+        if row is not None and row.origin in NOT_OURS:
+            self.notify(NOT_OURS[row.origin].format(name=self.selected_server), severity="warning", timeout=10)
+            return
         self.propose(ServerAction(self.selected_server, action))  # type: ignore[arg-type]
 
     def _selected_found(self) -> ServerSample | None:
-        """The selected row when it is a server found on the GPUs (else it says what to select)."""
-        snap = self.state.latest
-        row = next((s for s in (snap.servers if snap else ()) if s.server == self.selected_server), None)
-        if row is None or row.origin != "found" or row.url is None:
-            self.notify("select a found server first (s): one gpudash neither runs nor reads", severity="warning")
+        """The selected row when it is a server found on the box, or one attached with `A` this run (not from
+        the config), so "try it with A, keep it with W" works; else it says what to select."""
+        row = self._row(self.selected_server)
+        this_run = row is not None and row.origin == "attached" and self._attached_this_run(row.server)
+        if row is None or row.url is None or not (row.origin == "found" or this_run):
+            self.notify("select a found server first (s): one gpudash did not start and its config does not name",
+                        severity="warning")
             return None
         return row
 
@@ -374,7 +421,8 @@ class ServersView(NamesHiddenColumns, ServerPicker):
 
             try:
                 save_server(path, entry)
-                said, severity = f"wrote [[servers]] {row.server} (url {row.url}) into {path}", "information"
+                said, severity = (f"wrote [[servers]] {row.server} (url {row.url}) into {path}: the next launch "
+                                  "reads it and so starts no demo"), "information"
             except (ConfigError, OSError, ValueError) as err:
                 said, severity = f"cannot write {row.server} into {path}: {err}", "error"
             self.app.call_from_thread(self.notify, said, severity=severity)
@@ -395,11 +443,20 @@ class ServersView(NamesHiddenColumns, ServerPicker):
     def _poll_log(self, rechain: bool = True) -> None:
         feed = self.state.feed
         supervisor = feed.controller.supervisor if feed is not None and feed.controller is not None else None
-        if not self.on_screen or supervisor is None or self.selected_server is None:
+        name = self.selected_server
+        row = self._row(name)
+        if self.on_screen and row is not None and row.origin != "managed":  # gpudash did not start it: no log
+            self.query_one("#log-title", Static).update(Text(
+                f"log: none here for {name}: gpudash did not start it ({row.origin}), so its output goes "
+                "wherever its own launcher sends it"))
+            self.query_one(Log).clear()
+            if rechain:
+                self.set_timer(LOG_POLL_S, self._poll_log)
+            return
+        if not self.on_screen or supervisor is None or name is None:
             if rechain:
                 self._log_chain = False
             return
-        name = self.selected_server
         self.run_in_thread(lambda: self.post_message(msg.LogTail(name, supervisor.log_tail(name, 200), rechain)),
                            "servers.log_tail", "logs")
 
@@ -416,6 +473,13 @@ class ServersView(NamesHiddenColumns, ServerPicker):
             log.write_lines([printable(line) for line in message.lines])
         if message.rechain:
             self.set_timer(LOG_POLL_S, self._poll_log)
+
+
+def _run_wait(s: ServerSample | None) -> str:
+    """Requests running / waiting, as the server reports them ("—" for what it does not say)."""
+    if s is None or (s.requests_running is None and s.requests_waiting is None):
+        return "—"
+    return f"{fmt.num(s.requests_running, '.0f')}/{fmt.num(s.requests_waiting, '.0f')}"
 
 
 def _sleep_times(events: Any) -> str:

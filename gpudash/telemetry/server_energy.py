@@ -7,11 +7,14 @@ utilisation, `"sm_share"`); where that is unknown for a shared GPU, its energy i
 counted as `unattributed_j` on each server sharing it, never guessed. Energy while the server had a request
 in flight (at either end of the tick) or generated a token in it is busy, else idle.
 
-Tokens are the server's own rates (what its kind reads from its counters, a change since its previous read)
-times the time since that read, so they cover the same intervals as the energy. A tick whose /metrics was not
-read (`requests_running` unknown) counts none: its `tokens_per_s` is then the last request's decode speed from
-the server's log (launcher/supervisor.py), not a throughput, and the next read's rate covers the gap. `ServerEnergyMeter` is a sampler deriver: fed every tick's
-Snapshot in order, it returns that tick's `server_energy` records.
+Tokens are the change of the server's own token counts (`generation_tokens_total`, `prompt_tokens_total`)
+between two reads of its /metrics, so they cover the same intervals as the energy, exactly; a count that
+went down is a restarted server, whose new count is all new. A kind that reports no counts gives its rate
+times the time since its previous read instead (a windowed rate smears a burst over its window). A tick whose
+/metrics was not read (`requests_running` unknown) counts none: its `tokens_per_s` is then the last
+request's decode speed from the server's log (launcher/supervisor.py), not a throughput, and the next read
+covers the gap. `ServerEnergyMeter` is a sampler deriver: fed every tick's Snapshot in order, it returns that
+tick's `server_energy` records.
 """
 
 from __future__ import annotations
@@ -65,6 +68,13 @@ def servers_per_gpu(procs: Iterable[GpuProcessSample]) -> dict[int, dict[str, fl
     return out
 
 
+def _tokens(total: float | None, last: float | None, rate: float | None, since: float) -> float:
+    """Tokens since the previous read: the count's change where both reads have one, else rate times time."""
+    if total is not None and last is not None:
+        return total - last if total >= last else total
+    return (rate or 0.0) * since
+
+
 def _busy(s: ServerSample, prev: ServerSample | None) -> bool:
     running = [x.requests_running for x in (s, prev) if x is not None and x.requests_running is not None]
     read = s.requests_running is not None  # else tokens_per_s is a log line's decode speed (see above)
@@ -83,6 +93,8 @@ class _Account:
     split: str = WHOLE_GPU
     gpus: tuple[int, ...] = ()
     read_at: float = 0.0  # when its tokens were last counted (a /metrics read)
+    generation_total: float | None = None  # the server's own counts at that read
+    prompt_total: float | None = None
     window: deque[tuple[float, float, float, float]] = field(default_factory=deque)  # (ts, J, gen, prompt) cum.
 
     def per_window(self, ts: float) -> tuple[float | None, float | None]:
@@ -134,6 +146,8 @@ class ServerEnergyMeter:
             acc = self._accounts.get(s.server)
             if acc is None:  # counting begins at the previous tick, at 0
                 acc = self._accounts[s.server] = _Account(window=deque([(prev.ts, 0.0, 0.0, 0.0)]))
+                if (last := before.get(s.server)) is not None and last.requests_running is not None:
+                    acc.generation_total, acc.prompt_total = last.generation_tokens_total, last.prompt_tokens_total
             j = got.get(s.server, 0.0)
             if _busy(s, before.get(s.server)):
                 acc.busy_j += j
@@ -142,8 +156,9 @@ class ServerEnergyMeter:
             acc.unattributed_j += unattributed.get(s.server, 0.0)
             if s.requests_running is not None:  # its /metrics was read this tick
                 since = snap.ts - (acc.read_at or prev.ts)
-                acc.generation_tokens += (s.tokens_per_s or 0.0) * since
-                acc.prompt_tokens += (s.prompt_tokens_per_s or 0.0) * since
+                acc.generation_tokens += _tokens(s.generation_tokens_total, acc.generation_total, s.tokens_per_s, since)
+                acc.prompt_tokens += _tokens(s.prompt_tokens_total, acc.prompt_total, s.prompt_tokens_per_s, since)
+                acc.generation_total, acc.prompt_total = s.generation_tokens_total, s.prompt_tokens_total
                 acc.read_at = snap.ts
             acc.split = SM_SHARE if SM_SHARE in splits.get(s.server, ()) else WHOLE_GPU
             acc.gpus = tuple(sorted(gpus_of[s.server]))

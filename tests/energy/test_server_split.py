@@ -62,6 +62,25 @@ def test_tokens_count_only_from_metrics_reads_and_cover_the_ticks_between() -> N
     assert a.generation_tokens == 100.0 and a.busy_j == 10.0
 
 
+def test_tokens_are_the_change_of_the_servers_own_counts_where_it_reports_them() -> None:
+    """A windowed rate (10 s) times a 1 s tick smears a burst over the window; the server's own counts say
+    exactly what each tick generated, and a count that went down is a restarted server's new count."""
+    def counted(tick: int, rate: float, total: float) -> Snapshot:
+        snap = _snap(tick, [100.0 * tick], [(0, "a", None)], [("a", 1, rate)])
+        (s,) = snap.servers
+        return Snapshot(snap.ts, tick, "nvml", gpus=snap.gpus, gpu_processes=snap.gpu_processes,
+                        servers=(ServerSample(s.ts, "a", "llama.cpp", "ready", requests_running=1, tokens_per_s=rate,
+                                              generation_tokens_total=total, prompt_tokens_total=2 * total),))
+    meter = ServerEnergyMeter()
+    meter.update(counted(0, 0.0, 1000.0))
+    (a,) = meter.update(counted(1, 50.0, 1500.0))  # a burst of 500 in one tick; the 10 s rate says 50/s
+    assert (a.generation_tokens, a.prompt_tokens) == (500.0, 1000.0)
+    (a,) = meter.update(counted(2, 50.0, 1500.0))  # nothing new, though the window still holds the burst
+    assert a.generation_tokens == 500.0
+    (a,) = meter.update(counted(3, 0.0, 30.0))  # restarted: its count began again at 0
+    assert a.generation_tokens == 530.0 and a.j_per_token == pytest.approx(300.0 / 530.0)
+
+
 def test_a_counter_that_goes_down_counts_nothing() -> None:
     meter = ServerEnergyMeter()
     meter.update(_snap(0, [1e6], [(0, "a", None)], [("a", 1, 1.0)]))

@@ -27,7 +27,7 @@ async def test_f1_and_h_toggle_help_and_f10_quits() -> None:
         for key in ("f1", "h"):
             await pilot.press(key)
             assert isinstance(app.screen, HelpScreen)
-            await pilot.press("escape")
+            await pilot.press(key)  # the key that opened it closes it, as in htop
             assert not isinstance(app.screen, HelpScreen)
         await pilot.press("f10")
         await wait_for(pilot, lambda: feed.closed, what="F10 to quit")

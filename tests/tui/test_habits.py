@@ -48,3 +48,22 @@ async def test_history_export_proposes_the_users_data_folder(tmp_path: Path, mon
         folder = Path(app.screen.query_one("#export-folder", Input).value)
         assert folder.is_relative_to(platformdirs.user_data_dir("gpudash"))
         assert not folder.is_relative_to(os.getcwd())
+
+
+async def test_history_lists_recordings_not_server_actions(tmp_path: Path) -> None:
+    """A `gpudash server sleep` attempt writes its events under a session of its own (source "cli"): it is no
+    recording, and the History tab lists it no more than `gpudash history` does among the sessions."""
+    from gpudash.config import Config
+    from gpudash.runtime.history import ACTION_SOURCE
+    from gpudash.store import Store
+
+    feed = OneSessionFeed([sim_snapshot(tick=0)], tmp_path / "h.db")
+    with Store.open(feed.db) as store:
+        store.end_session(store.begin_session(ACTION_SOURCE, Config(), note="gpudash server sleep v"))
+    app = GpudashApp(feed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
+        await pilot.press("7")
+        view = app.query_one("#history-view")
+        await wait_for(pilot, lambda: view.query_one(DataTable).row_count >= 1, what="the sessions list")
+        assert [s.note for s in view.sessions] == ["gpudash record"]

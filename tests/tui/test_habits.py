@@ -10,11 +10,10 @@ import platformdirs
 import pytest
 from fixtures import FixedFeed, OneSessionFeed, sim_snapshot
 from textual.widgets import DataTable, Input
-from tui_helpers import wait_for
+from tui_helpers import open_export_form, wait_for
 
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.screens.dialogs import HelpScreen
-from gpudash.tui.screens.export import ExportForm
 
 pytestmark = pytest.mark.anyio
 
@@ -39,13 +38,8 @@ async def test_history_export_proposes_the_users_data_folder(tmp_path: Path, mon
     monkeypatch.chdir(checkout)  # started from a clone, as the README's test command is
     app = GpudashApp(OneSessionFeed([sim_snapshot(tick=0)], tmp_path / "h.db"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
-        await pilot.press("7")
-        table = app.query_one("#history-view").query_one(DataTable)
-        await wait_for(pilot, lambda: table.row_count == 1, what="the sessions list")
-        await pilot.press("e")
-        assert isinstance(app.screen, ExportForm)
-        folder = Path(app.screen.query_one("#export-folder", Input).value)
+        form = await open_export_form(pilot, app)
+        folder = Path(form.query_one("#export-folder", Input).value)
         assert folder.is_relative_to(platformdirs.user_data_dir("gpudash"))
         assert not folder.is_relative_to(os.getcwd())
 

@@ -109,7 +109,10 @@ def test_the_wheel_is_one_manylinux_2_28_wheel_for_every_python(wheel: Path) -> 
         meta = z.read("gpudash-0.1.0.dist-info/METADATA").decode()
     assert {"gpudash/engine/libgpudash_engine.so", "gpudash/engine/libgpudash_preload.so",
             "gpudash/deploy/prometheus/gpudash-rules.yml", "gpudash/deploy/grafana/gpudash.json",
-            "gpudash/deploy/systemd/gpudash-record.service"} <= names
+            "gpudash/deploy/systemd/gpudash-record.service", "gpudash/deploy/RUNBOOK.md",
+            "gpudash/deploy/kubernetes/gpudash.yaml", "gpudash/deploy/kubernetes/gpudash-prometheusrule.yaml"} <= names
+    schemas = {f"gpudash/commands/schemas/{p.name}" for p in (REPO / "gpudash" / "commands" / "schemas").glob("*.json")}
+    assert schemas and schemas <= names  # each --json output's schema, which its schema_version is read from
     assert "License-Expression: MIT" in meta and "Project-URL: Source," in meta
     assert "Classifier: Programming Language :: Python :: 3.13" in meta and "Requires-Python: >=3.11" in meta
 

@@ -1,10 +1,11 @@
-"""What a server's log says about speed (generation tokens/s, speculative-decoding acceptance) and about
-llama-server's host-memory prompt cache (`--cache-ram`).
+"""What a server's log says about speculative decoding's acceptance and about llama-server's host-memory
+prompt cache (`--cache-ram`).
 
-llama-server prints, per finished request (tools/server/server-context.cpp `print_timings`):
-``       eval time =   0.54 ms /  5 tokens (0.13 ms per token, 7462.69 tokens per second)`` and, with a
-draft model, ``draft acceptance = 0.77000 ( 77 accepted / 100 generated), mean len = 1.50``. vLLM logs
-``Avg generation throughput: 12.3 tokens/s`` and ``Draft acceptance rate: 77.0%`` periodically.
+llama-server prints, per finished request (tools/server/server-context.cpp `print_timings`), with a draft
+model, ``draft acceptance = 0.77000 ( 77 accepted / 100 generated), mean len = 1.50``; vLLM logs
+``Draft acceptance rate: 77.0%`` periodically. Their speed lines are not read: llama-server's ``eval time
+= ... tokens per second`` is one request's decode speed, no throughput, and a server's tokens per second
+come from its counters alone (launcher/kinds), unknown until two reads.
 
 Its prompt cache (tools/server/server-task.cpp, `server_prompt_cache::load` and the slot's
 `prompt_save`) logs ``srv          load:  - found better prompt with f_keep = 1.000, sim = 1.000`` when
@@ -24,9 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-_LLAMA_EVAL = re.compile(r"(?<!prompt )\beval time\s*=.*?([0-9.]+) tokens per second")
 _LLAMA_DRAFT = re.compile(r"draft acceptance\s*=\s*([0-9.]+)")
-_VLLM_GEN = re.compile(r"Avg generation throughput:\s*([0-9.]+)\s*tokens/s")
 _VLLM_DRAFT = re.compile(r"Draft acceptance rate:\s*([0-9.]+)\s*%")
 _LLAMA_RESTORE = re.compile(r"- found better prompt with f_keep = [0-9.]+")
 _LLAMA_SAVE = re.compile(r"- saving prompt with length \d+, total state size")
@@ -37,7 +36,6 @@ _NO_GPU_OFFLOAD = re.compile(r"compiled without support for GPU offload|no usabl
 class LogFacts:
     """The latest values a log line revealed; None where no line said so yet."""
 
-    tokens_per_s: float | None = None
     draft_acceptance: float | None = None
     cache_restores: int = 0  # prompts restored from the host-memory prompt cache
     cache_saves: int = 0  # prompts saved to it
@@ -46,8 +44,6 @@ class LogFacts:
 
 def parse_line(line: str, facts: LogFacts) -> LogFacts:
     """Facts updated with what `line` says (unchanged for lines that say nothing of the above)."""
-    if m := _LLAMA_EVAL.search(line) or _VLLM_GEN.search(line):
-        return replace(facts, tokens_per_s=float(m.group(1)))
     if m := _LLAMA_DRAFT.search(line):
         return replace(facts, draft_acceptance=float(m.group(1)))
     if m := _VLLM_DRAFT.search(line):

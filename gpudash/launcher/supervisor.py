@@ -205,7 +205,6 @@ class Supervisor:
                          pid=s.proc.pid if s.proc is not None and s.state in _HAS_PROCESS else None,
                          port=s.port, uptime_s=(now - s.started) if s.started and s.state is ServerState.READY else None,
                          restarts=s.restarts, relaunches=s.relaunches,
-                         tokens_per_s=s.facts.tokens_per_s if s.state is ServerState.READY else None,
                          draft_acceptance=s.facts.draft_acceptance)
             for n, s in self._servers.items())
 

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import platformdirs
 
+from gpudash.private_fs import private_dir, read_capped, write_atomic
+
 # A wire/payload ratio outside this range means the counters do not count bytes the way we think.
 PLAUSIBLE_OVERHEAD = (1.0, 1.35)
+CACHE_CAP = 1 << 20  # bytes: a calibration is a few hundred per GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,16 +56,15 @@ def save(cal: Calibration, path: Path | None = None) -> Path:
     p = path or cache_path()
     data = load_all(p)
     data[cal.uuid] = asdict(cal)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(data, indent=2))
-    return p
+    private_dir(p.parent)
+    return write_atomic(p, json.dumps(data, indent=2))
 
 
 def load_all(path: Path | None = None) -> dict[str, dict]:
     p = path or cache_path()
     try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_capped(p, CACHE_CAP))
+    except (OSError, ValueError):  # absent, or a link, FIFO or oversized file where the cache should be
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from gpudash.launcher.counters import RATE_WINDOW_S, WINDOW_S
 from gpudash.launcher.kinds import KINDS
 from gpudash.launcher.probe.cache_kinds import GRACE_S, RESTORE_EVENT, classify
 from gpudash.records import RequestSample, ServerEnergySample, ServerSample, ServerState, Snapshot
@@ -32,9 +33,15 @@ from gpudash.telemetry.prom_build import Families
 
 # (record field, metric name, help, counter) of every server figure gpudash exports.
 FIELDS = (
-    ("tokens_per_s", "gpudash_server_generation_tokens_per_second", "Generated tokens per second.", False),
+    ("tokens_per_s", "gpudash_server_generation_tokens_per_second",
+     f"Generated tokens per second over the last {RATE_WINDOW_S:g} s of the server's counters (it updates them "
+     "between batches); rate(gpudash_server_generation_tokens_total) for any other window.", False),
     ("prompt_tokens_per_s", "gpudash_server_prompt_tokens_per_second",
-     "Computed prompt tokens per second (prefix-cache hits left out, for llama.cpp and vLLM alike).", False),
+     f"Computed prompt tokens per second over the last {RATE_WINDOW_S:g} s (prefix-cache hits left out, for "
+     "llama.cpp and vLLM alike).", False),
+    ("prefill_busy", "gpudash_server_prefill_busy_ratio",
+     f"Share of the last {WINDOW_S:g} s llama-server spent evaluating prompts (its prompt_seconds_total: a "
+     "batch shared by several requests counts once, so this is no time per request).", False),
     ("draft_acceptance", "gpudash_server_draft_acceptance_ratio", "Speculative draft tokens accepted, 0..1.", False),
     ("requests_running", "gpudash_server_requests_running", "Requests being processed.", False),
     ("requests_waiting", "gpudash_server_requests_waiting", "Requests queued.", False),

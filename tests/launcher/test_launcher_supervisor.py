@@ -53,6 +53,23 @@ def test_sequential_start_is_health_gated(make_supervisor, events: Events, tiny_
     assert sup.log_path("a").read_text().count("--metrics") == 1
 
 
+def test_a_requests_decode_speed_in_the_log_is_no_throughput(make_supervisor, tiny_model, llama_server) -> None:
+    """llama-server logs each finished request's `eval time = ... tokens per second`: one request's decode
+    speed. The supervisor's sample (what a tick holds when /metrics cannot be read, or before two reads give
+    a rate) must not offer it as the server's tokens per second."""
+    sup = make_supervisor([spec("a", tiny_model, llama_server)])
+    sup.start_all()
+    reply = httpx.post(f"{sup.base_url('a')}/completion", json={"prompt": "hello", "n_predict": 8},
+                       timeout=60, trust_env=False)
+    assert reply.status_code == 200
+    deadline = time.monotonic() + 30
+    while not any("tokens per second" in line for line in sup.log_tail("a")):
+        assert time.monotonic() < deadline, "llama-server logged no timings"
+        time.sleep(0.1)
+    (state,) = sup.states()
+    assert state.state == "ready" and state.tokens_per_s is None
+
+
 def test_crash_is_detected_and_restarted(make_supervisor, events: Events, tiny_model, llama_server) -> None:
     sup = make_supervisor([spec("a", tiny_model, llama_server)], backoff_s=(0.2, 0.4))
     sup.start_all()

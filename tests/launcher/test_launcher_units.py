@@ -56,12 +56,12 @@ def test_parse_argparse_help() -> None:
     ("slot print_timing: id  0 | task 5 | prompt eval time =  8.64 ms /  90 tokens ( 0.10 ms per token, "
      "10419.08 tokens per second)", LogFacts()),
     ("slot print_timing: id  0 | task 5 |        eval time =       0.54 ms /     5 tokens (    0.13 ms per token,"
-     "  7462.69 tokens per second)", LogFacts(7462.69, None)),
+     "  7462.69 tokens per second)", LogFacts()),  # one request's decode speed: no throughput
     ("slot print_timing: id  0 | task 5 | draft acceptance = 0.77000 (   77 accepted /   100 generated), "
-     "mean len =  1.50", LogFacts(None, 0.77)),
+     "mean len =  1.50", LogFacts(0.77)),
     ("INFO 05-01 metrics.py:455] Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 55.5 tokens/s, "
-     "Running: 1 reqs", LogFacts(55.5, None)),
-    ("INFO SpecDecoding metrics: Draft acceptance rate: 61.5%, Accepted: 8 tokens", LogFacts(None, 0.615)),
+     "Running: 1 reqs", LogFacts()),
+    ("INFO SpecDecoding metrics: Draft acceptance rate: 61.5%, Accepted: 8 tokens", LogFacts(0.615)),
     ("srv  llama_server: model loaded", LogFacts()),
 ])
 def test_log_lines(line: str, facts: LogFacts) -> None:

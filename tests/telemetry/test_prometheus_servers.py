@@ -28,7 +28,7 @@ VLLM = ServerSample(1.0, "chat", "vllm", ServerState.READY, port=8000, tokens_pe
 LLAMA = ServerSample(1.0, "code", "llama.cpp", ServerState.READY, port=8080, tokens_per_s=30.0, requests_running=1.0,
                      requests_waiting=0.0, kv_cache_usage=0.25, prefix_cache_queries=500.0, prefix_cache_hits=200.0,
                      kv_capacity_tokens=8192.0, slot_states=((0, "decode", 300, 4096), (1, "idle", 0, 4096)),
-                     slots_per_decode=1.0, max_sequence_tokens=507.0, prefill_mean_s=0.3)
+                     slots_per_decode=1.0, max_sequence_tokens=507.0, prefill_busy=0.4)
 PROBE = (RequestSample(0.0, "chat", ttft_s=0.3, total_s=0.5, prompt_tokens=100, cached_tokens=90),
          RequestSample(0.0, "code", ttft_s=None, total_s=0.1, prompt_tokens=None, cached_tokens=None, ok=False,
                        error="HTTP 503"))
@@ -67,6 +67,8 @@ def test_own_serves_only_what_the_server_does_not_export_itself() -> None:
     # what only gpudash knows: the rates it derives, llama-server's KV from /slots, state, restarts, the probe
     assert server_values(fams, "gpudash_server_generation_tokens_per_second") == {"chat": 42.0, "code": 30.0}
     assert server_values(fams, "gpudash_server_kv_cache_usage_ratio") == {"code": 0.25}
+    # llama-server's prefill busy share (no time per request: its counter counts a shared batch once)
+    assert server_values(fams, "gpudash_server_prefill_busy_ratio") == {"code": 0.4}
     # what gpudash reads from llama-server's /slots: its KV capacity and each slot's state
     assert server_values(fams, "gpudash_server_kv_cache_capacity_tokens") == {"code": 8192.0}
     slots = {s.labels["state"]: s.value for s in fams["gpudash_server_slots"].samples}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fixtures import FixedFeed, sim_snapshot
 from textual.widgets import DataTable, Input, Label, Static, Tab, Tabs
-from tui_helpers import screen_lines, wait_for
+from tui_helpers import open_export_form, screen_lines, wait_for
 
 from gpudash.config import Config, ServerSpec
 from gpudash.records import EnginePathSample, GpuProcessSample, ProcessSample, ServerSample
@@ -194,13 +194,8 @@ async def test_the_export_form_says_parquet_needs_pyarrow(monkeypatch, tmp_path:
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as on an install without the [parquet] extra
     app = GpudashApp(OneSessionFeed([sim_snapshot(tick=0)], tmp_path / "h.db"), export_dir=tmp_path)
     async with app.run_test(size=SMALL) as pilot:
-        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
-        await pilot.press("7")
-        table = app.query_one("#history-view").query_one(DataTable)
-        await wait_for(pilot, lambda: table.row_count == 1, what="the sessions list")
-        await pilot.press("e")
-        assert isinstance(app.screen, ExportForm)
-        labels = " ".join(str(lbl.content) for lbl in app.screen.query(Label))
+        form = await open_export_form(pilot, app)
+        labels = " ".join(str(lbl.content) for lbl in form.query(Label))
         assert "parquet needs pyarrow, not installed here" in labels
         app.screen.query_one("#export-format", Input).focus()
         await pilot.press("ctrl+a", "ctrl+k", *"parquet", "enter")

@@ -10,11 +10,10 @@ import platformdirs
 import pytest
 from fixtures import FixedFeed, OneSessionFeed, sim_snapshot
 from textual.widgets import DataTable, Input
-from tui_helpers import wait_for
+from tui_helpers import open_export_form, wait_for
 
 from gpudash.tui.app import GpudashApp
 from gpudash.tui.screens.dialogs import HelpScreen
-from gpudash.tui.screens.export import ExportForm
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +26,7 @@ async def test_f1_and_h_toggle_help_and_f10_quits() -> None:
         for key in ("f1", "h"):
             await pilot.press(key)
             assert isinstance(app.screen, HelpScreen)
-            await pilot.press("escape")
+            await pilot.press(key)  # the key that opened it closes it, as in htop
             assert not isinstance(app.screen, HelpScreen)
         await pilot.press("f10")
         await wait_for(pilot, lambda: feed.closed, what="F10 to quit")
@@ -39,12 +38,26 @@ async def test_history_export_proposes_the_users_data_folder(tmp_path: Path, mon
     monkeypatch.chdir(checkout)  # started from a clone, as the README's test command is
     app = GpudashApp(OneSessionFeed([sim_snapshot(tick=0)], tmp_path / "h.db"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
-        await pilot.press("7")
-        table = app.query_one("#history-view").query_one(DataTable)
-        await wait_for(pilot, lambda: table.row_count == 1, what="the sessions list")
-        await pilot.press("e")
-        assert isinstance(app.screen, ExportForm)
-        folder = Path(app.screen.query_one("#export-folder", Input).value)
+        form = await open_export_form(pilot, app)
+        folder = Path(form.query_one("#export-folder", Input).value)
         assert folder.is_relative_to(platformdirs.user_data_dir("gpudash"))
         assert not folder.is_relative_to(os.getcwd())
+
+
+async def test_history_lists_recordings_not_server_actions(tmp_path: Path) -> None:
+    """A `gpudash server sleep` attempt writes its events under a session of its own (source "cli"): it is no
+    recording, and the History tab lists it no more than `gpudash history` does among the sessions."""
+    from gpudash.config import Config
+    from gpudash.runtime.history import ACTION_SOURCE
+    from gpudash.store import Store
+
+    feed = OneSessionFeed([sim_snapshot(tick=0)], tmp_path / "h.db")
+    with Store.open(feed.db) as store:
+        store.end_session(store.begin_session(ACTION_SOURCE, Config(), note="gpudash server sleep v"))
+    app = GpudashApp(feed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
+        await pilot.press("7")
+        view = app.query_one("#history-view")
+        await wait_for(pilot, lambda: view.query_one(DataTable).row_count >= 1, what="the sessions list")
+        assert [s.note for s in view.sessions] == ["gpudash record"]

@@ -38,3 +38,18 @@ async def wait_for(pilot, cond: Callable[[], object], timeout: float = 15.0, wha
 def screen_lines(app) -> list[str]:
     """The text of the screen as drawn (the top screen, with what shows of those under it)."""
     return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+async def open_export_form(pilot, app):
+    """The History tab's export form for the feed's one recorded session (keys 7, then e)."""
+    from textual.widgets import DataTable
+
+    from gpudash.tui.screens.export import ExportForm
+
+    await wait_for(pilot, lambda: app.info is not None, what="the fixed feed")
+    await pilot.press("7")
+    table = app.query_one("#history-view").query_one(DataTable)
+    await wait_for(pilot, lambda: table.row_count == 1, what="the sessions list")
+    await pilot.press("e")
+    assert isinstance(app.screen, ExportForm)
+    return app.screen

@@ -13,15 +13,19 @@ from __future__ import annotations
 import json
 import mmap
 import struct
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpudash.private_fs import read_capped
+from gpudash.proctree import run_bounded
 
 FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
 _FATBIN_HEADER = struct.Struct("<IHHQ")  # magic, version, header size, size of the entries
 _ENTRY_HEADER = struct.Struct("<HHIQIIHHI")  # kind, _, header size, payload size, _, _, minor, major, arch
 KIND_PTX, KIND_SASS = 1, 2
 VERSION_TIMEOUT_S = 30.0
+VERSION_OUTPUT_CAP = 64 << 10  # bytes of `--version` read: llama-server prints a few lines
+BUILD_INFO_CAP = 1 << 20  # bytes: a build_info.json is a few hundred
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,19 +72,20 @@ def _build_info(binary: Path) -> dict | None:
     for candidate in (binary.parent / "build_info.json", binary.parent.parent / "build_info.json"):
         if candidate.is_file():
             try:
-                return json.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                return json.loads(read_capped(candidate, BUILD_INFO_CAP).decode("utf-8"))
+            except (OSError, ValueError):  # UnsafeFileError is an OSError; UnicodeDecodeError a ValueError
                 return None
     return None
 
 
 def _version(binary: Path) -> str | None:
+    """`--version`'s version lines, read bounded (a binary is anything a config names: one that prints for
+    ever or forks is cut off and ends with all it spawned)."""
     try:
-        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, errors="replace",
-                             timeout=VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+        _, out = run_bounded([str(binary), "--version"], VERSION_OUTPUT_CAP, VERSION_TIMEOUT_S)
+    except OSError:
         return None
-    lines = [ln.strip().removeprefix("version: ") for ln in (out.stdout + "\n" + out.stderr).splitlines()
+    lines = [ln.strip().removeprefix("version: ") for ln in out.decode("utf-8", "replace").splitlines()
              if ln.startswith(("version:", "built with"))]
     return "; ".join(lines) or None
 

@@ -61,7 +61,7 @@ class HelpScreen(ModalScreen[None]):
     on which tabs. The list scrolls by keyboard (up/down, j/k, PageUp/PageDown, Home/End) at any size."""
 
     AUTO_FOCUS = "DataTable"  # the app focuses nothing by itself; the list must take the scroll keys
-    BINDINGS = [Binding("escape,question_mark,q", "close", "Close", id="help.close"),
+    BINDINGS = [Binding("escape,question_mark,q,f1,h", "close", "Close", id="help.close"),
                 Binding("j", "move(1)", "Down", show=False, id="help.down"),
                 Binding("k", "move(-1)", "Up", show=False, id="help.up"),
                 # the table's own Home/End scroll sideways; here they go to the first and the last key

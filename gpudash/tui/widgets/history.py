@@ -10,7 +10,7 @@ from rich.text import Text
 
 from gpudash import fmt
 from gpudash.labels import is_sim_label
-from gpudash.runtime.history import ExportError, StoreError, export_recorded, recorded_sessions
+from gpudash.runtime.history import ExportError, StoreError, export_recorded, is_action, recorded_sessions
 from gpudash.tui import messages as msg
 from gpudash.tui.state import ViewState
 from gpudash.tui.widgets.tables import TableView
@@ -83,7 +83,9 @@ class HistoryView(TableView):
     def on_sessions_loaded(self, message: msg.SessionsLoaded) -> None:
         message.stop()
         selected = self.selected.id if self.sessions else None
-        self.sessions = list(reversed(message.sessions))  # newest first
+        # newest first; a server action (`gpudash server sleep|wake`) is no recording: `gpudash history` lists
+        # those apart, and their events are on Events
+        self.sessions = [s for s in reversed(message.sessions) if not is_action(s)]
         ids = [s.id for s in self.sessions]
         self.cursor = ids.index(selected) if selected in ids else 0  # the selection stays on its row
         if self.is_attached:

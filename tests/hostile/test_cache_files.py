@@ -14,9 +14,8 @@ from pathlib import Path
 
 import psutil
 
-from gpudash.launcher.llama.build_info import read_llama_build
 from gpudash.telemetry.pcie_cache import Calibration, load_all, save
-from hostile_helpers import WAIT_S, plant_fifo
+from hostile_helpers import WAIT_S, memory_capped, plant_fifo
 
 VICTIM = "root's file: must stay as it was\n"
 
@@ -67,9 +66,13 @@ def test_a_llama_server_that_prints_its_version_for_ever_is_cut_off_with_its_chi
         """))
     binary.chmod(0o755)
     (binary.parent / "build_info.json").symlink_to("/dev/zero")
-    build = read_llama_build(binary)
-    assert build.version is not None and build.version.startswith("1")
-    assert len(build.version) < 1 << 20  # what was read is bounded, not all that was printed
+    # in a child whose memory is capped: an unbounded read ends there in MemoryError, not in the box's OOM killer
+    reader = subprocess.run([sys.executable, "-c", "import sys; from gpudash.launcher.llama.build_info import "
+                             "read_llama_build; print(read_llama_build(sys.argv[1]).version)", str(binary)],
+                            capture_output=True, text=True, timeout=WAIT_S, preexec_fn=memory_capped())
+    assert reader.returncode == 0, reader.stderr[-2000:]
+    version = reader.stdout.strip()
+    assert version.startswith("1") and len(version) < 1 << 20  # what was read is bounded, not all printed
     deadline = time.monotonic() + WAIT_S
     started = [int(p) for p in pids.read_text().split()]
     while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in started):

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import sqlite_utils
 
 from gpudash.records import SAMPLE_TABLES
-from gpudash.store.schema import BUCKET_S, ROLLUP_TABLES, immediate, rollup_split, rollup_table
+from gpudash.store.schema import BUCKET_S, FLAG_BITS, ROLLUP_TABLES, immediate, rollup_flags, rollup_split, rollup_table
 
 if TYPE_CHECKING:
     from gpudash.config import StoreConfig
@@ -115,6 +115,9 @@ def _roll_up(db: sqlite_utils.Database, cut: float) -> int:
             for c in nums:
                 target += [c.name, f"{c.name}_max"]
                 select += [f"avg([{c.name}])", f"max([{c.name}])"]
+            for c in rollup_flags(table):  # every flag seen in the minute: SQLite has no OR aggregate
+                target.append(c.name)
+                select.append(" | ".join(f"max([{c.name}] & {1 << bit})" for bit in range(FLAG_BITS)))
             group = ", ".join(["session_id", "b", *(f"[{n}]" for n in names)])
             db.execute(f"INSERT INTO [{rollup_table(table)}] ({', '.join(f'[{t}]' for t in target)}) "
                        f"SELECT {', '.join(select)} FROM [{table}] WHERE ts < ? GROUP BY {group}", [cut])

@@ -73,6 +73,10 @@ _ID_INTS = frozenset({"index", "gpu_index", "pid", "gpu", "via", "port"})
 # Text columns that say how a thing was, not which thing it is: a minute's row keeps every value seen in
 # the minute ("none,power cap"), where grouping by them would split one GPU's minute into several rows.
 _STATUS_TEXT = frozenset({"throttle", "state"})
+# Integer columns that are sets of flags (NVML's clock-event reasons): a minute's row keeps every flag seen in
+# the minute (their OR), where a mean or a maximum of a bitmask means nothing.
+_FLAG_INTS = frozenset({"clock_events"})
+FLAG_BITS = 32
 
 
 def rollup_table(table: str) -> str:
@@ -82,13 +86,19 @@ def rollup_table(table: str) -> str:
 @cache
 def rollup_split(table: str) -> tuple[tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
     """(identity, status, measured columns) of a sample table: text and id-like integers identify a row
-    within a minute, status text is gathered (every value seen), every other number is averaged and
-    maximized."""
+    within a minute, status text is gathered (every value seen), every other number but a set of flags
+    (rollup_flags) is averaged and maximized."""
     statuses = tuple(c for c in columns(table) if c.py is str and c.name in _STATUS_TEXT)
     keys = tuple(c for c in columns(table)
                  if (c.py is str and c not in statuses) or (c.py is int and c.name in _ID_INTS))
-    nums = tuple(c for c in columns(table) if c.py in (int, float) and c not in keys and c.name != "ts")
+    nums = tuple(c for c in columns(table) if c.py in (int, float) and c not in keys and c.name != "ts"
+                 and c.name not in _FLAG_INTS)
     return keys, statuses, nums
+
+
+def rollup_flags(table: str) -> tuple[Column, ...]:
+    """The flag columns of a sample table, OR-ed over a minute."""
+    return tuple(c for c in columns(table) if c.py is int and c.name in _FLAG_INTS)
 
 
 def rollup_schema(table: str) -> dict[str, type]:
@@ -96,7 +106,7 @@ def rollup_schema(table: str) -> dict[str, type]:
     order), then mean and max per number."""
     keys, statuses, nums = rollup_split(table)
     cols: dict[str, type] = {"session_id": int, "bucket": float, "n": int}
-    cols.update({c.name: c.sql for c in columns(table) if c in keys or c in statuses})
+    cols.update({c.name: c.sql for c in columns(table) if c in keys or c in statuses or c in rollup_flags(table)})
     for c in nums:
         cols[c.name] = float
         cols[f"{c.name}_max"] = c.sql

@@ -63,6 +63,24 @@ def test_a_minute_keeps_one_row_per_gpu_with_every_throttle_reason_seen(store: S
     assert sorted(row["throttle"].split(",")) == ["none", "power cap"]
 
 
+def test_a_minute_keeps_every_clock_event_flag_seen(store: Store) -> None:
+    """NVML's clock-event reasons are a bitmask: the minute's row is the OR of its ticks' flags (a mean of
+    1 and 4 would read 2.5, a flag never set), and a GPU that never reported one stays unknown."""
+    sid = store.begin_session("sim:h200", Config())
+    writer = StoreWriter(store.path, sid, flush_interval_s=0.5)
+    start = NOW - 2 * DAY
+    for t in range(60):
+        ts = start + t
+        flags = 0x1 if t < 30 else 0x4 if t < 50 else 0x0  # idle, then sw power cap, then clocks free
+        writer.submit(Snapshot(ts, t, "sim:h200", gpus=(GpuSample(ts, 0, "u0", "H200", 50.0, 100, clock_events=flags),
+                                                        GpuSample(ts, 1, "u1", "H200", 50.0, 100))))
+    writer.close()
+    prune(store.db, Retention(raw_s=DAY), now=NOW)
+    rows = {r["index"]: r for r in store.db.query("SELECT * FROM gpu_samples_1m")}
+    assert rows[0]["clock_events"] == 0x5 and rows[1]["clock_events"] is None
+    assert "clock_events_max" not in rows[0]
+
+
 def test_recent_samples_stay_raw(store: Store) -> None:
     sid = _fill(store, NOW - 600, 120)
     assert prune(store.db, Retention(raw_s=DAY), now=NOW).rolled_rows == 0

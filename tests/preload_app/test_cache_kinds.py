@@ -30,10 +30,10 @@ LOOKING = "srv          load:  - looking for better prompt, base f_keep = 0.002,
 
 
 def test_restore_and_save_lines_are_counted() -> None:
-    f = LogFacts(tokens_per_s=12.0)
+    f = LogFacts(draft_acceptance=0.75)
     for line in (LOOKING, SAVE, RESTORE, SAVE, RESTORE_F_SIM):
         f = parse_line(line, f)
-    assert (f.cache_restores, f.cache_saves, f.tokens_per_s) == (2, 2, 12.0)
+    assert (f.cache_restores, f.cache_saves, f.draft_acceptance) == (2, 2, 0.75)
 
 
 def _req(ts: float, hit: float | None, server: str = "big", ttft: float = 0.5, ok: bool = True) -> RequestSample:

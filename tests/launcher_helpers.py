@@ -5,6 +5,7 @@ the tests' little HTTP servers."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import tarfile
 
@@ -128,3 +129,12 @@ def llama_sdist(tmp_path: Path, version: str, cmakelists: str, server_c: str) ->
     with tarfile.open(out, "w:gz") as tar:
         tar.add(root.parent, arcname=root.parent.name)
     return out
+
+
+def query(db: Path, sql: str) -> list[tuple]:
+    """Rows of `sql` on the recording at `db`, read by a connection of the test's own (closed after)."""
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,16 +17,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "cli"))
 from cli_helpers import env, free_ports  # noqa: E402
+from launcher_helpers import query  # noqa: E402
 
 REQUESTS, PREDICT = 16, 64  # about 2 s of generation on 2 cores: several ticks
-
-
-def _query(db: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(db, timeout=10)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def _wait_health(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> None:
@@ -75,15 +67,15 @@ def test_recorded_joules_per_token_is_the_rigs_energy_over_the_servers_tokens(tm
             proc.kill()
             proc.wait()
     assert generated == REQUESTS * PREDICT
-    (sid,) = _query(db, "select id from sessions where source = 'sim:h200'")[0]
-    rows = _query(db, f"select tick, busy_j, idle_j, generation_tokens, split, gpus from server_energy_samples "
+    (sid,) = query(db, "select id from sessions where source = 'sim:h200'")[0]
+    rows = query(db, f"select tick, busy_j, idle_j, generation_tokens, split, gpus from server_energy_samples "
                       f"where session_id = {sid} and server = 'tiny' order by tick")
     assert rows, "no energy was counted for the server"
     first_tick, last = rows[0][0], rows[-1]
     _, busy, idle, tokens, split, gpus = last
     assert (split, gpus) == ("whole_gpu", "0") and busy > 0 and idle > 0
     # the rig's energy over the ticks counted: from the tick before the first row (counting starts there)
-    (e0,), (e1,) = (_query(db, f"select energy_j from gpu_samples where session_id = {sid} and tick = {t} and "
+    (e0,), (e1,) = (query(db, f"select energy_j from gpu_samples where session_id = {sid} and tick = {t} and "
                                f"\"index\" = 0") [0] for t in (first_tick - 1, last[0]))
     rig_j = e1 - e0
     assert busy + idle == pytest.approx(rig_j, rel=1e-6)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from launcher_helpers import assert_gone
+from launcher_helpers import assert_gone, query
 from gguf import GGUFReader
 
 from gpudash.config import ServerSpec
@@ -32,14 +31,6 @@ def _env(tmp: Path) -> dict[str, str]:
 def gpudash(tmp: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", "from gpudash.cli import main; main()", *args],
                           capture_output=True, text=True, env=_env(tmp), cwd=tmp, timeout=timeout)
-
-
-def query(db: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(db, timeout=10)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def test_demo_model_cli(tmp_path: Path) -> None:
